@@ -1,0 +1,93 @@
+# rangeshim: see README.md.  `make` builds the library and the command,
+# `make test` the Criterion suites, `make demo` the torn-read demonstration.
+
+BUILD   ?= build
+SAN     ?=
+CC      ?= cc
+PREFIX  ?= /usr/local
+DESTDIR ?=
+
+WARN     = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+BASEFLAGS = -std=gnu11 -O2 -g -D_GNU_SOURCE -Iinclude -Ishim $(WARN)
+
+ifeq ($(SAN),asan)
+SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+else ifeq ($(SAN),tsan)
+SANFLAGS = -fsanitize=thread -fno-omit-frame-pointer
+else
+SANFLAGS =
+endif
+
+CFLAGS  += $(BASEFLAGS) $(SANFLAGS)
+LDFLAGS += $(SANFLAGS)
+
+SHIM_SRCS = shim/init.c shim/interpose.c shim/iolock.c shim/fdtable.c shim/rangelock.c \
+            shim/config.c shim/stats.c shim/log.c shim/real.c
+SHIM_OBJS = $(SHIM_SRCS:shim/%.c=$(BUILD)/obj/%.o)
+LIB       = $(BUILD)/librangeshim.so
+CLI       = $(BUILD)/rangeshim
+
+EXAMPLES  = $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+HELPERS   = $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(wildcard tests/helpers/*.c))
+TESTS     = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+
+# Unit tests link these modules directly, without interposition.
+UNIT_SRCS = shim/rangelock.c shim/config.c shim/log.c shim/real.c shim/stats.c
+
+.PHONY: all clean test test-asan test-tsan demo deps install check-callgrind
+
+all: $(LIB) $(CLI) $(EXAMPLES)
+
+$(BUILD)/obj/%.o: shim/%.c $(wildcard shim/*.h) include/rangeshim/rangelock.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -U_FORTIFY_SOURCE -c $< -o $@
+
+$(LIB): $(SHIM_OBJS)
+	$(CC) -shared -o $@ $^ $(LDFLAGS) -Wl,-z,now -ldl -lpthread
+
+$(CLI): shim/cli.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
+
+$(BUILD)/examples/%: examples/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lpthread
+
+$(BUILD)/tests/helpers/%: tests/helpers/%.c $(wildcard tests/helpers/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lpthread
+
+$(BUILD)/tests/test_%: tests/test_%.c $(UNIT_SRCS) $(wildcard tests/*.h) $(wildcard shim/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DRS_BUILD_DIR='"$(abspath $(BUILD))"' -DRS_SAN='"$(SAN)"' \
+	    -o $@ $< $(UNIT_SRCS) $(LDFLAGS) -lcriterion -lpthread -ldl
+
+deps:
+	@sh tests/deps.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all $(HELPERS) $(TESTS)
+	@sh tests/run.sh $(BUILD) $(SAN)
+
+test-asan:
+	@$(MAKE) --no-print-directory BUILD=build-asan SAN=asan test
+
+test-tsan:
+	@$(MAKE) --no-print-directory BUILD=build-tsan SAN=tsan test
+
+demo: all
+	@sh examples/demo.sh $(BUILD)
+
+check-callgrind: all $(HELPERS)
+	@sh tests/callgrind.sh $(BUILD)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \
+	    $(DESTDIR)$(PREFIX)/include/rangeshim $(DESTDIR)$(PREFIX)/share/doc/rangeshim
+	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/librangeshim.so
+	install -m 0755 $(CLI) $(DESTDIR)$(PREFIX)/bin/rangeshim
+	install -m 0644 include/rangeshim/rangelock.h $(DESTDIR)$(PREFIX)/include/rangeshim/
+	install -m 0644 README.md docs/*.md $(DESTDIR)$(PREFIX)/share/doc/rangeshim/
+
+clean:
+	rm -rf build build-asan build-tsan

@@ -1,0 +1,78 @@
+/*
+ * rangeshim range lock: reader/writer byte-range lock for the threads of
+ * one process.  Usable without the preload library; see shim/rangelock.c
+ * for the theory.
+ *
+ * Ranges are half-open, [start, end), and end == RS_RANGE_EOF means "to
+ * infinity".  The caller owns the struct rs_rl_node (usually on its stack)
+ * for as long as the range is locked; no memory is allocated.
+ */
+#ifndef RANGESHIM_RANGELOCK_H
+#define RANGESHIM_RANGELOCK_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RS_RANGE_EOF UINT64_MAX
+
+enum rs_rl_mode {
+	RS_RL_READ = 1,
+	RS_RL_WRITE = 2,
+};
+
+struct rs_rl_node {
+	uint64_t start;
+	uint64_t end;
+	uint32_t mode;
+	/* Earlier conflicting requests still queued; the futex word. */
+	_Atomic uint32_t blocked;
+	struct rs_rl_node *prev;
+	struct rs_rl_node *next;
+};
+
+struct rs_rangelock {
+	_Atomic uint32_t mtx;      /* guards the queue below; see futex.h */
+	uint32_t nodes;            /* queued requests, granted or waiting */
+	struct rs_rl_node *head;   /* oldest request first (FIFO) */
+	struct rs_rl_node *tail;
+};
+
+#define RS_RANGELOCK_INIT { 0, 0, 0, 0 }
+
+void rs_rangelock_init(struct rs_rangelock *rl);
+
+/*
+ * Pre:  start < end; mode is RS_RL_READ or RS_RL_WRITE; node is not queued.
+ * Post: [start, end) is held in the given mode.  Returns 0 when it was
+ *       granted at once, 1 when the caller had to wait.
+ */
+int rs_rangelock_lock(struct rs_rangelock *rl, struct rs_rl_node *node,
+		      uint64_t start, uint64_t end, unsigned mode);
+
+/*
+ * Pre:  as rs_rangelock_lock.
+ * Post: returns 0 and holds the range, or returns -1 and node is not queued
+ *       (some earlier request conflicts).
+ */
+int rs_rangelock_trylock(struct rs_rangelock *rl, struct rs_rl_node *node,
+			 uint64_t start, uint64_t end, unsigned mode);
+
+/*
+ * Pre:  node holds its range in rl.
+ * Post: the range is released and every waiter it alone blocked is woken.
+ */
+void rs_rangelock_unlock(struct rs_rangelock *rl, struct rs_rl_node *node);
+
+/*
+ * Forget every queued request without waking anyone.  Only for a forked
+ * child, whose other threads (and the nodes on their stacks) are gone.
+ */
+void rs_rangelock_reset(struct rs_rangelock *rl);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,168 @@
+#include "config.h"
+
+#include <fnmatch.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+struct rs_config rs_cfg;
+
+static int parse_choice(const char *var, const char *val, const char *const *names,
+			int n, int dflt, const char *dflt_name)
+{
+	for (int i = 0; i < n; i++)
+		if (names[i] && strcmp(val, names[i]) == 0)
+			return i;
+	rs_log(RS_LOG_ERROR, "%s='%s' is not valid; using '%s'", var, val, dflt_name);
+	return dflt;
+}
+
+static void load_scope(struct rs_config *c, const char *v)
+{
+	static const char *const names[] = { "off", "process", "node" };
+
+	c->scope = RS_SCOPE_NODE;
+	if (v && *v)
+		c->scope = parse_choice("RANGESHIM_SCOPE", v, names, 3, RS_SCOPE_NODE, "node");
+	/* The node table is the next milestone; until then node means the
+	 * process-wide lock, which is never less safe than asking for it. */
+	c->effective = c->scope == RS_SCOPE_NODE ? RS_SCOPE_PROCESS : c->scope;
+}
+
+static void load_lock(struct rs_config *c, const char *v)
+{
+	static const char *const names[] = { "range", "mutex" };
+
+	c->lock = RS_LOCK_RANGE;
+	if (v && *v)
+		c->lock = parse_choice("RANGESHIM_LOCK", v, names, 2, RS_LOCK_RANGE, "range");
+}
+
+static void load_log(struct rs_config *c, const char *v)
+{
+	static const char *const names[] = { "error", "warn", "info", "debug" };
+
+	c->log_level = RS_LOG_WARN;
+	if (!v || !*v)
+		return;
+	if (v[0] >= '0' && v[0] <= '3' && v[1] == '\0') {
+		c->log_level = v[0] - '0';
+		return;
+	}
+	c->log_level = parse_choice("RANGESHIM_LOG", v, names, 4, RS_LOG_WARN, "warn");
+}
+
+static void load_stats(struct rs_config *c, const char *v)
+{
+	c->stats = RS_STATS_OFF;
+	if (!v || !*v || strcmp(v, "0") == 0)
+		return;
+	if (strcmp(v, "1") == 0) {
+		c->stats = RS_STATS_STDERR;
+		return;
+	}
+	if (strlen(v) >= sizeof(c->stats_path)) {
+		rs_log(RS_LOG_ERROR, "RANGESHIM_STATS path is longer than %zu bytes; "
+		       "printing the summary to stderr instead", sizeof(c->stats_path) - 1);
+		c->stats = RS_STATS_STDERR;
+		return;
+	}
+	strcpy(c->stats_path, v);
+	c->stats = RS_STATS_FILE;
+}
+
+/* A bad entry is dropped with a warning; if none is left, every file is
+ * coordinated: widening coverage is the safe direction. */
+static void load_paths(struct rs_config *c, const char *v)
+{
+	char *save = NULL;
+
+	c->custom_paths = 0;
+	c->npaths = 0;
+	if (!v || !*v)
+		return;
+	if (strlen(v) >= sizeof(c->paths_buf)) {
+		rs_log(RS_LOG_ERROR, "RANGESHIM_PATHS is longer than %zu bytes; "
+		       "coordinating every regular file instead", sizeof(c->paths_buf) - 1);
+		return;
+	}
+	strcpy(c->paths_buf, v);
+	for (char *p = strtok_r(c->paths_buf, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
+		if (p[0] != '/') {
+			rs_log(RS_LOG_ERROR, "RANGESHIM_PATHS entry '%s' is not an absolute "
+			       "path or glob; ignoring it", p);
+			continue;
+		}
+		if (c->npaths == RS_MAX_PATHS) {
+			rs_log(RS_LOG_ERROR, "RANGESHIM_PATHS has more than %d entries; "
+			       "coordinating every regular file instead", RS_MAX_PATHS);
+			c->npaths = 0;
+			return;
+		}
+		c->paths[c->npaths++] = p;
+	}
+	if (c->npaths == 0)
+		rs_log(RS_LOG_ERROR, "RANGESHIM_PATHS='%s' has no usable entry; "
+		       "coordinating every regular file instead", v);
+	c->custom_paths = c->npaths > 0;
+}
+
+static void load_shm(struct rs_config *c, const char *v)
+{
+	if (v && *v) {
+		if (v[0] == '/' && strlen(v) < sizeof(c->shm_name) && !strchr(v + 1, '/')) {
+			strcpy(c->shm_name, v);
+			return;
+		}
+		rs_log(RS_LOG_ERROR, "RANGESHIM_SHM='%s' is not a name like /rangeshim-%u; "
+		       "using the default", v, (unsigned)getuid());
+	}
+	snprintf(c->shm_name, sizeof(c->shm_name), "/rangeshim-%u", (unsigned)getuid());
+}
+
+void rs_config_load(struct rs_config *c, const char *(*get)(const char *name))
+{
+	memset(c, 0, sizeof(*c));
+	/* The log level first, so that it governs the messages below. */
+	load_log(c, get("RANGESHIM_LOG"));
+	rs_log_level = c->log_level;
+	load_scope(c, get("RANGESHIM_SCOPE"));
+	load_lock(c, get("RANGESHIM_LOCK"));
+	load_stats(c, get("RANGESHIM_STATS"));
+	load_paths(c, get("RANGESHIM_PATHS"));
+	load_shm(c, get("RANGESHIM_SHM"));
+}
+
+static int under(const char *path, const char *prefix)
+{
+	size_t n = strlen(prefix);
+
+	while (n > 1 && prefix[n - 1] == '/')
+		n--;
+	return strncmp(path, prefix, n) == 0 && (path[n] == '\0' || path[n] == '/' ||
+						 (n == 1 && prefix[0] == '/'));
+}
+
+int rs_config_path_wanted(const struct rs_config *c, const char *path)
+{
+	if (!c->custom_paths) {
+		/* Kernel interfaces, not data; /dev/shm is ordinary tmpfs that
+		 * processes share on purpose, so it stays coordinated. */
+		if (under(path, "/proc") || under(path, "/sys"))
+			return 0;
+		return !under(path, "/dev") || under(path, "/dev/shm");
+	}
+	for (int i = 0; i < c->npaths; i++) {
+		const char *p = c->paths[i];
+
+		if (strpbrk(p, "*?[")) {
+			if (fnmatch(p, path, FNM_PATHNAME | FNM_PERIOD) == 0)
+				return 1;
+		} else if (under(path, p)) {
+			return 1;
+		}
+	}
+	return 0;
+}

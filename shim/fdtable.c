@@ -1,0 +1,379 @@
+#include "fdtable.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/kcmp.h>
+
+#include "config.h"
+#include "futex.h"
+#include "log.h"
+#include "real.h"
+#include "stats.h"
+
+#define MAX_FDS     (1u << 22)
+#define MAX_DESCS   (1u << 20)
+#define MAX_FILES   (1u << 20)
+#define HASH_SIZE   (1u << 16)
+
+unsigned rs_fd_cap;
+_Atomic uint64_t *rs_fd_entries;
+struct rs_desc *rs_descs;
+struct rs_file *rs_files;
+
+static _Atomic uint32_t tbl_mtx;
+static uint32_t *buckets;          /* file index + 1, 0 = empty */
+static uint32_t files_used, descs_used;
+static uint32_t file_free, desc_free;  /* index + 1 */
+static unsigned fd_high;           /* highest fd ever given an entry + 1 */
+
+static void *reserve(size_t bytes)
+{
+	/* Reserved, not committed: untouched pages cost nothing. */
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+int rs_fdt_init(void)
+{
+	struct rlimit rl;
+	unsigned cap = 65536;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max > cap)
+		cap = rl.rlim_max > MAX_FDS ? MAX_FDS : (unsigned)rl.rlim_max;
+	rs_fd_entries = reserve(cap * sizeof(*rs_fd_entries));
+	rs_descs = reserve(MAX_DESCS * sizeof(*rs_descs));
+	rs_files = reserve(MAX_FILES * sizeof(*rs_files));
+	buckets = reserve(HASH_SIZE * sizeof(*buckets));
+	if (!rs_fd_entries || !rs_descs || !rs_files || !buckets)
+		return -1;
+	rs_fd_cap = cap;
+	return 0;
+}
+
+static uint32_t hash_of(uint64_t dev, uint64_t ino)
+{
+	uint64_t h = (dev * 0x9e3779b97f4a7c15ull) ^ (ino * 0xc2b2ae3d27d4eb4full);
+
+	return (uint32_t)(h >> 40) & (HASH_SIZE - 1);
+}
+
+/* All helpers below run under tbl_mtx. */
+
+static int64_t find_file(uint64_t dev, uint64_t ino)
+{
+	for (uint32_t i = buckets[hash_of(dev, ino)]; i; i = rs_files[i - 1].hnext) {
+		struct rs_file *f = &rs_files[i - 1];
+
+		if (atomic_load_explicit(&f->dev, memory_order_relaxed) == dev &&
+		    atomic_load_explicit(&f->ino, memory_order_relaxed) == ino)
+			return i - 1;
+	}
+	return -1;
+}
+
+static int64_t get_file(uint64_t dev, uint64_t ino)
+{
+	int64_t idx = find_file(dev, ino);
+	uint32_t h = hash_of(dev, ino);
+	struct rs_file *f;
+
+	if (idx >= 0) {
+		rs_files[idx].refs++;
+		return idx;
+	}
+	if (file_free) {
+		idx = file_free - 1;
+		file_free = rs_files[idx].hnext;
+	} else if (files_used < MAX_FILES) {
+		idx = files_used++;
+		rs_rangelock_init(&rs_files[idx].rl);
+	} else {
+		return -1;
+	}
+	/* A recycled file keeps its lock: a thread holding a stale pointer
+	 * may still be queued there, and will leave after re-validating. */
+	f = &rs_files[idx];
+	atomic_store_explicit(&f->dev, dev, memory_order_relaxed);
+	atomic_store_explicit(&f->ino, ino, memory_order_relaxed);
+	f->refs = 1;
+	f->hnext = buckets[h];
+	buckets[h] = (uint32_t)idx + 1;
+	RS_COUNT(files_opened, 1);
+	return idx;
+}
+
+static void put_file(uint32_t idx)
+{
+	struct rs_file *f = &rs_files[idx];
+	uint32_t *link;
+
+	if (--f->refs > 0)
+		return;
+	link = &buckets[hash_of(atomic_load_explicit(&f->dev, memory_order_relaxed),
+				atomic_load_explicit(&f->ino, memory_order_relaxed))];
+	while (*link && *link != idx + 1)
+		link = &rs_files[*link - 1].hnext;
+	if (*link)
+		*link = f->hnext;
+	/* Never matches a real file again until reused. */
+	atomic_store_explicit(&f->dev, UINT64_MAX, memory_order_relaxed);
+	atomic_store_explicit(&f->ino, UINT64_MAX, memory_order_relaxed);
+	f->hnext = file_free;
+	file_free = idx + 1;
+}
+
+static int64_t new_desc(uint32_t file, uint32_t flags)
+{
+	int64_t idx;
+	struct rs_desc *d;
+
+	if (desc_free) {
+		idx = desc_free - 1;
+		desc_free = rs_descs[idx].refs;
+	} else if (descs_used < MAX_DESCS) {
+		idx = descs_used++;
+	} else {
+		return -1;
+	}
+	d = &rs_descs[idx];
+	atomic_store_explicit(&d->flags, flags, memory_order_relaxed);
+	atomic_store_explicit(&d->file, file, memory_order_release);
+	d->refs = 1;
+	return idx;
+}
+
+static void put_desc(uint32_t idx)
+{
+	struct rs_desc *d = &rs_descs[idx];
+
+	if (--d->refs > 0)
+		return;
+	put_file(atomic_load_explicit(&d->file, memory_order_relaxed));
+	/* Free list threaded through refs; d->file stays valid for stale
+	 * readers until the desc is reused. */
+	d->refs = desc_free;
+	desc_free = idx + 1;
+}
+
+static void drop_entry(uint64_t e)
+{
+	if ((e & 3) == RS_FD_TRACKED)
+		put_desc((uint32_t)(e >> 2));
+}
+
+static void set_entry(int fd, uint64_t e)
+{
+	uint64_t old = atomic_exchange_explicit(&rs_fd_entries[fd], e, memory_order_acq_rel);
+
+	if ((unsigned)fd >= fd_high)
+		fd_high = (unsigned)fd + 1;
+	drop_entry(old);
+}
+
+static uint32_t desc_flags(int oflags)
+{
+	return ((oflags & O_APPEND) ? RS_DESC_APPEND : 0) |
+	       ((oflags & O_DIRECT) ? RS_DESC_DIRECT : 0);
+}
+
+/* Is this a regular file we coordinate?  Fills dev/ino. */
+static int wanted(int fd, uint64_t *dev, uint64_t *ino)
+{
+	char link[64], path[PATH_MAX];
+	struct stat st;
+	ssize_t n;
+
+	if (fstat(fd, &st) < 0)
+		return -1;
+	if (!S_ISREG(st.st_mode))
+		return 0;
+	*dev = st.st_dev;
+	*ino = st.st_ino;
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, path, sizeof(path) - 1);
+	if (n <= 0 || path[0] != '/')
+		/* No /proc (chroot, early boot) or an unnamed file: coordinate;
+		 * a path filter may only narrow what we can name. */
+		return 1;
+	path[n] = '\0';
+	return rs_config_path_wanted(&rs_cfg, path);
+}
+
+/* An inherited fd may share its description with one we know (2>&1).
+ * kcmp answers exactly; without it, a separate description is the
+ * conservative guess for the offset lock only. */
+static int64_t shared_desc(int fd, uint32_t file)
+{
+	long pid = syscall(SYS_getpid);
+
+	for (unsigned i = 0; i < fd_high; i++) {
+		uint64_t e = atomic_load_explicit(&rs_fd_entries[i], memory_order_relaxed);
+
+		if ((e & 3) != RS_FD_TRACKED || (int)i == fd ||
+		    atomic_load_explicit(&rs_descs[e >> 2].file, memory_order_relaxed) != file)
+			continue;
+		if (syscall(SYS_kcmp, pid, pid, KCMP_FILE, fd, i) == 0)
+			return (int64_t)(e >> 2);
+	}
+	return -1;
+}
+
+static uint64_t install(int fd, int oflags, int fresh)
+{
+	uint64_t dev = 0, ino = 0, e;
+	int saved = errno;
+	int64_t file, desc = -1;
+	int w = wanted(fd, &dev, &ino);
+
+	if (w < 0) {
+		errno = saved;
+		return RS_FD_UNKNOWN;
+	}
+	if (!fresh && w)
+		oflags = rs_real.fcntl(fd, F_GETFL);
+	errno = saved;
+	rs_mutex_lock(&tbl_mtx);
+	e = RS_FD_PASS;
+	if (w) {
+		file = get_file(dev, ino);
+		if (file >= 0) {
+			if (!fresh)
+				desc = shared_desc(fd, (uint32_t)file);
+			if (desc >= 0) {
+				rs_descs[desc].refs++;
+				put_file((uint32_t)file);
+			} else {
+				desc = new_desc((uint32_t)file, desc_flags(oflags));
+				if (desc < 0)
+					put_file((uint32_t)file);
+			}
+		}
+		if (desc >= 0) {
+			e = ((uint64_t)desc << 2) | RS_FD_TRACKED;
+		} else {
+			RS_COUNT(table_full, 1);
+			rs_log(RS_LOG_ERROR, "fd table full: fd %d is not coordinated", fd);
+		}
+	}
+	if (fresh) {
+		set_entry(fd, e);
+	} else {
+		uint64_t expect = RS_FD_UNKNOWN;
+
+		/* Lost a race with another thread classifying the same fd. */
+		if (!atomic_compare_exchange_strong(&rs_fd_entries[fd], &expect, e)) {
+			drop_entry(e);
+			e = expect;
+		} else if ((unsigned)fd >= fd_high) {
+			fd_high = (unsigned)fd + 1;
+		}
+	}
+	rs_mutex_unlock(&tbl_mtx);
+	return e;
+}
+
+uint64_t rs_fdt_classify(int fd)
+{
+	if ((unsigned)fd >= rs_fd_cap)
+		return RS_FD_PASS;
+	return install(fd, 0, 0);
+}
+
+void rs_fdt_opened(int fd, int flags)
+{
+	if ((unsigned)fd >= rs_fd_cap) {
+		RS_COUNT(table_full, 1);
+		return;
+	}
+	install(fd, flags, 1);
+}
+
+void rs_fdt_closed(int fd, uint64_t old)
+{
+	if ((unsigned)fd >= rs_fd_cap)
+		return;
+	rs_mutex_lock(&tbl_mtx);
+	/* If another thread has already reused the number, its entry stays. */
+	if (atomic_compare_exchange_strong(&rs_fd_entries[fd], &old, RS_FD_UNKNOWN))
+		drop_entry(old);
+	rs_mutex_unlock(&tbl_mtx);
+}
+
+void rs_fdt_closed_range(unsigned lo, unsigned hi)
+{
+	rs_mutex_lock(&tbl_mtx);
+	for (unsigned fd = lo; fd < fd_high && fd <= hi; fd++)
+		drop_entry(atomic_exchange(&rs_fd_entries[fd], RS_FD_UNKNOWN));
+	rs_mutex_unlock(&tbl_mtx);
+}
+
+void rs_fdt_duped(int oldfd, int newfd)
+{
+	uint64_t e = rs_fdt_get(oldfd);
+
+	if ((unsigned)newfd >= rs_fd_cap)
+		return;
+	if (e == RS_FD_UNKNOWN)
+		e = rs_fdt_classify(oldfd);
+	rs_mutex_lock(&tbl_mtx);
+	/* Re-read under the mutex: oldfd may have been closed meanwhile. */
+	e = rs_fdt_get(oldfd);
+	if ((e & 3) == RS_FD_TRACKED)
+		rs_descs[e >> 2].refs++;
+	set_entry(newfd, e);
+	rs_mutex_unlock(&tbl_mtx);
+}
+
+void rs_fdt_setfl(int fd)
+{
+	uint64_t e = rs_fdt_get(fd);
+	int saved = errno;
+	int fl;
+
+	if ((e & 3) != RS_FD_TRACKED)
+		return;
+	fl = rs_real.fcntl(fd, F_GETFL);
+	errno = saved;
+	if (fl >= 0)
+		atomic_store_explicit(&rs_fdt_desc(e)->flags, desc_flags(fl), memory_order_relaxed);
+}
+
+int64_t rs_fdt_find(uint64_t dev, uint64_t ino)
+{
+	int64_t idx;
+
+	rs_mutex_lock(&tbl_mtx);
+	idx = find_file(dev, ino);
+	rs_mutex_unlock(&tbl_mtx);
+	return idx;
+}
+
+void rs_fdt_fork_prepare(void)
+{
+	rs_mutex_lock(&tbl_mtx);
+}
+
+void rs_fdt_fork_parent(void)
+{
+	rs_mutex_unlock(&tbl_mtx);
+}
+
+/* The child has one thread, which was not inside the shim: every queued
+ * range and held offset lock belonged to threads that do not exist here. */
+void rs_fdt_fork_child(void)
+{
+	for (uint32_t i = 0; i < files_used; i++)
+		rs_rangelock_reset(&rs_files[i].rl);
+	for (uint32_t i = 0; i < descs_used; i++)
+		atomic_store_explicit(&rs_descs[i].pos_mtx, 0, memory_order_relaxed);
+	atomic_store_explicit(&tbl_mtx, 0, memory_order_release);
+}

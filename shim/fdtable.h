@@ -1,0 +1,93 @@
+/*
+ * The fd table: which descriptors belong to coordinated files, and the
+ * per-file state (the range lock) they share.
+ *
+ * Three levels, as the kernel has them:
+ *   fd number --> description (struct rs_desc: file offset lock, O_APPEND)
+ *             --> file (struct rs_file: keyed by st_dev/st_ino, range lock)
+ * dup'd descriptors share a description; every open of the same file in
+ * the process shares the file, so all of them share one range lock.
+ *
+ * Lookup is one load from an array indexed by fd.  Descriptions and files
+ * live in arrays that are reserved once and never unmapped: an object is
+ * recycled for another file but never freed, so a thread that read a stale
+ * fd entry still points at valid memory, and it re-validates the entry
+ * after locking (see iolock.c).  All changes go through one mutex on the
+ * slow path (open, close, dup, first use of an inherited fd).
+ */
+#ifndef RANGESHIM_FDTABLE_H
+#define RANGESHIM_FDTABLE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "rangeshim/rangelock.h"
+
+/* fd entry values */
+#define RS_FD_UNKNOWN 0u   /* never seen, or closed: classify on use */
+#define RS_FD_PASS    1u   /* seen: not a coordinated regular file */
+#define RS_FD_TRACKED 2u   /* (desc index << 2) | RS_FD_TRACKED */
+
+#define RS_DESC_APPEND 1u
+#define RS_DESC_DIRECT 2u
+
+struct rs_file {
+	struct rs_rangelock rl;
+	_Atomic uint64_t dev;
+	_Atomic uint64_t ino;
+	uint32_t refs;          /* descriptions using it (table mutex) */
+	uint32_t hnext;         /* hash chain or free list, index + 1 */
+} __attribute__((aligned(64)));
+
+struct rs_desc {
+	_Atomic uint32_t pos_mtx;   /* serialises use of the file offset */
+	_Atomic uint32_t flags;
+	_Atomic uint32_t file;      /* index into the file array */
+	uint32_t refs;              /* fds using it (table mutex) */
+};
+
+extern unsigned rs_fd_cap;
+extern _Atomic uint64_t *rs_fd_entries;
+extern struct rs_desc *rs_descs;
+extern struct rs_file *rs_files;
+
+int rs_fdt_init(void);
+
+static inline uint64_t rs_fdt_get(int fd)
+{
+	if ((unsigned)fd >= rs_fd_cap)
+		return RS_FD_PASS;
+	return atomic_load_explicit(&rs_fd_entries[fd], memory_order_acquire);
+}
+
+static inline struct rs_desc *rs_fdt_desc(uint64_t e)
+{
+	return &rs_descs[e >> 2];
+}
+
+static inline struct rs_file *rs_fdt_file(uint32_t idx)
+{
+	return &rs_files[idx];
+}
+
+/* First use of an fd we did not see opened; returns the new entry, or
+ * RS_FD_UNKNOWN when fd is not open (the real call reports the error). */
+uint64_t rs_fdt_classify(int fd);
+/* After a successful open/creat of fd with these open flags. */
+void rs_fdt_opened(int fd, int flags);
+/* After close(fd); old is the entry read before the real close. */
+void rs_fdt_closed(int fd, uint64_t old);
+/* After close_range/closefrom: forget every fd in [lo, hi]. */
+void rs_fdt_closed_range(unsigned lo, unsigned hi);
+/* After dup/dup2/dup3/F_DUPFD made newfd a copy of oldfd. */
+void rs_fdt_duped(int oldfd, int newfd);
+/* After F_SETFL on fd: re-read the description's flags. */
+void rs_fdt_setfl(int fd);
+/* For truncate(path): the file object for (dev, ino), or -1. */
+int64_t rs_fdt_find(uint64_t dev, uint64_t ino);
+
+void rs_fdt_fork_prepare(void);
+void rs_fdt_fork_parent(void);
+void rs_fdt_fork_child(void);
+
+#endif

@@ -1,0 +1,129 @@
+/*
+ * Start-up and shutdown: resolve the real functions, read the
+ * configuration, reserve the tables, and register the fork handlers.
+ *
+ * Start-up runs from the constructor, or earlier from the first
+ * intercepted call if another library's constructor does I/O before ours
+ * runs.  Calls made while it is under way on the same thread (dlsym
+ * recursion) pass straight through; other threads wait the few
+ * microseconds it takes.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "fdtable.h"
+#include "iolock.h"
+#include "log.h"
+#include "real.h"
+#include "stats.h"
+
+_Atomic int rs_state;
+long rs_pid;
+static __thread int initializing_here __attribute__((tls_model("initial-exec")));
+
+static const char *env(const char *name)
+{
+	return getenv(name);
+}
+
+static void fork_prepare(void)
+{
+	rs_fdt_fork_prepare();
+}
+
+static void fork_parent(void)
+{
+	rs_fdt_fork_parent();
+}
+
+static void fork_child(void)
+{
+	rs_fdt_fork_child();
+	rs_stats_reset();
+	rs_pid = syscall(SYS_getpid);
+}
+
+void rs_init_slow(void)
+{
+	int s = RS_UNINIT;
+	int saved = errno;
+	int final = RS_READY;
+
+	if (!atomic_compare_exchange_strong(&rs_state, &s, RS_INITIALIZING)) {
+		if (s == RS_INITIALIZING && !initializing_here)
+			while (atomic_load(&rs_state) == RS_INITIALIZING)
+				sched_yield();
+		return;
+	}
+	initializing_here = 1;
+	rs_real_resolve();
+	rs_config_load(&rs_cfg, env);
+	rs_stats_on = rs_cfg.stats != RS_STATS_OFF;
+	rs_pid = syscall(SYS_getpid);
+	if (rs_cfg.effective == RS_SCOPE_OFF) {
+		final = RS_DISABLED;
+	} else if (rs_fdt_init() < 0) {
+		rs_log(RS_LOG_ERROR, "cannot reserve the fd table (%s); "
+		       "I/O is NOT coordinated in this process", strerror(errno));
+		final = RS_DISABLED;
+	} else {
+		pthread_atfork(fork_prepare, fork_parent, fork_child);
+	}
+	if (rs_cfg.scope == RS_SCOPE_NODE)
+		rs_debug("node scope is not built yet; using process scope");
+	initializing_here = 0;
+	atomic_store(&rs_state, final);
+	errno = saved;
+}
+
+__attribute__((constructor)) static void rs_ctor(void)
+{
+	if (atomic_load(&rs_state) == RS_UNINIT)
+		rs_init_slow();
+}
+
+static void write_stats_file(const char *tmpl, const char *text, int len)
+{
+	char path[600];
+	size_t n = 0;
+	int fd;
+
+	for (const char *p = tmpl; *p && n < sizeof(path) - 24; p++) {
+		if (p[0] == '%' && p[1] == 'p') {
+			n += (size_t)snprintf(path + n, sizeof(path) - n, "%ld", rs_pid);
+			p++;
+		} else {
+			path[n++] = *p;
+		}
+	}
+	path[n] = '\0';
+	fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || rs_write_all(fd, text, (unsigned long)len) < 0)
+		rs_log(RS_LOG_ERROR, "RANGESHIM_STATS: cannot write %s: %s", path, strerror(errno));
+	if (fd >= 0)
+		syscall(SYS_close, fd);
+}
+
+__attribute__((destructor)) static void rs_dtor(void)
+{
+	char buf[4096];
+	int saved = errno, len;
+
+	if (!rs_stats_on)
+		return;
+	if (rs_cfg.stats == RS_STATS_FILE) {
+		len = rs_stats_json(buf, sizeof(buf), rs_pid);
+		write_stats_file(rs_cfg.stats_path, buf, len);
+	} else {
+		len = rs_stats_text(buf, sizeof(buf), rs_pid);
+		rs_write_all(2, buf, (unsigned long)len);
+	}
+	errno = saved;
+}

@@ -1,0 +1,433 @@
+/*
+ * The wrappers.  Each one describes its call to iolock.c (what range, at
+ * which offset, read or write), makes the real call with the arguments it
+ * was given, and returns its result and errno untouched.  They are
+ * generated from a handful of shapes; the lock logic lives in iolock.c and
+ * the fd bookkeeping in fdtable.c.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/sendfile.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+
+#include "fdtable.h"
+#include "iolock.h"
+#include "real.h"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+#define RS_EXPORT __attribute__((visibility("default")))
+
+/* Fortified entry points and the glibc names without a public prototype. */
+int __open_2(const char *, int);
+int __open64_2(const char *, int);
+int __openat_2(int, const char *, int);
+int __openat64_2(int, const char *, int);
+ssize_t __read_chk(int, void *, size_t, size_t);
+ssize_t __pread_chk(int, void *, size_t, off_t, size_t);
+ssize_t __pread64_chk(int, void *, size_t, off_t, size_t);
+
+/* The real call; ENOSYS only while dlsym itself is recursing into us. */
+#define REAL(ret, name, args) \
+	(__builtin_expect(rs_real.name != NULL, 1) ? rs_real.name args \
+						   : (errno = ENOSYS, (ret)-1))
+
+/* Total length of an iovec array, without trusting it more than the
+ * kernel would: a bad count or a NULL array locks nothing (the real call
+ * fails), an overflowing sum locks to the end of the range. */
+static uint64_t iov_len(const struct iovec *iov, int cnt)
+{
+	uint64_t sum = 0;
+
+	if (cnt <= 0 || cnt > IOV_MAX || (uintptr_t)iov < 4096)
+		return 0;
+	for (int i = 0; i < cnt; i++)
+		sum = sum + iov[i].iov_len < sum ? UINT64_MAX : sum + iov[i].iov_len;
+	return sum;
+}
+
+/* ---- data calls: one shape for all ---------------------------------- */
+
+#define RS_WRAP_IO(ret, name, params, args, fd, mode, where, off, len)       \
+	RS_EXPORT ret name params                                            \
+	{                                                                    \
+		struct rs_io io;                                             \
+		ret r;                                                       \
+		rs_io_one(&io, fd, mode, where, off, len);                   \
+		r = REAL(ret, name, args);                                   \
+		rs_io_end(&io, r);                                           \
+		return r;                                                    \
+	}
+
+#define RS_PREAD(name)                                                        \
+	RS_WRAP_IO(ssize_t, name, (int fd, void *buf, size_t n, off_t off),  \
+		   (fd, buf, n, off), fd, RS_RL_READ, RS_AT_OFFSET, off, n)
+#define RS_PWRITE(name)                                                       \
+	RS_WRAP_IO(ssize_t, name, (int fd, const void *buf, size_t n, off_t off), \
+		   (fd, buf, n, off), fd, RS_RL_WRITE, RS_AT_OFFSET, off, n)
+#define RS_PREADV(name, mode)                                                 \
+	RS_WRAP_IO(ssize_t, name, (int fd, const struct iovec *iov, int cnt, off_t off), \
+		   (fd, iov, cnt, off), fd, mode, RS_AT_OFFSET, off, iov_len(iov, cnt))
+
+RS_PREAD(pread)
+RS_PREAD(pread64)
+RS_PWRITE(pwrite)
+RS_PWRITE(pwrite64)
+RS_PREADV(preadv, RS_RL_READ)
+RS_PREADV(preadv64, RS_RL_READ)
+RS_PREADV(pwritev, RS_RL_WRITE)
+RS_PREADV(pwritev64, RS_RL_WRITE)
+
+RS_WRAP_IO(ssize_t, read, (int fd, void *buf, size_t n), (fd, buf, n),
+	   fd, RS_RL_READ, RS_AT_CURSOR, 0, n)
+RS_WRAP_IO(ssize_t, write, (int fd, const void *buf, size_t n), (fd, buf, n),
+	   fd, RS_RL_WRITE, RS_AT_CURSOR, 0, n)
+RS_WRAP_IO(ssize_t, readv, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt),
+	   fd, RS_RL_READ, RS_AT_CURSOR, 0, iov_len(iov, cnt))
+RS_WRAP_IO(ssize_t, writev, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt),
+	   fd, RS_RL_WRITE, RS_AT_CURSOR, 0, iov_len(iov, cnt))
+RS_WRAP_IO(ssize_t, __read_chk, (int fd, void *buf, size_t n, size_t buflen),
+	   (fd, buf, n, buflen), fd, RS_RL_READ, RS_AT_CURSOR, 0, n)
+RS_WRAP_IO(ssize_t, __pread_chk, (int fd, void *buf, size_t n, off_t off, size_t buflen),
+	   (fd, buf, n, off, buflen), fd, RS_RL_READ, RS_AT_OFFSET, off, n)
+RS_WRAP_IO(ssize_t, __pread64_chk, (int fd, void *buf, size_t n, off_t off, size_t buflen),
+	   (fd, buf, n, off, buflen), fd, RS_RL_READ, RS_AT_OFFSET, off, n)
+RS_WRAP_IO(off_t, lseek, (int fd, off_t off, int whence), (fd, off, whence),
+	   fd, RS_RL_READ, RS_POS_ONLY, 0, 0)
+RS_WRAP_IO(off_t, lseek64, (int fd, off_t off, int whence), (fd, off, whence),
+	   fd, RS_RL_READ, RS_POS_ONLY, 0, 0)
+RS_WRAP_IO(int, ftruncate, (int fd, off_t len), (fd, len),
+	   fd, RS_RL_WRITE, RS_TRUNCATE, len, 0)
+RS_WRAP_IO(int, ftruncate64, (int fd, off_t len), (fd, len),
+	   fd, RS_RL_WRITE, RS_TRUNCATE, len, 0)
+/* posix_fallocate may grow the file, and returns an error number. */
+RS_WRAP_IO(int, posix_fallocate, (int fd, off_t off, off_t len), (fd, off, len),
+	   fd, RS_RL_WRITE, RS_FROM_OFFSET, off, 0)
+RS_WRAP_IO(int, posix_fallocate64, (int fd, off_t off, off_t len), (fd, off, len),
+	   fd, RS_RL_WRITE, RS_FROM_OFFSET, off, 0)
+
+/* preadv2/pwritev2: offset -1 means the file offset; RWF_APPEND appends. */
+#define RS_PREADV2(name, mode)                                                \
+	RS_EXPORT ssize_t name(int fd, const struct iovec *iov, int cnt, off_t off, int flags) \
+	{                                                                     \
+		struct rs_target t = { fd, mode, off == -1 ? RS_AT_CURSOR : RS_AT_OFFSET, \
+				       mode == RS_RL_WRITE && (flags & RWF_APPEND), \
+				       off, iov_len(iov, cnt) };              \
+		struct rs_io io;                                              \
+		ssize_t r;                                                    \
+		rs_io_begin(&io, &t, 1);                                      \
+		r = REAL(ssize_t, name, (fd, iov, cnt, off, flags));          \
+		rs_io_end(&io, r);                                            \
+		return r;                                                     \
+	}
+
+RS_PREADV2(preadv2, RS_RL_READ)
+RS_PREADV2(preadv64v2, RS_RL_READ)
+RS_PREADV2(pwritev2, RS_RL_WRITE)
+RS_PREADV2(pwritev64v2, RS_RL_WRITE)
+
+/* Size-preserving modes touch [off, off+len); the rest may move or grow
+ * everything after off. */
+#define RS_FALLOCATE(name)                                                    \
+	RS_EXPORT int name(int fd, int mode, off_t off, off_t len)            \
+	{                                                                     \
+		int keep = (mode & FALLOC_FL_KEEP_SIZE) &&                    \
+			   !(mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE)); \
+		struct rs_target t = { fd, RS_RL_WRITE, keep ? RS_AT_OFFSET : RS_FROM_OFFSET, \
+				       0, off, len > 0 ? (uint64_t)len : 0 }; \
+		struct rs_io io;                                              \
+		int r;                                                        \
+		rs_io_begin(&io, &t, 1);                                      \
+		r = REAL(int, name, (fd, mode, off, len));                    \
+		rs_io_end(&io, r);                                            \
+		return r;                                                     \
+	}
+
+RS_FALLOCATE(fallocate)
+RS_FALLOCATE(fallocate64)
+
+#define RS_TRUNCATE_PATH(name)                                                \
+	RS_EXPORT int name(const char *path, off_t len)                       \
+	{                                                                     \
+		struct rs_io io;                                              \
+		int r;                                                        \
+		rs_io_begin_path(&io, path, len);                             \
+		r = REAL(int, name, (path, len));                             \
+		rs_io_end(&io, r);                                            \
+		return r;                                                     \
+	}
+
+RS_TRUNCATE_PATH(truncate)
+RS_TRUNCATE_PATH(truncate64)
+
+/* Read-lock the source, write-lock the destination; iolock.c orders them. */
+static void begin_copy(struct rs_io *io, int in, const off_t *in_off, int out,
+		       const off_t *out_off, size_t len)
+{
+	struct rs_target t[2] = {
+		{ in, RS_RL_READ, in_off ? RS_AT_OFFSET : RS_AT_CURSOR, 0,
+		  in_off ? *in_off : 0, len },
+		{ out, RS_RL_WRITE, out_off ? RS_AT_OFFSET : RS_AT_CURSOR, 0,
+		  out_off ? *out_off : 0, len },
+	};
+
+	rs_io_begin(io, t, 2);
+}
+
+RS_EXPORT ssize_t copy_file_range(int in, off_t *in_off, int out, off_t *out_off,
+				  size_t len, unsigned flags)
+{
+	struct rs_io io;
+	ssize_t r;
+
+	begin_copy(&io, in, in_off, out, out_off, len);
+	r = REAL(ssize_t, copy_file_range, (in, in_off, out, out_off, len, flags));
+	rs_io_end(&io, r);
+	return r;
+}
+
+#define RS_SENDFILE(name)                                                     \
+	RS_EXPORT ssize_t name(int out, int in, off_t *off, size_t count)     \
+	{                                                                     \
+		struct rs_io io;                                              \
+		ssize_t r;                                                    \
+		begin_copy(&io, in, off, out, NULL, count);                   \
+		r = REAL(ssize_t, name, (out, in, off, count));               \
+		rs_io_end(&io, r);                                            \
+		return r;                                                     \
+	}
+
+RS_SENDFILE(sendfile)
+RS_SENDFILE(sendfile64)
+
+/* ---- descriptor bookkeeping ----------------------------------------- */
+
+/* A vfork child shares our memory but not our fd table: it must leave
+ * the table alone. */
+static int enter_fd_slow(void)
+{
+	if (!rs_enter_slow())
+		return 0;
+	if (syscall(SYS_getpid) != rs_pid) {
+		rs_leave_slow();
+		return 0;
+	}
+	return 1;
+}
+
+static int opened(int fd, int flags)
+{
+	if (fd >= 0 && enter_fd_slow()) {
+		rs_fdt_opened(fd, flags);
+		rs_leave_slow();
+	}
+	return fd;
+}
+
+static mode_t open_mode(int flags, va_list ap)
+{
+	return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ?
+		(mode_t)va_arg(ap, int) : 0;
+}
+
+#define RS_OPEN(name)                                                         \
+	RS_EXPORT int name(const char *path, int flags, ...)                  \
+	{                                                                     \
+		va_list ap;                                                   \
+		mode_t mode;                                                  \
+		va_start(ap, flags);                                          \
+		mode = open_mode(flags, ap);                                  \
+		va_end(ap);                                                   \
+		rs_ready();                                                   \
+		return opened(REAL(int, name, (path, flags, mode)), flags);   \
+	}
+
+#define RS_OPENAT(name)                                                       \
+	RS_EXPORT int name(int dirfd, const char *path, int flags, ...)       \
+	{                                                                     \
+		va_list ap;                                                   \
+		mode_t mode;                                                  \
+		va_start(ap, flags);                                          \
+		mode = open_mode(flags, ap);                                  \
+		va_end(ap);                                                   \
+		rs_ready();                                                   \
+		return opened(REAL(int, name, (dirfd, path, flags, mode)), flags); \
+	}
+
+RS_OPEN(open)
+RS_OPEN(open64)
+RS_OPENAT(openat)
+RS_OPENAT(openat64)
+
+RS_EXPORT int creat(const char *path, mode_t mode)
+{
+	rs_ready();
+	return opened(REAL(int, creat, (path, mode)), O_CREAT | O_WRONLY | O_TRUNC);
+}
+
+RS_EXPORT int creat64(const char *path, mode_t mode)
+{
+	rs_ready();
+	return opened(REAL(int, creat64, (path, mode)), O_CREAT | O_WRONLY | O_TRUNC);
+}
+
+RS_EXPORT int __open_2(const char *path, int flags)
+{
+	rs_ready();
+	return opened(REAL(int, __open_2, (path, flags)), flags);
+}
+
+RS_EXPORT int __open64_2(const char *path, int flags)
+{
+	rs_ready();
+	return opened(REAL(int, __open64_2, (path, flags)), flags);
+}
+
+RS_EXPORT int __openat_2(int dirfd, const char *path, int flags)
+{
+	rs_ready();
+	return opened(REAL(int, __openat_2, (dirfd, path, flags)), flags);
+}
+
+RS_EXPORT int __openat64_2(int dirfd, const char *path, int flags)
+{
+	rs_ready();
+	return opened(REAL(int, __openat64_2, (dirfd, path, flags)), flags);
+}
+
+/* Read the entry before the real close: once the fd number is free,
+ * another thread may open something else under it. */
+RS_EXPORT int close(int fd)
+{
+	uint64_t old;
+	int r, saved;
+
+	rs_ready();
+	old = rs_fdt_get(fd);
+	r = REAL(int, close, (fd));
+	/* Linux frees the number even when close fails with EINTR or EIO. */
+	if (old != RS_FD_UNKNOWN && enter_fd_slow()) {
+		saved = errno;
+		rs_fdt_closed(fd, old);
+		errno = saved;
+		rs_leave_slow();
+	}
+	return r;
+}
+
+RS_EXPORT int fclose(FILE *fp)
+{
+	int fd, r, saved;
+	uint64_t old;
+
+	rs_ready();
+	fd = fileno(fp);
+	old = rs_fdt_get(fd);
+	r = REAL(int, fclose, (fp));
+	if (fd >= 0 && old != RS_FD_UNKNOWN && enter_fd_slow()) {
+		saved = errno;
+		rs_fdt_closed(fd, old);
+		errno = saved;
+		rs_leave_slow();
+	}
+	return r;
+}
+
+static void forget_range(unsigned lo, unsigned hi)
+{
+	int saved = errno;
+
+	if (enter_fd_slow()) {
+		rs_fdt_closed_range(lo, hi);
+		rs_leave_slow();
+	}
+	errno = saved;
+}
+
+RS_EXPORT int close_range(unsigned lo, unsigned hi, int flags)
+{
+	int r;
+
+	rs_ready();
+	r = REAL(int, close_range, (lo, hi, flags));
+	if (r == 0 && !(flags & CLOSE_RANGE_CLOEXEC))
+		forget_range(lo, hi);
+	return r;
+}
+
+RS_EXPORT void closefrom(int lo)
+{
+	rs_ready();
+	if (!rs_real.closefrom)
+		return;
+	rs_real.closefrom(lo);
+	if (lo >= 0)
+		forget_range((unsigned)lo, UINT_MAX);
+}
+
+static int duped(int oldfd, int newfd)
+{
+	int saved = errno;
+
+	if (newfd >= 0 && newfd != oldfd && enter_fd_slow()) {
+		rs_fdt_duped(oldfd, newfd);
+		rs_leave_slow();
+	}
+	errno = saved;
+	return newfd;
+}
+
+RS_EXPORT int dup(int fd)
+{
+	rs_ready();
+	return duped(fd, REAL(int, dup, (fd)));
+}
+
+RS_EXPORT int dup2(int oldfd, int newfd)
+{
+	rs_ready();
+	return duped(oldfd, REAL(int, dup2, (oldfd, newfd)));
+}
+
+RS_EXPORT int dup3(int oldfd, int newfd, int flags)
+{
+	rs_ready();
+	return duped(oldfd, REAL(int, dup3, (oldfd, newfd, flags)));
+}
+
+/* fcntl's third argument is an int or a pointer; passing it on as a
+ * pointer-sized value is what glibc itself does. */
+#define RS_FCNTL(name)                                                        \
+	RS_EXPORT int name(int fd, int cmd, ...)                              \
+	{                                                                     \
+		va_list ap;                                                   \
+		void *arg;                                                    \
+		int r, saved;                                                 \
+		va_start(ap, cmd);                                            \
+		arg = va_arg(ap, void *);                                     \
+		va_end(ap);                                                   \
+		rs_ready();                                                   \
+		r = REAL(int, name, (fd, cmd, arg));                          \
+		if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))     \
+			return duped(fd, r);                                  \
+		if (r == 0 && cmd == F_SETFL && enter_fd_slow()) {            \
+			saved = errno;                                        \
+			rs_fdt_setfl(fd);                                     \
+			errno = saved;                                        \
+			rs_leave_slow();                                      \
+		}                                                             \
+		return r;                                                     \
+	}
+
+RS_FCNTL(fcntl)
+RS_FCNTL(fcntl64)

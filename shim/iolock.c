@@ -1,0 +1,345 @@
+/*
+ * Turning a call into locks.
+ *
+ * The common case, pread/pwrite on a tracked fd, is: one load of the fd
+ * entry, two of the description, one range lock, one re-check of the
+ * entry.  Everything else (the file offset, end of file, two files) is
+ * here too, so that the wrappers in interpose.c stay one line each.
+ *
+ * Order, to stay deadlock-free: a call first takes the offset locks of
+ * the descriptions it uses at their file offset (lowest address first),
+ * then its range locks (lowest file address first).  Two ranges of one
+ * file are merged into one lock on their hull: with FIFO queues, taking
+ * two ranges of the same file one after the other can deadlock against a
+ * request queued between them.
+ *
+ * fd reuse: the entry read at the start may be stale by the time the lock
+ * is granted (another thread closed the fd and maybe opened another file
+ * under the same number).  Objects are never freed (fdtable.h), so the
+ * stale pointers are safe to use, and after locking we check that the fd
+ * still maps to the same description and file; if not, we let go and
+ * start over.  What the application does with an fd it closes under
+ * itself is its own race, as without the shim.
+ */
+#include "iolock.h"
+
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "futex.h"
+#include "real.h"
+#include "stats.h"
+
+/* The kernel never moves more than this in one call (MAX_RW_COUNT). */
+#define RS_MAX_RW 0x7ffff000ull
+
+__thread int rs_depth __attribute__((tls_model("initial-exec")));
+
+static inline uint64_t range_end(uint64_t start, uint64_t len)
+{
+	if (len > RS_MAX_RW)
+		len = RS_MAX_RW;
+	return start > RS_RANGE_EOF - len ? RS_RANGE_EOF : start + len;
+}
+
+static int file_size(int fd, uint64_t *size)
+{
+	struct stat st;
+	int saved = errno;
+
+	if (fstat(fd, &st) < 0) {
+		errno = saved;
+		return -1;
+	}
+	*size = (uint64_t)st.st_size;
+	return 0;
+}
+
+struct plan {
+	int fd;
+	uint64_t entry;
+	struct rs_desc *desc;
+	uint32_t file_idx;
+	struct rs_file *file;
+	unsigned mode;
+	enum rs_where where;
+	int append;
+	uint64_t start, end;
+};
+
+static void release(struct rs_io *io)
+{
+	while (io->nholds > 0) {
+		struct rs_hold *h = &io->hold[--io->nholds];
+
+		rs_rangelock_unlock(&h->file->rl, &h->node);
+	}
+	while (io->npos > 0)
+		rs_mutex_unlock(&io->pos[--io->npos]->pos_mtx);
+}
+
+/* Where does the lock start?  -1: cannot tell (fd went bad): pass. */
+static int compute(struct plan *p, const struct rs_target *t)
+{
+	uint64_t size;
+
+	if (p->append) {
+		if (file_size(p->fd, &size) < 0)
+			return -1;
+		p->start = size;
+		p->end = RS_RANGE_EOF;
+	} else if (p->where == RS_TRUNCATE) {
+		if (file_size(p->fd, &size) < 0)
+			return -1;
+		p->start = size < (uint64_t)t->off ? size : (uint64_t)t->off;
+		p->end = RS_RANGE_EOF;
+	} else if (p->where == RS_AT_CURSOR) {
+		off_t cur = rs_real.lseek(p->fd, 0, SEEK_CUR);
+
+		if (cur < 0)
+			return -1;
+		p->start = (uint64_t)cur;
+		p->end = range_end(p->start, t->len);
+	} else if (p->where == RS_FROM_OFFSET) {
+		p->start = (uint64_t)t->off;
+		p->end = RS_RANGE_EOF;
+	} else {
+		p->start = (uint64_t)t->off;
+		p->end = range_end(p->start, t->len);
+	}
+	if (rs_cfg.lock == RS_LOCK_MUTEX) {
+		p->start = 0;
+		p->end = RS_RANGE_EOF;
+	}
+	return 0;
+}
+
+/* Under the lock, end of file may have moved below where we started (a
+ * truncation finished between fstat and the grant); then start over. */
+static int still_covers(const struct plan *p, const struct rs_target *t)
+{
+	uint64_t size, start;
+
+	if (!p->append && p->where != RS_TRUNCATE)
+		return 1;
+	if (rs_cfg.lock == RS_LOCK_MUTEX || file_size(p->fd, &size) < 0)
+		return 1;
+	start = p->append ? size : (size < (uint64_t)t->off ? size : (uint64_t)t->off);
+	return start >= p->start;
+}
+
+static int valid(const struct plan *p)
+{
+	return rs_fdt_get(p->fd) == p->entry &&
+	       atomic_load_explicit(&p->desc->file, memory_order_relaxed) == p->file_idx;
+}
+
+/* Returns 1 when the call should go ahead locked, 0 to pass it through,
+ * -1 to start over. */
+static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
+{
+	struct plan p[2];
+	int np = 0, waited = 0;
+
+	for (int i = 0; i < n; i++) {
+		uint64_t e = rs_fdt_get(t[i].fd);
+
+		if (e == RS_FD_UNKNOWN)
+			e = rs_fdt_classify(t[i].fd);
+		if ((e & 3) != RS_FD_TRACKED)
+			continue;
+		p[np].fd = t[i].fd;
+		p[np].entry = e;
+		p[np].desc = rs_fdt_desc(e);
+		p[np].file_idx = atomic_load_explicit(&p[np].desc->file, memory_order_acquire);
+		p[np].file = rs_fdt_file(p[np].file_idx);
+		p[np].mode = t[i].mode;
+		p[np].where = t[i].where;
+		/* Two-file calls (copy_file_range, sendfile) refuse O_APPEND
+		 * destinations themselves, so only single targets append. */
+		p[np].append = n == 1 && t[i].mode == RS_RL_WRITE &&
+			(t[i].force_append ||
+			 (atomic_load_explicit(&p[np].desc->flags, memory_order_relaxed) & RS_DESC_APPEND));
+		np++;
+	}
+	if (np == 0)
+		return 0;
+
+	/* Offset locks, lowest address first. */
+	for (int i = 0; i < np; i++) {
+		if (p[i].where != RS_AT_CURSOR && p[i].where != RS_POS_ONLY && !p[i].append)
+			continue;
+		if (io->npos == 1 && io->pos[0] == p[i].desc)
+			continue;
+		io->pos[io->npos++] = p[i].desc;
+	}
+	if (io->npos == 2 && io->pos[0] > io->pos[1]) {
+		struct rs_desc *tmp = io->pos[0];
+
+		io->pos[0] = io->pos[1];
+		io->pos[1] = tmp;
+	}
+	for (int i = 0; i < io->npos; i++)
+		rs_mutex_lock(&io->pos[i]->pos_mtx);
+	if (t[0].where == RS_POS_ONLY) {
+		if (!valid(&p[0])) {
+			release(io);
+			return -1;
+		}
+		return 1;
+	}
+
+	for (;;) {
+		for (int i = 0; i < np; i++) {
+			if (compute(&p[i], &t[i]) < 0) {
+				release(io);
+				return 0;
+			}
+		}
+		if (np == 2 && p[0].file == p[1].file) {
+			p[0].start = p[0].start < p[1].start ? p[0].start : p[1].start;
+			p[0].end = p[0].end > p[1].end ? p[0].end : p[1].end;
+			p[0].mode = RS_RL_WRITE;
+			np = 1;
+		} else if (np == 2 && p[0].file > p[1].file) {
+			struct plan tmp = p[0];
+
+			p[0] = p[1];
+			p[1] = tmp;
+		}
+		for (int i = 0; i < np; i++) {
+			struct rs_hold *h = &io->hold[io->nholds];
+
+			h->file = p[i].file;
+			waited += rs_rangelock_lock(&h->file->rl, &h->node,
+						    p[i].start, p[i].end, p[i].mode);
+			io->nholds++;
+		}
+		int covers = 1;
+
+		for (int i = 0; i < np; i++)
+			covers &= still_covers(&p[i], &t[i]);
+		if (covers)
+			break;
+		RS_COUNT(append_retries, 1);
+		while (io->nholds > 0) {
+			struct rs_hold *h = &io->hold[--io->nholds];
+
+			rs_rangelock_unlock(&h->file->rl, &h->node);
+		}
+	}
+	for (int i = 0; i < np; i++) {
+		if (!valid(&p[i])) {
+			RS_COUNT(fd_races, 1);
+			release(io);
+			return -1;
+		}
+	}
+	if (__builtin_expect(rs_stats_on, 0)) {
+		RS_COUNT(io_calls, 1);
+		RS_COUNT(lock_waits, waited);
+		for (int i = 0; i < np; i++)
+			RS_COUNT(appends, p[i].append);
+	}
+	io->written = t[n - 1].mode == RS_RL_WRITE;
+	return 1;
+}
+
+void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
+{
+	int r;
+
+	io->entered = 0;
+	io->nholds = 0;
+	io->npos = 0;
+	if (!rs_ready())
+		return;
+	if (rs_depth) {
+		RS_COUNT(reentrant, 1);
+		return;
+	}
+	for (int i = 0; i < n; i++) {
+		/* Nothing to lock, or a bad argument the real call rejects
+		 * (negative offset); either way the kernel touches no data. */
+		if (t[i].where == RS_POS_ONLY)
+			continue;
+		if ((t[i].where == RS_AT_OFFSET || t[i].where == RS_AT_CURSOR) &&
+		    t[i].len == 0 && !t[i].force_append)
+			return;
+		if (t[i].where != RS_AT_CURSOR && t[i].off < 0)
+			return;
+	}
+	rs_depth++;
+	while ((r = try_begin(io, t, n)) < 0)
+		;
+	if (r == 0) {
+		rs_depth--;
+		RS_COUNT(passthrough, 1);
+		return;
+	}
+	io->entered = 1;
+}
+
+void rs_io_end(struct rs_io *io, ssize_t result)
+{
+	int saved;
+
+	if (!io->entered)
+		return;
+	saved = errno;
+	if (result > 0) {
+		if (io->written)
+			RS_COUNT(bytes_written, result);
+		else
+			RS_COUNT(bytes_read, result);
+	}
+	release(io);
+	rs_depth--;
+	errno = saved;
+}
+
+void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len)
+{
+	struct stat st;
+	int64_t idx;
+	int saved = errno;
+	struct rs_file *f;
+	uint64_t start;
+
+	io->entered = 0;
+	io->nholds = 0;
+	io->npos = 0;
+	if (!rs_ready() || rs_depth || len < 0 || !path)
+		return;
+	rs_depth++;
+	for (;;) {
+		if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) ||
+		    (idx = rs_fdt_find(st.st_dev, st.st_ino)) < 0) {
+			/* Not open in this process: no thread here can race it. */
+			errno = saved;
+			rs_depth--;
+			return;
+		}
+		f = rs_fdt_file((uint32_t)idx);
+		start = (uint64_t)st.st_size < (uint64_t)len ? (uint64_t)st.st_size : (uint64_t)len;
+		if (rs_cfg.lock == RS_LOCK_MUTEX)
+			start = 0;
+		io->hold[0].file = f;
+		RS_COUNT(lock_waits, rs_rangelock_lock(&f->rl, &io->hold[0].node,
+						       start, RS_RANGE_EOF, RS_RL_WRITE));
+		io->nholds = 1;
+		if (stat(path, &st) == 0 &&
+		    atomic_load_explicit(&f->dev, memory_order_relaxed) == (uint64_t)st.st_dev &&
+		    atomic_load_explicit(&f->ino, memory_order_relaxed) == (uint64_t)st.st_ino &&
+		    (rs_cfg.lock == RS_LOCK_MUTEX ||
+		     ((uint64_t)st.st_size < (uint64_t)len ? (uint64_t)st.st_size : (uint64_t)len) >= start))
+			break;
+		release(io);
+	}
+	errno = saved;
+	RS_COUNT(io_calls, 1);
+	io->written = 1;
+	io->entered = 1;
+}

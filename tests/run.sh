@@ -1,0 +1,36 @@
+#!/bin/sh
+# Run every Criterion suite of a build; usage: tests/run.sh BUILD [SAN].
+# The suites find the library and the helpers through RS_BUILD_DIR, and
+# preload the shim only into the helper programs they exec, never into
+# the Criterion runner itself.
+set -u
+build=$1
+san=${2:-}
+case $san in
+asan)
+	# The shim is preloaded before the ASan runtime the helpers link.
+	export ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0:abort_on_error=1
+	export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ;;
+tsan)
+	export TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 ;;
+esac
+status=0
+total=0
+failed=0
+for t in "$build"/tests/test_*; do
+	[ -x "$t" ] || continue
+	echo "== $t"
+	if "$t" --jobs 2 --timeout 120; then
+		:
+	else
+		status=1
+		failed=$((failed + 1))
+	fi
+	total=$((total + 1))
+done
+if [ "$total" = 0 ]; then
+	echo "tests/run.sh: no test suites in $build/tests" >&2
+	exit 1
+fi
+echo "suites: $((total - failed)) passed, $failed failed"
+exit $status

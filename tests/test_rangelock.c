@@ -1,0 +1,1225 @@
+/*
+ * Criterion suite for the process-wide byte-range lock (shim/rangelock.c,
+ * API in include/rangeshim/rangelock.h).
+ *
+ * What it covers:
+ *
+ *  basics      Write lock/unlock; readers share (lock returns 0, trylock of
+ *              a second overlapping reader succeeds, also across threads);
+ *              a writer conflicts with any overlapping reader or writer, in
+ *              both orders; a table of boundary cases: adjacent half-open
+ *              ranges [0,10)/[10,20), [x,EOF) against [0,x), [x-1,x),
+ *              [x,x+1), [y,y+1) for y > x, [y,EOF), and ranges up against
+ *              UINT64_MAX-1; the static RS_RANGELOCK_INIT initializer.
+ *  fifo        A writer queued behind a reader is never overtaken: later
+ *              overlapping readers fail trylock and queue behind it, while
+ *              readers disjoint from it are still granted at once.  The
+ *              writer's lock returns 1 and is granted only after the reader
+ *              unlocks; the reader queued behind it only after the writer
+ *              unlocks.
+ *  starvation  Four reader threads keep overlapping READ ranges busy for
+ *              about a second; a writer asking again and again must get the
+ *              lock many times while the readers are still running, and no
+ *              single wait may reach a second.
+ *  wakeup      Unlocking a holder grants exactly the waiters that it alone
+ *              blocked; a waiter blocked by two holders (or by a holder and
+ *              an earlier waiter) is granted only after both have left.
+ *              Checks node->blocked, the documented count of earlier
+ *              conflicting requests.
+ *  stress      8 threads lock random READ/WRITE ranges in [0,4096) (20% are
+ *              [x,EOF)) for up to 20000 iterations or ~1.2 s each, while a
+ *              shadow record of per-16-byte-cell atomic counters checks
+ *              mutual exclusion; plain (non-atomic) per-cell data guarded
+ *              only by the lock is incremented by writers and read by
+ *              readers, so TSan sees any missing ordering and lost updates
+ *              are counted.  Every lock() return must be 0 or 1, some must
+ *              have waited (the run had contention), and the lock must be
+ *              empty at the end.  A control test runs the same checker over
+ *              a lock that does nothing and requires it to see violations,
+ *              so the checker is known to be able to fail.
+ *  reset       After rs_rangelock_reset (even with ranges held and the
+ *              queue mutex left taken, as a forked child may find it; also
+ *              in a real fork() child) an empty lock grants everything.
+ *  trylock     A failed trylock does not queue: it blocks nobody afterwards,
+ *              its node may be scribbled on or reused at once, and once the
+ *              holder unlocks the same range is granted immediately.
+ *
+ * Timing is used only to bound waits (nothing here can hang the suite:
+ * every test has .timeout = 10 and every wait is bounded), and once to give
+ * a wrongly woken waiter a chance to show itself; no assertion is about
+ * speed.  All state shared between threads is C11 atomics or pthread
+ * primitives, so the suite is clean under -fsanitize=thread and
+ * -fsanitize=address,undefined.
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rangeshim/rangelock.h"
+
+/*
+ * Criterion under ThreadSanitizer.  Criterion's sandbox library (BoxFort)
+ * places its shared arenas at addresses drawn with rand_r() from
+ * [0x2000'0000'0000, 0x6000'0000'0000), mapping one only where mincore()
+ * says nothing is mapped.  TSan reserves nearly all of that window for its
+ * shadow and metadata, so with 10 tries per arena the runner usually dies
+ * at start ("Could not initialize inheritable arena: Resource temporarily
+ * unavailable", or a SEGV when a later per-test arena fails): Criterion
+ * issue #274.  Interposing rand_r() in the test binary steers BoxFort into
+ * [0x5500'0000'0000, 0x5680'0000'0000), which is application memory in
+ * every TSan x86_64 layout (PIE binaries); collisions with real mappings
+ * are still caught by BoxFort's mincore() check and retried.  Only under
+ * TSan, and nothing else in this binary calls rand_r().
+ */
+#if defined(__SANITIZE_THREAD__) && defined(__x86_64__)
+int rand_r(unsigned *seed);
+int rand_r(unsigned *seed)
+{
+	*seed = *seed * 1103515245u + 12345u;
+	return (int)(0x350000u + ((*seed >> 8) % 0x18000u));
+}
+#endif
+
+#define R RS_RL_READ
+#define W RS_RL_WRITE
+#define EOFR RS_RANGE_EOF
+
+/* How long to wait for something that must happen (generous for TSan). */
+#define MUST_MS 3000
+/* How long to give something that must NOT happen a chance to happen. */
+#define MUSTNT_MS 50
+
+/* ------------------------------------------------------------------ */
+/* Time helpers                                                        */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_us(unsigned us)
+{
+	struct timespec ts = { us / 1000000u, (long)(us % 1000000u) * 1000 };
+
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		;
+}
+
+/* Poll until *flag != 0 or timeout; returns the final value. */
+static int wait_flag(_Atomic int *flag, unsigned timeout_ms)
+{
+	uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000u;
+	int v;
+
+	while ((v = atomic_load(flag)) == 0 && now_ns() < deadline)
+		sleep_us(200);
+	return atomic_load(flag);
+}
+
+/* ------------------------------------------------------------------ */
+/* Asynchronous requests: a thread that locks, reports, and unlocks on */
+/* command.                                                            */
+
+struct areq {
+	struct rs_rangelock *rl;
+	struct rs_rl_node node;
+	uint64_t start, end;
+	unsigned mode;
+	_Atomic int started;   /* thread is about to call lock */
+	_Atomic int done;      /* lock returned */
+	_Atomic int ret;       /* what lock returned */
+	_Atomic int release;   /* main asks the thread to unlock */
+	_Atomic int released;  /* thread has unlocked */
+	pthread_t th;
+};
+
+static void *areq_main(void *arg)
+{
+	struct areq *a = arg;
+	int r;
+
+	atomic_store(&a->started, 1);
+	r = rs_rangelock_lock(a->rl, &a->node, a->start, a->end, a->mode);
+	atomic_store(&a->ret, r);
+	atomic_store(&a->done, 1);
+	/* Bounded only by the test's own timeout: main always releases. */
+	while (!atomic_load(&a->release))
+		sleep_us(100);
+	rs_rangelock_unlock(a->rl, &a->node);
+	atomic_store(&a->released, 1);
+	return NULL;
+}
+
+static void areq_start(struct areq *a, struct rs_rangelock *rl,
+		       uint64_t start, uint64_t end, unsigned mode)
+{
+	memset(a, 0, sizeof(*a));
+	a->rl = rl;
+	a->start = start;
+	a->end = end;
+	a->mode = mode;
+	atomic_init(&a->node.blocked, 0);
+	atomic_init(&a->started, 0);
+	atomic_init(&a->done, 0);
+	atomic_init(&a->ret, -7);
+	atomic_init(&a->release, 0);
+	atomic_init(&a->released, 0);
+	cr_assert_eq(pthread_create(&a->th, NULL, areq_main, a), 0);
+}
+
+/*
+ * Wait until the request is either granted or queued and waiting
+ * (node.blocked != 0).  Returns 1 if it is waiting, 0 if granted, and
+ * fails the test if neither happens in time.
+ */
+static int areq_wait_settled(struct areq *a)
+{
+	uint64_t deadline = now_ns() + (uint64_t)MUST_MS * 1000000u;
+
+	for (;;) {
+		if (atomic_load(&a->done))
+			return 0;
+		if (atomic_load(&a->started) && atomic_load(&a->node.blocked) != 0)
+			return atomic_load(&a->done) ? 0 : 1;
+		cr_assert(now_ns() < deadline,
+			  "request [%llu,%llu) mode %u neither granted nor queued after %d ms",
+			  (unsigned long long)a->start, (unsigned long long)a->end,
+			  a->mode, MUST_MS);
+		sleep_us(100);
+	}
+}
+
+static void areq_expect_waiting(struct areq *a, const char *what)
+{
+	cr_assert_eq(areq_wait_settled(a), 1,
+		     "%s: expected to wait, but lock returned %d at once",
+		     what, atomic_load(&a->ret));
+}
+
+static void areq_expect_granted(struct areq *a, int ret, const char *what)
+{
+	cr_assert(wait_flag(&a->done, MUST_MS),
+		  "%s: not granted within %d ms (node.blocked = %u)", what,
+		  MUST_MS, (unsigned)atomic_load(&a->node.blocked));
+	cr_assert_eq(atomic_load(&a->ret), ret, "%s: lock returned %d, expected %d",
+		     what, atomic_load(&a->ret), ret);
+}
+
+static void areq_expect_still_waiting(struct areq *a, const char *what)
+{
+	sleep_us(MUSTNT_MS * 1000);
+	cr_assert_eq(atomic_load(&a->done), 0,
+		     "%s: was granted but a conflicting earlier request is still queued",
+		     what);
+}
+
+static void areq_finish(struct areq *a)
+{
+	atomic_store(&a->release, 1);
+	cr_assert(wait_flag(&a->released, MUST_MS), "request thread did not unlock");
+	pthread_join(a->th, NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* 1. Basics                                                           */
+
+Test(rangelock, write_lock_unlock, .timeout = 10)
+{
+	struct rs_rangelock rl;
+	struct rs_rl_node a, b;
+
+	rs_rangelock_init(&rl);
+	cr_assert_eq(rs_rangelock_lock(&rl, &a, 0, 10, W), 0);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &b, 0, 10, W), -1);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &b, 9, 10, R), -1);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &b, 0, 1, R), -1);
+	rs_rangelock_unlock(&rl, &a);
+	/* Released: everything is free again, and nodes are reusable. */
+	cr_assert_eq(rs_rangelock_trylock(&rl, &b, 0, 10, W), 0);
+	rs_rangelock_unlock(&rl, &b);
+	cr_assert_eq(rs_rangelock_lock(&rl, &a, 0, 10, W), 0);
+	rs_rangelock_unlock(&rl, &a);
+	cr_assert_eq(rs_rangelock_lock(&rl, &a, 0, EOFR, W), 0);
+	rs_rangelock_unlock(&rl, &a);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &a, 0, EOFR, W), 0);
+	rs_rangelock_unlock(&rl, &a);
+}
+
+Test(rangelock, static_initializer, .timeout = 10)
+{
+	static struct rs_rangelock rl = RS_RANGELOCK_INIT;
+	struct rs_rl_node a, b;
+
+	cr_assert_eq(rs_rangelock_lock(&rl, &a, 5, 6, W), 0);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &b, 0, 100, R), -1);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &b, 6, 100, W), 0);
+	rs_rangelock_unlock(&rl, &a);
+	rs_rangelock_unlock(&rl, &b);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &a, 0, EOFR, W), 0);
+	rs_rangelock_unlock(&rl, &a);
+}
+
+Test(rangelock, readers_share, .timeout = 10)
+{
+	struct rs_rangelock rl;
+	struct rs_rl_node a, b, c, d;
+
+	rs_rangelock_init(&rl);
+	cr_assert_eq(rs_rangelock_lock(&rl, &a, 0, 100, R), 0);
+	cr_assert_eq(rs_rangelock_lock(&rl, &b, 50, 150, R), 0,
+		     "overlapping READ must be granted at once");
+	cr_assert_eq(rs_rangelock_trylock(&rl, &c, 0, 150, R), 0,
+		     "trylock of a third overlapping reader must succeed");
+	cr_assert_eq(rs_rangelock_trylock(&rl, &d, 0, EOFR, R), 0);
+	/* But a writer anywhere in the read-locked area conflicts. */
+	{
+		struct rs_rl_node w;
+
+		cr_assert_eq(rs_rangelock_trylock(&rl, &w, 120, 121, W), -1);
+		cr_assert_eq(rs_rangelock_trylock(&rl, &w, 1000000, 1000001, W), -1,
+			     "[0,EOF) reader must block writers far away");
+	}
+	rs_rangelock_unlock(&rl, &d);
+	rs_rangelock_unlock(&rl, &b);
+	{
+		struct rs_rl_node w;
+
+		cr_assert_eq(rs_rangelock_trylock(&rl, &w, 1000000, 1000001, W), 0);
+		rs_rangelock_unlock(&rl, &w);
+		cr_assert_eq(rs_rangelock_trylock(&rl, &w, 120, 121, W), -1,
+			     "c still holds [0,150) for reading");
+	}
+	rs_rangelock_unlock(&rl, &a);
+	rs_rangelock_unlock(&rl, &c);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &a, 0, EOFR, W), 0);
+	rs_rangelock_unlock(&rl, &a);
+}
+
+Test(rangelock, readers_share_across_threads, .timeout = 10)
+{
+	struct rs_rangelock rl;
+	struct areq a, b;
+	struct rs_rl_node w;
+
+	rs_rangelock_init(&rl);
+	areq_start(&a, &rl, 0, 100, R);
+	areq_expect_granted(&a, 0, "first reader");
+	areq_start(&b, &rl, 50, 150, R);
+	areq_expect_granted(&b, 0, "second overlapping reader, other thread");
+	cr_assert_eq(rs_rangelock_trylock(&rl, &w, 99, 100, W), -1);
+	areq_finish(&a);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &w, 99, 100, W), -1,
+		     "second reader still holds [50,150)");
+	cr_assert_eq(rs_rangelock_trylock(&rl, &w, 0, 50, W), 0);
+	rs_rangelock_unlock(&rl, &w);
+	areq_finish(&b);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &w, 0, EOFR, W), 0);
+	rs_rangelock_unlock(&rl, &w);
+}
+
+struct pair_case {
+	uint64_t s1, e1;
+	unsigned m1;
+	uint64_t s2, e2;
+	unsigned m2;
+	int conflict;
+	const char *what;
+};
+
+#define X 1000u
+#define M1 (UINT64_MAX - 1)
+
+static const struct pair_case pair_cases[] = {
+	/* Plain overlap and mode rules. */
+	{ 0, 10, W, 0, 10, W, 1, "same range W/W" },
+	{ 0, 10, W, 0, 10, R, 1, "same range W/R" },
+	{ 0, 10, R, 0, 10, R, 0, "same range R/R" },
+	{ 0, 10, W, 9, 20, W, 1, "one-byte overlap W/W" },
+	{ 0, 10, R, 9, 20, W, 1, "one-byte overlap R/W" },
+	{ 0, 10, R, 9, 20, R, 0, "one-byte overlap R/R" },
+	{ 0, 100, W, 40, 41, R, 1, "contained one byte" },
+	{ 40, 41, W, 0, 100, W, 1, "containing" },
+	/* Adjacent half-open ranges never conflict. */
+	{ 0, 10, W, 10, 20, W, 0, "adjacent [0,10) [10,20) W/W" },
+	{ 10, 20, W, 0, 10, W, 0, "adjacent [10,20) [0,10) W/W" },
+	{ 0, 1, W, 1, 2, W, 0, "adjacent single bytes" },
+	{ 0, 10, W, 20, 30, W, 0, "disjoint W/W" },
+	/* [x, EOF). */
+	{ X, EOFR, W, 0, X, W, 0, "[x,EOF) vs [0,x)" },
+	{ X, EOFR, W, X - 1, X, W, 0, "[x,EOF) vs [x-1,x)" },
+	{ X, EOFR, W, X, X + 1, W, 1, "[x,EOF) vs [x,x+1)" },
+	{ X, EOFR, W, X + 1, X + 2, W, 1, "[x,EOF) vs [x+1,x+2)" },
+	{ X, EOFR, W, 1ull << 40, (1ull << 40) + 1, W, 1, "[x,EOF) vs far [y,y+1)" },
+	{ X, EOFR, R, M1 - 1, M1, W, 1, "[x,EOF) R vs [MAX-2,MAX-1) W" },
+	{ X, EOFR, W, X - 1, X + 1, R, 1, "[x,EOF) vs straddling read" },
+	{ X, EOFR, W, 5 * X, EOFR, W, 1, "[x,EOF) vs [y,EOF)" },
+	{ X, EOFR, R, 5 * X, EOFR, R, 0, "[x,EOF) vs [y,EOF) readers" },
+	{ 0, EOFR, W, 0, 1, R, 1, "[0,EOF) vs [0,1)" },
+	{ 0, EOFR, W, M1, EOFR, W, 1, "[0,EOF) vs [MAX-1,EOF)" },
+	/* Up against UINT64_MAX - 1. */
+	{ M1 - 1, M1, W, M1, EOFR, W, 0, "[MAX-2,MAX-1) vs [MAX-1,EOF)" },
+	{ M1, EOFR, W, 0, M1, W, 0, "[MAX-1,EOF) vs [0,MAX-1)" },
+	{ M1 - 2, M1, W, M1 - 1, EOFR, W, 1, "[MAX-3,MAX-1) vs [MAX-2,EOF)" },
+	{ M1, EOFR, W, M1, EOFR, R, 1, "[MAX-1,EOF) twice W/R" },
+	{ M1, EOFR, R, M1, EOFR, R, 0, "[MAX-1,EOF) twice R/R" },
+	{ M1 - 1, M1, W, M1 - 1, M1, W, 1, "[MAX-2,MAX-1) twice" },
+	{ 0, M1, W, M1 - 1, EOFR, R, 1, "[0,MAX-1) vs [MAX-2,EOF)" },
+};
+
+static void check_pair(struct rs_rangelock *rl, uint64_t s1, uint64_t e1,
+		       unsigned m1, uint64_t s2, uint64_t e2, unsigned m2,
+		       int conflict, const char *what, const char *order)
+{
+	struct rs_rl_node a, b;
+	int r;
+
+	cr_assert_eq(rs_rangelock_lock(rl, &a, s1, e1, m1), 0,
+		     "%s (%s): first lock on an empty lock must be immediate",
+		     what, order);
+	r = rs_rangelock_trylock(rl, &b, s2, e2, m2);
+	cr_assert_eq(r, conflict ? -1 : 0, "%s (%s): trylock returned %d, expected %d",
+		     what, order, r, conflict ? -1 : 0);
+	if (r == 0)
+		rs_rangelock_unlock(rl, &b);
+	if (!conflict) {
+		/* lock must agree with trylock and not wait. */
+		cr_assert_eq(rs_rangelock_lock(rl, &b, s2, e2, m2), 0,
+			     "%s (%s): lock of a non-conflicting range waited", what, order);
+		rs_rangelock_unlock(rl, &b);
+	}
+	rs_rangelock_unlock(rl, &a);
+	/* The lock is empty again. */
+	cr_assert_eq(rs_rangelock_trylock(rl, &b, 0, EOFR, W), 0,
+		     "%s (%s): lock not empty after unlocking everything", what, order);
+	rs_rangelock_unlock(rl, &b);
+}
+
+Test(rangelock, conflict_table, .timeout = 10)
+{
+	struct rs_rangelock rl;
+
+	rs_rangelock_init(&rl);
+	for (size_t i = 0; i < sizeof(pair_cases) / sizeof(pair_cases[0]); i++) {
+		const struct pair_case *c = &pair_cases[i];
+
+		check_pair(&rl, c->s1, c->e1, c->m1, c->s2, c->e2, c->m2,
+			   c->conflict, c->what, "first then second");
+		check_pair(&rl, c->s2, c->e2, c->m2, c->s1, c->e1, c->m1,
+			   c->conflict, c->what, "second then first");
+	}
+}
+
+/* Many disjoint writers queued at once, plus one that conflicts only with
+ * the last of them: the queue scan must look at every entry. */
+Test(rangelock, many_disjoint_writers, .timeout = 10)
+{
+	enum { N = 64 };
+	struct rs_rangelock rl;
+	struct rs_rl_node n[N], x;
+
+	rs_rangelock_init(&rl);
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(rs_rangelock_lock(&rl, &n[i], (uint64_t)i * 10,
+					       (uint64_t)i * 10 + 10, W), 0,
+			     "disjoint writer %d waited", i);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &x, N * 10 - 1, EOFR, R), -1);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &x, 0, 1, R), -1);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &x, N * 10, EOFR, W), 0);
+	rs_rangelock_unlock(&rl, &x);
+	/* Unlock in a scrambled order. */
+	for (int i = 0; i < N; i++)
+		rs_rangelock_unlock(&rl, &n[(i * 37) % N]);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &x, 0, EOFR, W), 0);
+	rs_rangelock_unlock(&rl, &x);
+}
+
+/* ------------------------------------------------------------------ */
+/* 2. FIFO fairness                                                    */
+
+Test(rangelock, fifo_writer_not_overtaken, .timeout = 10)
+{
+	struct rs_rangelock rl;
+	struct rs_rl_node t1, n;
+	struct areq t2, t3;
+
+	rs_rangelock_init(&rl);
+	cr_assert_eq(rs_rangelock_lock(&rl, &t1, 0, 100, R), 0);
+
+	areq_start(&t2, &rl, 50, 60, W);
+	areq_expect_waiting(&t2, "writer [50,60) behind reader [0,100)");
+	cr_assert_eq(atomic_load(&t2.node.blocked), 1u,
+		     "writer should be blocked by exactly one earlier request");
+
+	/* Disjoint from the waiting writer, shares with T1: granted. */
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 0, 10, R), 0,
+		     "reader [0,10) is disjoint from the queued writer");
+	rs_rangelock_unlock(&rl, &n);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 0, 50, R), 0,
+		     "reader [0,50) is adjacent to the queued writer");
+	rs_rangelock_unlock(&rl, &n);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 60, 100, R), 0,
+		     "reader [60,100) is adjacent to the queued writer");
+	rs_rangelock_unlock(&rl, &n);
+	cr_assert_eq(rs_rangelock_lock(&rl, &n, 60, EOFR, R), 0);
+	rs_rangelock_unlock(&rl, &n);
+
+	/* Overlaps the waiting writer: must not overtake it. */
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 55, 56, R), -1,
+		     "reader [55,56) overtook the queued writer [50,60)");
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 59, 200, R), -1,
+		     "reader [59,200) overtook the queued writer [50,60)");
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 0, EOFR, R), -1,
+		     "reader [0,EOF) overtook the queued writer [50,60)");
+	/* A writer disjoint from T2 still conflicts with T1. */
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 0, 10, W), -1);
+
+	/* A blocking reader overlapping the writer queues behind it. */
+	areq_start(&t3, &rl, 55, 56, R);
+	areq_expect_waiting(&t3, "reader [55,56) behind queued writer");
+	cr_assert_eq(atomic_load(&t3.node.blocked), 1u,
+		     "reader should wait for the writer only, not for reader T1");
+	areq_expect_still_waiting(&t2, "writer while T1 still reads");
+
+	rs_rangelock_unlock(&rl, &t1);
+	areq_expect_granted(&t2, 1, "writer after T1 unlocks");
+	areq_expect_still_waiting(&t3, "reader [55,56) while writer holds");
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 0, 50, W), 0,
+		     "[0,50) is free once T1 left");
+	rs_rangelock_unlock(&rl, &n);
+
+	areq_finish(&t2);
+	areq_expect_granted(&t3, 1, "reader after the writer unlocks");
+	areq_finish(&t3);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 0, EOFR, W), 0);
+	rs_rangelock_unlock(&rl, &n);
+}
+
+/* Queued writers are granted in arrival order. */
+Test(rangelock, fifo_writers_in_order, .timeout = 10)
+{
+	enum { N = 4 };
+	struct rs_rangelock rl;
+	struct rs_rl_node h;
+	struct areq w[N];
+
+	rs_rangelock_init(&rl);
+	cr_assert_eq(rs_rangelock_lock(&rl, &h, 0, 10, W), 0);
+	for (int i = 0; i < N; i++) {
+		areq_start(&w[i], &rl, (uint64_t)i, 10, W);
+		areq_expect_waiting(&w[i], "queued writer");
+		cr_assert_eq(atomic_load(&w[i].node.blocked), (uint32_t)(i + 1),
+			     "writer %d should count %d earlier conflicting requests",
+			     i, i + 1);
+	}
+	rs_rangelock_unlock(&rl, &h);
+	for (int i = 0; i < N; i++) {
+		areq_expect_granted(&w[i], 1, "writer in FIFO order");
+		if (i + 1 < N)
+			areq_expect_still_waiting(&w[i + 1], "next writer");
+		areq_finish(&w[i]);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* 3. No writer starvation under a stream of readers                   */
+
+#define ST_READERS 4
+
+struct starve {
+	struct rs_rangelock rl;
+	_Atomic int stop_readers;
+	_Atomic int stop_writer;
+	_Atomic int writer_finished;
+	_Atomic uint64_t reader_ops;
+	_Atomic uint64_t writer_ops;
+	_Atomic uint64_t writer_waits;
+	_Atomic uint64_t writer_max_wait_ns;
+	_Atomic int bad_ret;
+	pthread_barrier_t go;
+};
+
+struct starve_reader_arg {
+	struct starve *s;
+	int id;
+};
+
+static void *starve_reader(void *arg)
+{
+	struct starve_reader_arg *ra = arg;
+	struct starve *s = ra->s;
+	/* All readers overlap each other and the writer's [200,400). */
+	uint64_t start = (uint64_t)ra->id * 50, end = start + 500;
+	struct rs_rl_node n;
+
+	pthread_barrier_wait(&s->go);
+	/* Stagger so that the holds overlap in time. */
+	sleep_us(50u * (unsigned)ra->id);
+	while (!atomic_load(&s->stop_readers)) {
+		int r = rs_rangelock_lock(&s->rl, &n, start, end, R);
+
+		if (r != 0 && r != 1)
+			atomic_store(&s->bad_ret, 1);
+		sleep_us(200);
+		rs_rangelock_unlock(&s->rl, &n);
+		atomic_fetch_add(&s->reader_ops, 1);
+		/* Relock at once: no gap in which a writer could slip in. */
+	}
+	return NULL;
+}
+
+static void *starve_writer(void *arg)
+{
+	struct starve *s = arg;
+	struct rs_rl_node n;
+
+	pthread_barrier_wait(&s->go);
+	sleep_us(20000); /* let the readers get going */
+	while (!atomic_load(&s->stop_writer)) {
+		uint64_t t0 = now_ns(), dt, old;
+		int r = rs_rangelock_lock(&s->rl, &n, 200, 400, W);
+
+		dt = now_ns() - t0;
+		if (r != 0 && r != 1)
+			atomic_store(&s->bad_ret, 1);
+		if (r == 1)
+			atomic_fetch_add(&s->writer_waits, 1);
+		old = atomic_load(&s->writer_max_wait_ns);
+		while (dt > old &&
+		       !atomic_compare_exchange_weak(&s->writer_max_wait_ns, &old, dt))
+			;
+		sleep_us(50);
+		rs_rangelock_unlock(&s->rl, &n);
+		atomic_fetch_add(&s->writer_ops, 1);
+		sleep_us(2000);
+	}
+	atomic_store(&s->writer_finished, 1);
+	return NULL;
+}
+
+Test(rangelock, writer_not_starved_by_readers, .timeout = 10)
+{
+	static struct starve s;
+	struct starve_reader_arg ra[ST_READERS];
+	pthread_t rt[ST_READERS], wt;
+	int finished;
+	uint64_t wops, wwaits, maxw, rops;
+
+	rs_rangelock_init(&s.rl);
+	cr_assert_eq(pthread_barrier_init(&s.go, NULL, ST_READERS + 2), 0);
+	for (int i = 0; i < ST_READERS; i++) {
+		ra[i].s = &s;
+		ra[i].id = i;
+		cr_assert_eq(pthread_create(&rt[i], NULL, starve_reader, &ra[i]), 0);
+	}
+	cr_assert_eq(pthread_create(&wt, NULL, starve_writer, &s), 0);
+	pthread_barrier_wait(&s.go);
+
+	sleep_us(1000000);
+	atomic_store(&s.stop_writer, 1);
+	/* The readers keep going: the writer must finish while they run. */
+	finished = wait_flag(&s.writer_finished, 1000);
+	wops = atomic_load(&s.writer_ops);
+	atomic_store(&s.stop_readers, 1);
+	for (int i = 0; i < ST_READERS; i++)
+		pthread_join(rt[i], NULL);
+	pthread_join(wt, NULL);
+	pthread_barrier_destroy(&s.go);
+
+	wwaits = atomic_load(&s.writer_waits);
+	maxw = atomic_load(&s.writer_max_wait_ns);
+	rops = atomic_load(&s.reader_ops);
+	cr_log_info("starvation: writer %llu acquisitions (%llu waited), max wait %.3f ms; readers %llu ops",
+		    (unsigned long long)wops, (unsigned long long)wwaits,
+		    maxw / 1e6, (unsigned long long)rops);
+	cr_assert_eq(atomic_load(&s.bad_ret), 0, "lock returned something other than 0/1");
+	cr_assert(finished, "writer starved: its lock did not return within 1 s "
+		  "while readers kept locking (%llu acquisitions before that)",
+		  (unsigned long long)wops);
+	cr_assert_geq(wops, 10, "writer got the lock only %llu times in ~1 s",
+		      (unsigned long long)wops);
+	cr_assert_lt(maxw, 1000000000ull, "writer waited %.3f ms once", maxw / 1e6);
+	cr_assert_gt(wwaits, 0, "writer never had to wait: the readers did not "
+		     "contend, so this test proved nothing");
+	cr_assert_gt(rops, 100, "readers made little progress (%llu)",
+		     (unsigned long long)rops);
+}
+
+/* ------------------------------------------------------------------ */
+/* 4. Wakeup correctness                                               */
+
+Test(rangelock, wakeup_exactly_those_alone_blocked, .timeout = 10)
+{
+	struct rs_rangelock rl;
+	struct rs_rl_node h1, h2, n;
+	struct areq w1, w2, w3, w4;
+
+	rs_rangelock_init(&rl);
+	cr_assert_eq(rs_rangelock_lock(&rl, &h1, 0, 10, W), 0);
+	cr_assert_eq(rs_rangelock_lock(&rl, &h2, 10, 20, W), 0);
+
+	areq_start(&w1, &rl, 0, 5, W);   /* blocked by h1 */
+	areq_expect_waiting(&w1, "w1 [0,5) W");
+	areq_start(&w2, &rl, 5, 15, W);  /* blocked by h1 and h2 */
+	areq_expect_waiting(&w2, "w2 [5,15) W");
+	areq_start(&w3, &rl, 15, 20, R); /* blocked by h2 */
+	areq_expect_waiting(&w3, "w3 [15,20) R");
+	areq_start(&w4, &rl, 0, 5, R);   /* blocked by h1 and waiting w1 */
+	areq_expect_waiting(&w4, "w4 [0,5) R");
+
+	cr_assert_eq(atomic_load(&w1.node.blocked), 1u);
+	cr_assert_eq(atomic_load(&w2.node.blocked), 2u);
+	cr_assert_eq(atomic_load(&w3.node.blocked), 1u);
+	cr_assert_eq(atomic_load(&w4.node.blocked), 2u);
+
+	rs_rangelock_unlock(&rl, &h1);
+	areq_expect_granted(&w1, 1, "w1 after h1 unlocks");
+	areq_expect_still_waiting(&w2, "w2 (h2 still held)");
+	areq_expect_still_waiting(&w3, "w3 (h2 still held)");
+	areq_expect_still_waiting(&w4, "w4 (w1 now holds)");
+	cr_assert_eq(atomic_load(&w2.node.blocked), 1u);
+	cr_assert_eq(atomic_load(&w3.node.blocked), 1u);
+	cr_assert_eq(atomic_load(&w4.node.blocked), 1u);
+
+	areq_finish(&w1);
+	areq_expect_granted(&w4, 1, "w4 after w1 unlocks");
+	areq_expect_still_waiting(&w2, "w2 (h2 still held)");
+	areq_expect_still_waiting(&w3, "w3 (h2 still held)");
+	/* w4 [0,5) R and the waiting w2 [5,15) W are disjoint. */
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 0, 5, R), 0);
+	rs_rangelock_unlock(&rl, &n);
+
+	rs_rangelock_unlock(&rl, &h2);
+	areq_expect_granted(&w2, 1, "w2 after both h1 and h2 unlock");
+	areq_expect_granted(&w3, 1, "w3 after h2 unlocks");
+	areq_finish(&w2);
+	areq_finish(&w3);
+	areq_finish(&w4);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 0, EOFR, W), 0);
+	rs_rangelock_unlock(&rl, &n);
+}
+
+/* A writer behind two readers is granted only when the second one leaves,
+ * whichever order they leave in; then readers behind it all wake. */
+Test(rangelock, wakeup_after_all_blockers, .timeout = 10)
+{
+	struct rs_rangelock rl;
+	struct rs_rl_node r1, r2, n;
+	struct areq w, ra, rb;
+
+	rs_rangelock_init(&rl);
+	cr_assert_eq(rs_rangelock_lock(&rl, &r1, 0, 100, R), 0);
+	cr_assert_eq(rs_rangelock_lock(&rl, &r2, 50, EOFR, R), 0);
+	areq_start(&w, &rl, 60, 70, W);
+	areq_expect_waiting(&w, "writer behind two readers");
+	cr_assert_eq(atomic_load(&w.node.blocked), 2u);
+	areq_start(&ra, &rl, 0, EOFR, R);
+	areq_expect_waiting(&ra, "reader [0,EOF) behind writer");
+	areq_start(&rb, &rl, 69, 70, R);
+	areq_expect_waiting(&rb, "reader [69,70) behind writer");
+
+	/* Unlock the later reader first. */
+	rs_rangelock_unlock(&rl, &r2);
+	areq_expect_still_waiting(&w, "writer with r1 still held");
+	cr_assert_eq(atomic_load(&w.node.blocked), 1u);
+	rs_rangelock_unlock(&rl, &r1);
+	areq_expect_granted(&w, 1, "writer after both readers");
+	areq_expect_still_waiting(&ra, "reader [0,EOF) while writer holds");
+	areq_expect_still_waiting(&rb, "reader [69,70) while writer holds");
+	/* A brand-new reader disjoint from the writer is fine... */
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 0, 60, R), 0);
+	rs_rangelock_unlock(&rl, &n);
+	areq_finish(&w);
+	areq_expect_granted(&ra, 1, "reader [0,EOF) after writer");
+	areq_expect_granted(&rb, 1, "reader [69,70) after writer");
+	areq_finish(&ra);
+	areq_finish(&rb);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 0, EOFR, W), 0);
+	rs_rangelock_unlock(&rl, &n);
+}
+
+/* ------------------------------------------------------------------ */
+/* 5. Randomized stress with a shadow record                           */
+
+#define SH_SPACE 4096u
+#define SH_CELL 16u
+#define SH_NCELLS (SH_SPACE / SH_CELL)
+#define SH_WRITER (1u << 16)  /* writer unit in a cell word; readers count below */
+#define SH_THREADS 8
+
+typedef int (*lock_fn)(struct rs_rangelock *, struct rs_rl_node *, uint64_t,
+		       uint64_t, unsigned);
+typedef void (*unlock_fn)(struct rs_rangelock *, struct rs_rl_node *);
+
+struct locker {
+	const char *name;
+	lock_fn lock;
+	unlock_fn unlock;
+};
+
+struct shadow_run {
+	const struct locker *lk;
+	struct rs_rangelock rl;
+	unsigned iters;         /* per thread */
+	uint64_t deadline_ns;   /* absolute */
+	uint64_t stop_after;    /* stop early once this many violations */
+	int plain;              /* also touch plain (non-atomic) data */
+	_Atomic uint32_t cell[SH_NCELLS];
+	_Atomic uint32_t owner[SH_NCELLS];
+	/*
+	 * Plain data guarded only by the lock under test: writers increment,
+	 * readers read.  TSan reports a race if the lock fails to order
+	 * conflicting critical sections; without TSan, lost increments show
+	 * up against plain_expected.
+	 */
+	uint64_t plain_data[SH_NCELLS];
+	_Atomic uint64_t plain_expected;
+	_Atomic uint64_t plain_sink;
+	_Atomic uint64_t violations;
+	_Atomic uint64_t ops;
+	_Atomic uint64_t waits;
+	_Atomic uint64_t eof_ops;
+	_Atomic uint64_t writes;
+	_Atomic uint64_t bad_ret;
+	_Atomic int stop;
+	_Atomic int have_msg;
+	char msg[256];          /* first violation; read after join */
+	pthread_barrier_t go;
+};
+
+struct shadow_arg {
+	struct shadow_run *run;
+	unsigned id;
+};
+
+static void shadow_violation(struct shadow_run *run, const char *kind,
+			     unsigned tid, unsigned cell, uint32_t seen,
+			     uint64_t start, uint64_t end, unsigned mode)
+{
+	int expected = 0;
+
+	atomic_fetch_add(&run->violations, 1);
+	if (atomic_compare_exchange_strong(&run->have_msg, &expected, 1))
+		snprintf(run->msg, sizeof(run->msg),
+			 "%s: thread %u, %s [%llu,%s%llu), cell %u word 0x%x "
+			 "(readers %u, writer units %u, owner %u)",
+			 kind, tid, mode == W ? "WRITE" : "READ",
+			 (unsigned long long)start, end == EOFR ? "EOF=" : "",
+			 (unsigned long long)(end == EOFR ? SH_SPACE : end), cell,
+			 seen, seen & (SH_WRITER - 1), seen / SH_WRITER,
+			 atomic_load(&run->owner[cell]));
+	if (run->stop_after && atomic_load(&run->violations) >= run->stop_after)
+		atomic_store(&run->stop, 1);
+}
+
+static void shadow_enter(struct shadow_run *run, unsigned tid, unsigned c0,
+			 unsigned c1, unsigned mode, uint64_t start, uint64_t end)
+{
+	for (unsigned c = c0; c < c1; c++) {
+		uint32_t v;
+
+		if (mode == W) {
+			v = atomic_fetch_add(&run->cell[c], SH_WRITER);
+			if (v != 0)
+				shadow_violation(run, v >= SH_WRITER ?
+						 "two writers overlap" :
+						 "writer entered while readers present",
+						 tid, c, v, start, end, mode);
+			atomic_store(&run->owner[c], tid + 1);
+		} else {
+			v = atomic_fetch_add(&run->cell[c], 1);
+			if (v >= SH_WRITER)
+				shadow_violation(run, "reader entered while writer present",
+						 tid, c, v, start, end, mode);
+		}
+	}
+}
+
+static void shadow_exit(struct shadow_run *run, unsigned tid, unsigned c0,
+			unsigned c1, unsigned mode, uint64_t start, uint64_t end)
+{
+	for (unsigned c = c0; c < c1; c++) {
+		uint32_t v;
+
+		if (mode == W) {
+			uint32_t o = atomic_load(&run->owner[c]);
+
+			if (o != tid + 1)
+				shadow_violation(run, "another writer took the cell meanwhile",
+						 tid, c, o, start, end, mode);
+			v = atomic_fetch_sub(&run->cell[c], SH_WRITER);
+			if (v != SH_WRITER)
+				shadow_violation(run, "cell shared while writer held it",
+						 tid, c, v, start, end, mode);
+		} else {
+			v = atomic_fetch_sub(&run->cell[c], 1);
+			if (v >= SH_WRITER)
+				shadow_violation(run, "writer entered while reader held it",
+						 tid, c, v, start, end, mode);
+		}
+	}
+}
+
+static uint64_t xorshift64(uint64_t *s)
+{
+	uint64_t x = *s;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return *s = x;
+}
+
+static void *shadow_worker(void *arg)
+{
+	struct shadow_arg *sa = arg;
+	struct shadow_run *run = sa->run;
+	unsigned tid = sa->id;
+	uint64_t rng = 0x9e3779b97f4a7c15ull * (tid + 1) + 12345;
+	struct rs_rl_node node;
+
+	pthread_barrier_wait(&run->go);
+	for (unsigned i = 0; i < run->iters; i++) {
+		uint64_t x = xorshift64(&rng);
+		unsigned c0 = (unsigned)(x % SH_NCELLS), c1;
+		unsigned mode = (x >> 8) & 1 ? W : R;
+		uint64_t start, end;
+		int r;
+
+		if ((i & 63) == 0 &&
+		    (atomic_load(&run->stop) || now_ns() > run->deadline_ns))
+			break;
+		if ((x >> 16) % 5 == 0) {
+			/* ~20%: [x, EOF); in the shadow it covers to the end. */
+			c1 = SH_NCELLS;
+			end = EOFR;
+			atomic_fetch_add(&run->eof_ops, 1);
+		} else {
+			unsigned len = (x >> 24) % 8 == 0 ? 1 + (unsigned)((x >> 32) % 64)
+							  : 1 + (unsigned)((x >> 32) % 4);
+
+			c1 = c0 + len > SH_NCELLS ? SH_NCELLS : c0 + len;
+			end = (uint64_t)c1 * SH_CELL;
+		}
+		start = (uint64_t)c0 * SH_CELL;
+
+		r = run->lk->lock(&run->rl, &node, start, end, mode);
+		if (r == 1)
+			atomic_fetch_add(&run->waits, 1);
+		else if (r != 0)
+			atomic_fetch_add(&run->bad_ret, 1);
+		shadow_enter(run, tid, c0, c1, mode, start, end);
+		if (run->plain) {
+			uint64_t sum = 0;
+
+			for (unsigned c = c0; c < c1; c++) {
+				if (mode == W)
+					run->plain_data[c]++;
+				else
+					sum += run->plain_data[c];
+			}
+			if (mode == W)
+				atomic_fetch_add(&run->plain_expected, c1 - c0);
+			else
+				atomic_fetch_add(&run->plain_sink, sum);
+		}
+		if ((x >> 40) % 4 == 0)
+			sched_yield();
+		shadow_exit(run, tid, c0, c1, mode, start, end);
+		run->lk->unlock(&run->rl, &node);
+		atomic_fetch_add(&run->ops, 1);
+		if (mode == W)
+			atomic_fetch_add(&run->writes, 1);
+	}
+	return NULL;
+}
+
+static void shadow_run_init(struct shadow_run *run, const struct locker *lk,
+			    unsigned iters, unsigned ms, uint64_t stop_after,
+			    int plain)
+{
+	memset(run, 0, sizeof(*run));
+	run->lk = lk;
+	run->plain = plain;
+	rs_rangelock_init(&run->rl);
+	run->iters = iters;
+	run->stop_after = stop_after;
+	for (unsigned c = 0; c < SH_NCELLS; c++) {
+		atomic_init(&run->cell[c], 0);
+		atomic_init(&run->owner[c], 0);
+	}
+	atomic_init(&run->plain_expected, 0);
+	atomic_init(&run->plain_sink, 0);
+	atomic_init(&run->violations, 0);
+	atomic_init(&run->ops, 0);
+	atomic_init(&run->waits, 0);
+	atomic_init(&run->eof_ops, 0);
+	atomic_init(&run->writes, 0);
+	atomic_init(&run->bad_ret, 0);
+	atomic_init(&run->stop, 0);
+	atomic_init(&run->have_msg, 0);
+	cr_assert_eq(pthread_barrier_init(&run->go, NULL, SH_THREADS + 1), 0);
+	run->deadline_ns = now_ns() + (uint64_t)ms * 1000000u;
+}
+
+static void shadow_run_go(struct shadow_run *run)
+{
+	pthread_t th[SH_THREADS];
+	struct shadow_arg arg[SH_THREADS];
+
+	for (unsigned t = 0; t < SH_THREADS; t++) {
+		arg[t].run = run;
+		arg[t].id = t;
+		cr_assert_eq(pthread_create(&th[t], NULL, shadow_worker, &arg[t]), 0);
+	}
+	pthread_barrier_wait(&run->go);
+	for (unsigned t = 0; t < SH_THREADS; t++)
+		pthread_join(th[t], NULL);
+	pthread_barrier_destroy(&run->go);
+	cr_log_info("shadow[%s]: %llu ops (%llu writes, %llu [x,EOF)), %llu waited, %llu violations",
+		    run->lk->name, (unsigned long long)atomic_load(&run->ops),
+		    (unsigned long long)atomic_load(&run->writes),
+		    (unsigned long long)atomic_load(&run->eof_ops),
+		    (unsigned long long)atomic_load(&run->waits),
+		    (unsigned long long)atomic_load(&run->violations));
+}
+
+static const struct locker real_locker = {
+	"rangelock", rs_rangelock_lock, rs_rangelock_unlock,
+};
+
+static int no_lock(struct rs_rangelock *rl, struct rs_rl_node *node,
+		   uint64_t start, uint64_t end, unsigned mode)
+{
+	(void)rl; (void)node; (void)start; (void)end; (void)mode;
+	sched_yield();
+	return 0;
+}
+
+static void no_unlock(struct rs_rangelock *rl, struct rs_rl_node *node)
+{
+	(void)rl; (void)node;
+}
+
+static const struct locker broken_locker = { "no-lock", no_lock, no_unlock };
+
+Test(rangelock, stress_shadow, .timeout = 10)
+{
+	static struct shadow_run run;
+	struct rs_rl_node n;
+	uint64_t v, ops, waits;
+
+	shadow_run_init(&run, &real_locker, 20000, 1200, 0, 1);
+	shadow_run_go(&run);
+	v = atomic_load(&run.violations);
+	ops = atomic_load(&run.ops);
+	waits = atomic_load(&run.waits);
+	cr_assert_eq(v, 0, "%llu mutual-exclusion violations; first: %s",
+		     (unsigned long long)v, run.msg);
+	cr_assert_eq(atomic_load(&run.bad_ret), 0,
+		     "lock returned a value other than 0 or 1");
+	cr_assert_geq(ops, 2000, "only %llu operations ran: not a meaningful stress",
+		      (unsigned long long)ops);
+	cr_assert_gt(waits, 0, "no lock ever waited: no contention, test is vacuous");
+	cr_assert_gt(atomic_load(&run.eof_ops), 0);
+	{
+		uint64_t total = 0;
+
+		for (unsigned c = 0; c < SH_NCELLS; c++)
+			total += run.plain_data[c];
+		cr_assert_eq(total, atomic_load(&run.plain_expected),
+			     "plain data lost updates: %llu increments, %llu expected",
+			     (unsigned long long)total,
+			     (unsigned long long)atomic_load(&run.plain_expected));
+	}
+	for (unsigned c = 0; c < SH_NCELLS; c++)
+		cr_assert_eq(atomic_load(&run.cell[c]), 0, "shadow cell %u left at 0x%x",
+			     c, atomic_load(&run.cell[c]));
+	/* Every node left the queue. */
+	cr_assert_eq(rs_rangelock_trylock(&run.rl, &n, 0, EOFR, W), 0,
+		     "lock not empty after all threads unlocked");
+	rs_rangelock_unlock(&run.rl, &n);
+}
+
+/* Control: the same checker over a lock that locks nothing must complain. */
+Test(rangelock, stress_shadow_detects_broken_lock, .timeout = 10)
+{
+	static struct shadow_run run;
+	uint64_t v;
+
+	shadow_run_init(&run, &broken_locker, 20000, 500, 1000, 0);
+	shadow_run_go(&run);
+	v = atomic_load(&run.violations);
+	cr_log_info("control: first violation: %s", run.msg);
+	cr_assert_gt(v, 0, "the shadow checker saw no violation with no locking at "
+		     "all (%llu ops): it cannot detect broken locks",
+		     (unsigned long long)atomic_load(&run.ops));
+	cr_assert_eq(atomic_load(&run.have_msg), 1);
+}
+
+/* ------------------------------------------------------------------ */
+/* 6. reset()                                                          */
+
+Test(rangelock, reset_forgets_everything, .timeout = 10)
+{
+	struct rs_rangelock rl;
+	struct rs_rl_node a, b, c, n, m;
+
+	rs_rangelock_init(&rl);
+	cr_assert_eq(rs_rangelock_lock(&rl, &a, 0, 100, W), 0);
+	cr_assert_eq(rs_rangelock_lock(&rl, &b, 200, 300, R), 0);
+	cr_assert_eq(rs_rangelock_lock(&rl, &c, 250, EOFR, R), 0);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 50, 60, R), -1);
+
+	rs_rangelock_reset(&rl);
+	/* The old nodes are gone (as on a dead thread's stack). */
+	memset(&a, 0xa5, sizeof(a));
+	memset(&b, 0x5a, sizeof(b));
+	memset(&c, 0xff, sizeof(c));
+
+	cr_assert_eq(rs_rangelock_lock(&rl, &n, 0, EOFR, W), 0,
+		     "after reset [0,EOF) WRITE must be granted at once");
+	cr_assert_eq(rs_rangelock_trylock(&rl, &m, 5, 6, R), -1,
+		     "the lock must work normally after reset");
+	rs_rangelock_unlock(&rl, &n);
+	cr_assert_eq(rs_rangelock_lock(&rl, &n, 0, EOFR, R), 0);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &m, 50, 60, R), 0);
+	rs_rangelock_unlock(&rl, &n);
+	rs_rangelock_unlock(&rl, &m);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 0, EOFR, W), 0);
+	rs_rangelock_unlock(&rl, &n);
+}
+
+/* A forked child may inherit the queue mutex held by a thread that does not
+ * exist in the child; reset must make the lock usable regardless. */
+Test(rangelock, reset_clears_held_queue_mutex, .timeout = 10)
+{
+	struct rs_rangelock rl;
+	struct rs_rl_node a;
+	struct areq q;
+
+	rs_rangelock_init(&rl);
+	cr_assert_eq(rs_rangelock_lock(&rl, &a, 0, 10, W), 0);
+	atomic_store(&rl.mtx, 2); /* "locked, maybe sleepers", owner vanished */
+	rs_rangelock_reset(&rl);
+	areq_start(&q, &rl, 0, EOFR, W);
+	areq_expect_granted(&q, 0, "lock after reset with the mutex left taken");
+	areq_finish(&q);
+}
+
+Test(rangelock, reset_in_forked_child, .timeout = 10)
+{
+	static struct rs_rangelock rl;
+	struct rs_rl_node h;
+	struct areq waiter;
+	pid_t pid;
+	int status = 0;
+	uint64_t deadline;
+
+	rs_rangelock_init(&rl);
+	cr_assert_eq(rs_rangelock_lock(&rl, &h, 0, 1000, W), 0);
+	areq_start(&waiter, &rl, 500, EOFR, R);
+	areq_expect_waiting(&waiter, "reader behind writer before fork");
+
+	pid = fork();
+	cr_assert_neq(pid, -1);
+	if (pid == 0) {
+		struct rs_rl_node n, m;
+		int rc = 0;
+
+		rs_rangelock_reset(&rl);
+		if (rs_rangelock_lock(&rl, &n, 0, EOFR, W) != 0)
+			rc |= 1;
+		if (rs_rangelock_trylock(&rl, &m, 0, 1, R) != -1)
+			rc |= 2;
+		rs_rangelock_unlock(&rl, &n);
+		if (rs_rangelock_trylock(&rl, &m, 0, EOFR, W) != 0)
+			rc |= 4;
+		_exit(rc);
+	}
+	deadline = now_ns() + (uint64_t)MUST_MS * 1000000u;
+	while (waitpid(pid, &status, WNOHANG) == 0) {
+		if (now_ns() > deadline) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			cr_assert_fail("forked child hung locking after reset");
+		}
+		sleep_us(1000);
+	}
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "forked child after reset: status 0x%x (bit 1: lock waited/failed, "
+		  "bit 2: conflict not seen, bit 4: not empty after unlock)", status);
+
+	/* The parent's lock is untouched by the child. */
+	areq_expect_still_waiting(&waiter, "parent's waiter");
+	rs_rangelock_unlock(&rl, &h);
+	areq_expect_granted(&waiter, 1, "parent's waiter after unlock");
+	areq_finish(&waiter);
+}
+
+/* ------------------------------------------------------------------ */
+/* 7. trylock does not queue                                           */
+
+Test(rangelock, failed_trylock_does_not_queue, .timeout = 10)
+{
+	struct rs_rangelock rl;
+	struct rs_rl_node h, t, n;
+
+	rs_rangelock_init(&rl);
+	cr_assert_eq(rs_rangelock_lock(&rl, &h, 0, 100, R), 0);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &t, 0, 100, W), -1);
+	/* Had the failed writer been queued, this later reader would have to
+	 * wait behind it. */
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 0, 10, R), 0,
+		     "a failed WRITE trylock left a phantom request in the queue");
+	rs_rangelock_unlock(&rl, &n);
+	/* The failed node is not referenced: scribbling on it is harmless. */
+	memset(&t, 0xa5, sizeof(t));
+	cr_assert_eq(rs_rangelock_lock(&rl, &n, 50, 150, R), 0);
+	rs_rangelock_unlock(&rl, &n);
+	rs_rangelock_unlock(&rl, &h);
+
+	cr_assert_eq(rs_rangelock_lock(&rl, &t, 0, 100, W), 0,
+		     "after the holder unlocked, the same range must be immediate");
+	rs_rangelock_unlock(&rl, &t);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 0, EOFR, W), 0);
+	rs_rangelock_unlock(&rl, &n);
+}
+
+Test(rangelock, failed_trylock_behind_waiter_does_not_queue, .timeout = 10)
+{
+	struct rs_rangelock rl;
+	struct rs_rl_node h, t, n;
+	struct areq w;
+
+	rs_rangelock_init(&rl);
+	cr_assert_eq(rs_rangelock_lock(&rl, &h, 0, 100, R), 0);
+	areq_start(&w, &rl, 0, 100, W);
+	areq_expect_waiting(&w, "writer behind reader");
+	cr_assert_eq(rs_rangelock_trylock(&rl, &t, 10, 20, R), -1);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &t, 10, 20, W), -1);
+	memset(&t, 0x5a, sizeof(t));
+	/* If a failed trylock had queued, the writer would count it on
+	 * nothing, but unlocking the reader must still grant the writer. */
+	cr_assert_eq(atomic_load(&w.node.blocked), 1u);
+	rs_rangelock_unlock(&rl, &h);
+	areq_expect_granted(&w, 1, "writer");
+	areq_finish(&w);
+	cr_assert_eq(rs_rangelock_lock(&rl, &t, 10, 20, R), 0);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 0, EOFR, R), 0);
+	rs_rangelock_unlock(&rl, &n);
+	rs_rangelock_unlock(&rl, &t);
+}
