@@ -78,7 +78,7 @@ test-tsan:
 demo: all
 	@sh examples/demo.sh $(BUILD)
 
-check-callgrind: all $(HELPERS)
+check-callgrind: all $(BUILD)/tests/bench/fastpath
 	@sh tests/callgrind.sh $(BUILD)
 
 install: all
@@ -91,3 +91,7 @@ install: all
 
 clean:
 	rm -rf build build-asan build-tsan
+
+$(BUILD)/tests/bench/%: tests/bench/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lpthread

@@ -79,6 +79,7 @@ void rs_init_slow(void)
 	if (rs_cfg.scope == RS_SCOPE_NODE)
 		rs_debug("node scope is not built yet; using process scope");
 	initializing_here = 0;
+	rs_fast = final == RS_READY && rs_cfg.lock == RS_LOCK_RANGE && !rs_stats_on;
 	atomic_store(&rs_state, final);
 	errno = saved;
 }

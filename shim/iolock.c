@@ -32,17 +32,9 @@
 #include "real.h"
 #include "stats.h"
 
-/* The kernel never moves more than this in one call (MAX_RW_COUNT). */
-#define RS_MAX_RW 0x7ffff000ull
-
 __thread int rs_depth __attribute__((tls_model("initial-exec")));
+int rs_fast;
 
-static inline uint64_t range_end(uint64_t start, uint64_t len)
-{
-	if (len > RS_MAX_RW)
-		len = RS_MAX_RW;
-	return start > RS_RANGE_EOF - len ? RS_RANGE_EOF : start + len;
-}
 
 static int file_size(int fd, uint64_t *size)
 {
@@ -251,6 +243,7 @@ void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
 {
 	int r;
 
+	io->fast = 0;
 	io->entered = 0;
 	io->nholds = 0;
 	io->npos = 0;
@@ -282,7 +275,21 @@ void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
 	io->entered = 1;
 }
 
-void rs_io_end(struct rs_io *io, ssize_t result)
+void rs_io_at_slow(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
+{
+	struct rs_target t = { fd, mode, RS_AT_OFFSET, 0, off, len };
+
+	if (rs_fast && !rs_depth && (rs_fdt_get(fd) & 3) == RS_FD_PASS) {
+		RS_COUNT(passthrough, 1);
+		io->entered = 0;
+		io->nholds = 0;
+		io->npos = 0;
+		return;
+	}
+	rs_io_begin(io, &t, 1);
+}
+
+void rs_io_end_slow(struct rs_io *io, ssize_t result)
 {
 	int saved;
 
@@ -308,6 +315,7 @@ void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len)
 	struct rs_file *f;
 	uint64_t start;
 
+	io->fast = 0;
 	io->entered = 0;
 	io->nholds = 0;
 	io->npos = 0;

@@ -10,7 +10,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "config.h"
 #include "fdtable.h"
+#include "rangelock_fast.h"
+#include "stats.h"
 
 enum rs_where {
 	RS_AT_OFFSET,   /* [off, off + len) */
@@ -35,6 +38,7 @@ struct rs_hold {
 };
 
 struct rs_io {
+	int fast;               /* taken by rs_io_at's fast path */
 	int entered;            /* this call raised rs_depth */
 	int nholds, npos;
 	int written;            /* for stats: bytes written rather than read */
@@ -44,6 +48,8 @@ struct rs_io {
 
 enum rs_state { RS_UNINIT = 0, RS_INITIALIZING = 1, RS_READY = 2, RS_DISABLED = 3 };
 extern _Atomic int rs_state;
+/* Ready, RANGESHIM_LOCK=range and no stats: rs_io_at may take its path. */
+extern int rs_fast;
 /* Nesting depth of shim calls on this thread; non-zero means a signal
  * handler interrupted the shim, and its calls pass straight through. */
 extern __thread int rs_depth __attribute__((tls_model("initial-exec")));
@@ -64,15 +70,87 @@ static inline int rs_ready(void)
 }
 
 void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n);
-void rs_io_end(struct rs_io *io, ssize_t result);
+void rs_io_at_slow(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len);
+void rs_io_end_slow(struct rs_io *io, ssize_t result);
 
-/* One fd, one range: the common case. */
-static inline void rs_io_one(struct rs_io *io, int fd, unsigned mode,
+/* The kernel never moves more than this in one call (MAX_RW_COUNT). */
+#define RS_MAX_RW 0x7ffff000ull
+
+static inline uint64_t range_end(uint64_t start, uint64_t len)
+{
+	if (len > RS_MAX_RW)
+		len = RS_MAX_RW;
+	return start > RS_RANGE_EOF - len ? RS_RANGE_EOF : start + len;
+}
+
+/*
+ * pread/pwrite and friends, [off, off + len) of one fd: the common case,
+ * inlined into the wrappers so that it stays short.  A tracked fd, no
+ * O_APPEND, no contention: one load of the fd entry, two of the
+ * description, the range lock, one re-check of the entry.  Anything else,
+ * including a failed re-check, goes the general way (iolock.c).
+ */
+static inline __attribute__((always_inline)) void
+rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
+{
+	struct rs_desc *desc;
+	struct rs_file *file;
+	uint64_t e;
+	uint32_t fidx;
+
+	io->fast = 0;
+	/* rs_fast: initialised, range mode, no stats; one test for three. */
+	if (__builtin_expect(!rs_fast || rs_depth || len == 0 || off < 0, 0))
+		goto general;
+	e = rs_fdt_get(fd);
+	if (__builtin_expect((e & 3) != RS_FD_TRACKED, 0))
+		goto general;
+	desc = rs_fdt_desc(e);
+	fidx = atomic_load_explicit(&desc->file, memory_order_acquire);
+	if (__builtin_expect(mode == RS_RL_WRITE &&
+			     (atomic_load_explicit(&desc->flags, memory_order_relaxed) &
+			      RS_DESC_APPEND), 0))
+		goto general;
+	file = rs_fdt_file(fidx);
+	rs_depth++;
+	rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, (uint64_t)off,
+			       range_end((uint64_t)off, len), mode);
+	if (__builtin_expect(atomic_load_explicit(&rs_fd_entries[fd], memory_order_acquire) != e ||
+			     atomic_load_explicit(&desc->file, memory_order_relaxed) != fidx, 0)) {
+		rs_rangelock_unlock(&file->rl, &io->hold[0].node);
+		rs_depth--;
+		goto general;
+	}
+	io->hold[0].file = file;
+	io->fast = 1;
+	return;
+general:
+	rs_io_at_slow(io, fd, mode, off, len);
+}
+
+static inline __attribute__((always_inline)) void
+rs_io_end(struct rs_io *io, ssize_t result)
+{
+	if (__builtin_expect(io->fast, 1)) {
+		/* unlock saves errno itself on its (contended) wake path. */
+		rs_rangelock_unlock_fast(&io->hold[0].file->rl, &io->hold[0].node);
+		rs_depth--;
+		return;
+	}
+	rs_io_end_slow(io, result);
+}
+
+/* One fd, one range. */
+static inline __attribute__((always_inline)) void
+rs_io_one(struct rs_io *io, int fd, unsigned mode,
 			     enum rs_where where, int64_t off, uint64_t len)
 {
 	struct rs_target t = { fd, mode, where, 0, off, len };
 
-	rs_io_begin(io, &t, 1);
+	if (where == RS_AT_OFFSET)
+		rs_io_at(io, fd, mode, off, len);
+	else
+		rs_io_begin(io, &t, 1);
 }
 
 /* truncate(path, len): lock the file if this process has it open. */

@@ -28,6 +28,19 @@ for t in "$build"/tests/test_*; do
 	fi
 	total=$((total + 1))
 done
+# The fast path's cost in instructions (not time: repeatable on a noisy
+# machine); sanitizer builds count their own instrumentation, so skip them.
+if [ -z "$san" ]; then
+	echo "== fast-path instruction count (callgrind)"
+	if make --no-print-directory -s BUILD="$build" "$build/tests/bench/fastpath" &&
+	    sh tests/callgrind.sh "$build"; then
+		:
+	else
+		status=1
+		failed=$((failed + 1))
+	fi
+	total=$((total + 1))
+fi
 if [ "$total" = 0 ]; then
 	echo "tests/run.sh: no test suites in $build/tests" >&2
 	exit 1

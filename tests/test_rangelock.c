@@ -544,6 +544,7 @@ struct starve {
 	_Atomic int stop_readers;
 	_Atomic int stop_writer;
 	_Atomic int writer_finished;
+	_Atomic int readers_done;
 	_Atomic uint64_t reader_ops;
 	_Atomic uint64_t writer_ops;
 	_Atomic uint64_t writer_waits;
@@ -578,6 +579,7 @@ static void *starve_reader(void *arg)
 		atomic_fetch_add(&s->reader_ops, 1);
 		/* Relock at once: no gap in which a writer could slip in. */
 	}
+	atomic_fetch_add(&s->readers_done, 1);
 	return NULL;
 }
 
@@ -634,6 +636,18 @@ Test(rangelock, writer_not_starved_by_readers, .timeout = 10)
 	finished = wait_flag(&s.writer_finished, 1000);
 	wops = atomic_load(&s.writer_ops);
 	atomic_store(&s.stop_readers, 1);
+	cr_assert(wait_flag(&s.writer_finished, MUST_MS),
+		  "writer still stuck in lock() with the readers stopped");
+	{
+		uint64_t deadline = now_ns() + (uint64_t)MUST_MS * 1000000u;
+
+		while (atomic_load(&s.readers_done) < ST_READERS) {
+			cr_assert(now_ns() < deadline,
+				  "%d readers stuck in lock(): lost wakeup or deadlock",
+				  ST_READERS - atomic_load(&s.readers_done));
+			sleep_us(1000);
+		}
+	}
 	for (int i = 0; i < ST_READERS; i++)
 		pthread_join(rt[i], NULL);
 	pthread_join(wt, NULL);
@@ -759,6 +773,7 @@ Test(rangelock, wakeup_after_all_blockers, .timeout = 10)
 #define SH_NCELLS (SH_SPACE / SH_CELL)
 #define SH_WRITER (1u << 16)  /* writer unit in a cell word; readers count below */
 #define SH_THREADS 8
+#define RLX memory_order_relaxed
 
 typedef int (*lock_fn)(struct rs_rangelock *, struct rs_rl_node *, uint64_t,
 		       uint64_t, unsigned);
@@ -795,6 +810,7 @@ struct shadow_run {
 	_Atomic uint64_t writes;
 	_Atomic uint64_t bad_ret;
 	_Atomic int stop;
+	_Atomic int finished;   /* workers that left their loop */
 	_Atomic int have_msg;
 	char msg[256];          /* first violation; read after join */
 	pthread_barrier_t go;
@@ -811,8 +827,9 @@ static void shadow_violation(struct shadow_run *run, const char *kind,
 {
 	int expected = 0;
 
-	atomic_fetch_add(&run->violations, 1);
-	if (atomic_compare_exchange_strong(&run->have_msg, &expected, 1))
+	atomic_fetch_add_explicit(&run->violations, 1, RLX);
+	if (atomic_compare_exchange_strong_explicit(&run->have_msg, &expected, 1,
+						    RLX, RLX))
 		snprintf(run->msg, sizeof(run->msg),
 			 "%s: thread %u, %s [%llu,%s%llu), cell %u word 0x%x "
 			 "(readers %u, writer units %u, owner %u)",
@@ -820,9 +837,9 @@ static void shadow_violation(struct shadow_run *run, const char *kind,
 			 (unsigned long long)start, end == EOFR ? "EOF=" : "",
 			 (unsigned long long)(end == EOFR ? SH_SPACE : end), cell,
 			 seen, seen & (SH_WRITER - 1), seen / SH_WRITER,
-			 atomic_load(&run->owner[cell]));
-	if (run->stop_after && atomic_load(&run->violations) >= run->stop_after)
-		atomic_store(&run->stop, 1);
+			 atomic_load_explicit(&run->owner[cell], RLX));
+	if (run->stop_after && atomic_load_explicit(&run->violations, RLX) >= run->stop_after)
+		atomic_store_explicit(&run->stop, 1, RLX);
 }
 
 static void shadow_enter(struct shadow_run *run, unsigned tid, unsigned c0,
@@ -832,15 +849,15 @@ static void shadow_enter(struct shadow_run *run, unsigned tid, unsigned c0,
 		uint32_t v;
 
 		if (mode == W) {
-			v = atomic_fetch_add(&run->cell[c], SH_WRITER);
+			v = atomic_fetch_add_explicit(&run->cell[c], SH_WRITER, RLX);
 			if (v != 0)
 				shadow_violation(run, v >= SH_WRITER ?
 						 "two writers overlap" :
 						 "writer entered while readers present",
 						 tid, c, v, start, end, mode);
-			atomic_store(&run->owner[c], tid + 1);
+			atomic_store_explicit(&run->owner[c], tid + 1, RLX);
 		} else {
-			v = atomic_fetch_add(&run->cell[c], 1);
+			v = atomic_fetch_add_explicit(&run->cell[c], 1, RLX);
 			if (v >= SH_WRITER)
 				shadow_violation(run, "reader entered while writer present",
 						 tid, c, v, start, end, mode);
@@ -855,17 +872,17 @@ static void shadow_exit(struct shadow_run *run, unsigned tid, unsigned c0,
 		uint32_t v;
 
 		if (mode == W) {
-			uint32_t o = atomic_load(&run->owner[c]);
+			uint32_t o = atomic_load_explicit(&run->owner[c], RLX);
 
 			if (o != tid + 1)
 				shadow_violation(run, "another writer took the cell meanwhile",
 						 tid, c, o, start, end, mode);
-			v = atomic_fetch_sub(&run->cell[c], SH_WRITER);
+			v = atomic_fetch_sub_explicit(&run->cell[c], SH_WRITER, RLX);
 			if (v != SH_WRITER)
 				shadow_violation(run, "cell shared while writer held it",
 						 tid, c, v, start, end, mode);
 		} else {
-			v = atomic_fetch_sub(&run->cell[c], 1);
+			v = atomic_fetch_sub_explicit(&run->cell[c], 1, RLX);
 			if (v >= SH_WRITER)
 				shadow_violation(run, "writer entered while reader held it",
 						 tid, c, v, start, end, mode);
@@ -900,13 +917,13 @@ static void *shadow_worker(void *arg)
 		int r;
 
 		if ((i & 63) == 0 &&
-		    (atomic_load(&run->stop) || now_ns() > run->deadline_ns))
+		    (atomic_load_explicit(&run->stop, RLX) || now_ns() > run->deadline_ns))
 			break;
 		if ((x >> 16) % 5 == 0) {
 			/* ~20%: [x, EOF); in the shadow it covers to the end. */
 			c1 = SH_NCELLS;
 			end = EOFR;
-			atomic_fetch_add(&run->eof_ops, 1);
+			atomic_fetch_add_explicit(&run->eof_ops, 1, RLX);
 		} else {
 			unsigned len = (x >> 24) % 8 == 0 ? 1 + (unsigned)((x >> 32) % 64)
 							  : 1 + (unsigned)((x >> 32) % 4);
@@ -918,10 +935,16 @@ static void *shadow_worker(void *arg)
 
 		r = run->lk->lock(&run->rl, &node, start, end, mode);
 		if (r == 1)
-			atomic_fetch_add(&run->waits, 1);
+			atomic_fetch_add_explicit(&run->waits, 1, RLX);
 		else if (r != 0)
-			atomic_fetch_add(&run->bad_ret, 1);
-		shadow_enter(run, tid, c0, c1, mode, start, end);
+			atomic_fetch_add_explicit(&run->bad_ret, 1, RLX);
+		/*
+		 * Plain data first, before any shadow atomic: the shadow's
+		 * read-modify-writes would otherwise order this critical
+		 * section after the previous one themselves and hide a lock
+		 * that fails to.  (All atomics here are relaxed for the same
+		 * reason.)
+		 */
 		if (run->plain) {
 			uint64_t sum = 0;
 
@@ -932,18 +955,20 @@ static void *shadow_worker(void *arg)
 					sum += run->plain_data[c];
 			}
 			if (mode == W)
-				atomic_fetch_add(&run->plain_expected, c1 - c0);
+				atomic_fetch_add_explicit(&run->plain_expected, c1 - c0, RLX);
 			else
-				atomic_fetch_add(&run->plain_sink, sum);
+				atomic_fetch_add_explicit(&run->plain_sink, sum, RLX);
 		}
+		shadow_enter(run, tid, c0, c1, mode, start, end);
 		if ((x >> 40) % 4 == 0)
 			sched_yield();
 		shadow_exit(run, tid, c0, c1, mode, start, end);
 		run->lk->unlock(&run->rl, &node);
-		atomic_fetch_add(&run->ops, 1);
+		atomic_fetch_add_explicit(&run->ops, 1, RLX);
 		if (mode == W)
-			atomic_fetch_add(&run->writes, 1);
+			atomic_fetch_add_explicit(&run->writes, 1, RLX);
 	}
+	atomic_fetch_add(&run->finished, 1);
 	return NULL;
 }
 
@@ -970,6 +995,7 @@ static void shadow_run_init(struct shadow_run *run, const struct locker *lk,
 	atomic_init(&run->writes, 0);
 	atomic_init(&run->bad_ret, 0);
 	atomic_init(&run->stop, 0);
+	atomic_init(&run->finished, 0);
 	atomic_init(&run->have_msg, 0);
 	cr_assert_eq(pthread_barrier_init(&run->go, NULL, SH_THREADS + 1), 0);
 	run->deadline_ns = now_ns() + (uint64_t)ms * 1000000u;
@@ -986,6 +1012,16 @@ static void shadow_run_go(struct shadow_run *run)
 		cr_assert_eq(pthread_create(&th[t], NULL, shadow_worker, &arg[t]), 0);
 	}
 	pthread_barrier_wait(&run->go);
+	/* Bounded: a lost wakeup or a deadlock fails here with a message
+	 * instead of hanging until Criterion's timeout. */
+	while (atomic_load(&run->finished) < SH_THREADS) {
+		cr_assert(now_ns() < run->deadline_ns + 3000000000ull,
+			  "%d of %d stress threads still stuck in lock() 3 s after "
+			  "the deadline (%llu ops done): lost wakeup or deadlock",
+			  SH_THREADS - atomic_load(&run->finished), SH_THREADS,
+			  (unsigned long long)atomic_load(&run->ops));
+		sleep_us(1000);
+	}
 	for (unsigned t = 0; t < SH_THREADS; t++)
 		pthread_join(th[t], NULL);
 	pthread_barrier_destroy(&run->go);

@@ -1,0 +1,63 @@
+/*
+ * Inline fast paths of the range lock for the shim's per-call path: when
+ * the file's queue is empty (lock) or holds only the caller (unlock), the
+ * queue mutex is taken and dropped around a handful of stores and nothing
+ * else.  Every other case is the out-of-line code in rangelock.c, under
+ * the same mutex, so the two paths cannot disagree.
+ */
+#ifndef RANGESHIM_RANGELOCK_FAST_H
+#define RANGESHIM_RANGELOCK_FAST_H
+
+#include "futex.h"
+#include "rangeshim/rangelock.h"
+
+static inline __attribute__((always_inline)) int
+rs_rangelock_lock_fast(struct rs_rangelock *rl, struct rs_rl_node *node,
+		       uint64_t start, uint64_t end, unsigned mode)
+{
+	uint32_t c = 0;
+
+	if (__builtin_expect(atomic_compare_exchange_strong_explicit(&rl->mtx, &c, 1,
+			memory_order_acquire, memory_order_relaxed), 1)) {
+		if (__builtin_expect(rl->head == NULL, 1)) {
+			rs_tsan_acquire(&rl->mtx);
+			node->start = start;
+			node->end = end;
+			node->mode = mode;
+			atomic_store_explicit(&node->blocked, 0, memory_order_relaxed);
+			node->prev = NULL;
+			node->next = NULL;
+			rl->head = node;
+			rl->tail = node;
+			rl->nodes = 1;
+			rs_mutex_unlock(&rl->mtx);
+			return 0;
+		}
+		/* Let the general path queue behind whoever is there. */
+		rs_tsan_acquire(&rl->mtx);
+		rs_mutex_unlock(&rl->mtx);
+	}
+	return rs_rangelock_lock(rl, node, start, end, mode);
+}
+
+static inline __attribute__((always_inline)) void
+rs_rangelock_unlock_fast(struct rs_rangelock *rl, struct rs_rl_node *node)
+{
+	uint32_t c = 0;
+
+	if (__builtin_expect(atomic_compare_exchange_strong_explicit(&rl->mtx, &c, 1,
+			memory_order_acquire, memory_order_relaxed), 1)) {
+		rs_tsan_acquire(&rl->mtx);
+		if (__builtin_expect(rl->head == node && node->next == NULL, 1)) {
+			rl->head = NULL;
+			rl->tail = NULL;
+			rl->nodes = 0;
+			rs_mutex_unlock(&rl->mtx);
+			return;
+		}
+		rs_mutex_unlock(&rl->mtx);
+	}
+	rs_rangelock_unlock(rl, node);
+}
+
+#endif
