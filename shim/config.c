@@ -145,6 +145,28 @@ static int under(const char *path, const char *prefix)
 						 (n == 1 && prefix[0] == '/'));
 }
 
+/* A glob names files or directories: "/scratch/job*" covers everything
+ * below each matching directory, as a prefix would. */
+static int glob_under(const char *path, const char *glob)
+{
+	char buf[4096];
+	size_t n = strlen(path);
+
+	if (n >= sizeof(buf))
+		return 0;
+	memcpy(buf, path, n + 1);
+	for (;;) {
+		char *slash;
+
+		if (fnmatch(glob, buf, FNM_PATHNAME | FNM_PERIOD) == 0)
+			return 1;
+		slash = strrchr(buf, '/');
+		if (!slash || slash == buf)
+			return 0;
+		*slash = '\0';
+	}
+}
+
 int rs_config_path_wanted(const struct rs_config *c, const char *path)
 {
 	if (!c->custom_paths) {
@@ -158,7 +180,7 @@ int rs_config_path_wanted(const struct rs_config *c, const char *path)
 		const char *p = c->paths[i];
 
 		if (strpbrk(p, "*?[")) {
-			if (fnmatch(p, path, FNM_PATHNAME | FNM_PERIOD) == 0)
+			if (glob_under(path, p))
 				return 1;
 		} else if (under(path, p)) {
 			return 1;

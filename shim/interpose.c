@@ -240,8 +240,9 @@ static mode_t open_mode(int flags, va_list ap)
 		(mode_t)va_arg(ap, int) : 0;
 }
 
-#define RS_OPEN(name)                                                         \
-	RS_EXPORT int name(const char *path, int flags, ...)                  \
+/* open, openat: the mode argument is there only with O_CREAT/O_TMPFILE. */
+#define RS_OPEN_VA(name, params, args)                                        \
+	RS_EXPORT int name params                                             \
 	{                                                                     \
 		va_list ap;                                                   \
 		mode_t mode;                                                  \
@@ -249,97 +250,64 @@ static mode_t open_mode(int flags, va_list ap)
 		mode = open_mode(flags, ap);                                  \
 		va_end(ap);                                                   \
 		rs_ready();                                                   \
-		return opened(REAL(int, name, (path, flags, mode)), flags);   \
+		return opened(REAL(int, name, args), flags);                  \
 	}
 
-#define RS_OPENAT(name)                                                       \
-	RS_EXPORT int name(int dirfd, const char *path, int flags, ...)       \
+#define RS_OPEN_FIXED(name, params, args, oflags)                             \
+	RS_EXPORT int name params                                             \
 	{                                                                     \
-		va_list ap;                                                   \
-		mode_t mode;                                                  \
-		va_start(ap, flags);                                          \
-		mode = open_mode(flags, ap);                                  \
-		va_end(ap);                                                   \
 		rs_ready();                                                   \
-		return opened(REAL(int, name, (dirfd, path, flags, mode)), flags); \
+		return opened(REAL(int, name, args), oflags);                 \
 	}
 
-RS_OPEN(open)
-RS_OPEN(open64)
-RS_OPENAT(openat)
-RS_OPENAT(openat64)
-
-RS_EXPORT int creat(const char *path, mode_t mode)
-{
-	rs_ready();
-	return opened(REAL(int, creat, (path, mode)), O_CREAT | O_WRONLY | O_TRUNC);
-}
-
-RS_EXPORT int creat64(const char *path, mode_t mode)
-{
-	rs_ready();
-	return opened(REAL(int, creat64, (path, mode)), O_CREAT | O_WRONLY | O_TRUNC);
-}
-
-RS_EXPORT int __open_2(const char *path, int flags)
-{
-	rs_ready();
-	return opened(REAL(int, __open_2, (path, flags)), flags);
-}
-
-RS_EXPORT int __open64_2(const char *path, int flags)
-{
-	rs_ready();
-	return opened(REAL(int, __open64_2, (path, flags)), flags);
-}
-
-RS_EXPORT int __openat_2(int dirfd, const char *path, int flags)
-{
-	rs_ready();
-	return opened(REAL(int, __openat_2, (dirfd, path, flags)), flags);
-}
-
-RS_EXPORT int __openat64_2(int dirfd, const char *path, int flags)
-{
-	rs_ready();
-	return opened(REAL(int, __openat64_2, (dirfd, path, flags)), flags);
-}
+RS_OPEN_VA(open, (const char *path, int flags, ...), (path, flags, mode))
+RS_OPEN_VA(open64, (const char *path, int flags, ...), (path, flags, mode))
+RS_OPEN_VA(openat, (int dirfd, const char *path, int flags, ...), (dirfd, path, flags, mode))
+RS_OPEN_VA(openat64, (int dirfd, const char *path, int flags, ...), (dirfd, path, flags, mode))
+RS_OPEN_FIXED(creat, (const char *path, mode_t mode), (path, mode), O_CREAT | O_WRONLY | O_TRUNC)
+RS_OPEN_FIXED(creat64, (const char *path, mode_t mode), (path, mode), O_CREAT | O_WRONLY | O_TRUNC)
+RS_OPEN_FIXED(__open_2, (const char *path, int flags), (path, flags), flags)
+RS_OPEN_FIXED(__open64_2, (const char *path, int flags), (path, flags), flags)
+RS_OPEN_FIXED(__openat_2, (int dirfd, const char *path, int flags), (dirfd, path, flags), flags)
+RS_OPEN_FIXED(__openat64_2, (int dirfd, const char *path, int flags), (dirfd, path, flags), flags)
 
 /* Read the entry before the real close: once the fd number is free,
  * another thread may open something else under it. */
+static void closed(int fd, uint64_t old)
+{
+	int saved = errno;
+
+	/* Linux frees the number even when close fails with EINTR or EIO. */
+	if (fd >= 0 && old != RS_FD_UNKNOWN && enter_fd_slow()) {
+		rs_fdt_closed(fd, old);
+		rs_leave_slow();
+	}
+	errno = saved;
+}
+
 RS_EXPORT int close(int fd)
 {
 	uint64_t old;
-	int r, saved;
+	int r;
 
 	rs_ready();
 	old = rs_fdt_get(fd);
 	r = REAL(int, close, (fd));
-	/* Linux frees the number even when close fails with EINTR or EIO. */
-	if (old != RS_FD_UNKNOWN && enter_fd_slow()) {
-		saved = errno;
-		rs_fdt_closed(fd, old);
-		errno = saved;
-		rs_leave_slow();
-	}
+	closed(fd, old);
 	return r;
 }
 
+/* stdio closes through a glibc-internal call that we do not see. */
 RS_EXPORT int fclose(FILE *fp)
 {
-	int fd, r, saved;
 	uint64_t old;
+	int fd, r;
 
 	rs_ready();
 	fd = fileno(fp);
 	old = rs_fdt_get(fd);
 	r = REAL(int, fclose, (fp));
-	if (fd >= 0 && old != RS_FD_UNKNOWN && enter_fd_slow()) {
-		saved = errno;
-		rs_fdt_closed(fd, old);
-		errno = saved;
-		rs_leave_slow();
-	}
+	closed(fd, old);
 	return r;
 }
 
