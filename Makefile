@@ -22,6 +22,7 @@ CFLAGS  += $(BASEFLAGS) $(SANFLAGS)
 LDFLAGS += $(SANFLAGS)
 
 SHIM_SRCS = shim/init.c shim/interpose.c shim/iolock.c shim/fdtable.c shim/rangelock.c \
+            shim/grants.c shim/nodelock.c shim/segment.c \
             shim/config.c shim/stats.c shim/log.c shim/real.c
 SHIM_OBJS = $(SHIM_SRCS:shim/%.c=$(BUILD)/obj/%.o)
 LIB       = $(BUILD)/librangeshim.so
@@ -32,7 +33,8 @@ HELPERS   = $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(wildcard tes
 TESTS     = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 
 # Unit tests link these modules directly, without interposition.
-UNIT_SRCS = shim/rangelock.c shim/config.c shim/log.c shim/real.c shim/stats.c
+UNIT_SRCS = shim/rangelock.c shim/nodelock.c shim/segment.c shim/config.c shim/log.c \
+            shim/real.c shim/stats.c
 
 .PHONY: all clean test test-asan test-tsan demo deps install check-callgrind
 
@@ -43,7 +45,7 @@ $(BUILD)/obj/%.o: shim/%.c $(wildcard shim/*.h) include/rangeshim/rangelock.h
 	$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -U_FORTIFY_SOURCE -c $< -o $@
 
 $(LIB): $(SHIM_OBJS)
-	$(CC) -shared -o $@ $^ $(LDFLAGS) -Wl,-z,now -ldl -lpthread
+	$(CC) -shared -o $@ $^ $(LDFLAGS) -Wl,-z,now -Wl,-Bsymbolic-functions -ldl -lpthread
 
 $(CLI): shim/cli.c
 	@mkdir -p $(dir $@)

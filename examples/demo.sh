@@ -114,6 +114,10 @@ for file in "$TORN_SHM" "$TORN_TMP"; do
 	s_reads=$1 s_torn=$2 s_writes=$3
 	torn_rows="$torn_rows$fs $p_reads $p_torn $s_reads $s_torn $s_writes
 "
+	if [ "$p_torn" -eq 0 ]; then
+		say "  note: no read tore without rangeshim on $fs this time; the race" \
+		    "is timing-dependent (try again, or on an idle machine)"
+	fi
 	if [ "$s_torn" -gt 0 ]; then
 		bad_shim="$bad_shim $fs:$s_torn/$s_reads"
 	fi
@@ -192,7 +196,8 @@ printf '%s' "$torn_rows" | awk '
 	NF == 6 {
 		pct = 0
 		if ($2 > 0) pct = 100 * $3 / $2
-		p = sprintf("%d/%d torn (%.1f%%)", $3, $2, pct)
+		if (pct > 0 && pct < 0.1) p = sprintf("%d/%d torn (<0.1%%)", $3, $2)
+		else p = sprintf("%d/%d torn (%.1f%%)", $3, $2, pct)
 		s = sprintf("%d/%d torn", $5, $4)
 		printf "  %-10s %-28s %s\n", $1, p, s
 	}'

@@ -26,9 +26,9 @@ static void load_scope(struct rs_config *c, const char *v)
 	c->scope = RS_SCOPE_NODE;
 	if (v && *v)
 		c->scope = parse_choice("RANGESHIM_SCOPE", v, names, 3, RS_SCOPE_NODE, "node");
-	/* The node table is the next milestone; until then node means the
-	 * process-wide lock, which is never less safe than asking for it. */
-	c->effective = c->scope == RS_SCOPE_NODE ? RS_SCOPE_PROCESS : c->scope;
+	/* Node scope may still fall back to process scope at run time, with
+	 * a warning, if the segment cannot be used (grants.c). */
+	c->effective = c->scope;
 }
 
 static void load_lock(struct rs_config *c, const char *v)
@@ -73,10 +73,14 @@ static void load_stats(struct rs_config *c, const char *v)
 	c->stats = RS_STATS_FILE;
 }
 
-/* A bad entry is dropped with a warning; if none is left, every file is
- * coordinated: widening coverage is the safe direction. */
+/* Bad entries are dropped, all named on one line; if none is left, the
+ * default set applies: widening coverage is the safe direction. */
 static void load_paths(struct rs_config *c, const char *v)
 {
+	static const char dflt[] = "using the default (every regular file outside /proc, /sys and /dev, "
+				   "and /dev/shm)";
+	char bad[256] = "";
+	size_t nbad = 0;
 	char *save = NULL;
 
 	c->custom_paths = 0;
@@ -84,28 +88,30 @@ static void load_paths(struct rs_config *c, const char *v)
 	if (!v || !*v)
 		return;
 	if (strlen(v) >= sizeof(c->paths_buf)) {
-		rs_log(RS_LOG_ERROR, "RANGESHIM_PATHS is longer than %zu bytes; "
-		       "coordinating every regular file instead", sizeof(c->paths_buf) - 1);
+		rs_log(RS_LOG_ERROR, "RANGESHIM_PATHS is longer than %zu bytes; %s",
+		       sizeof(c->paths_buf) - 1, dflt);
 		return;
 	}
 	strcpy(c->paths_buf, v);
 	for (char *p = strtok_r(c->paths_buf, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
 		if (p[0] != '/') {
-			rs_log(RS_LOG_ERROR, "RANGESHIM_PATHS entry '%s' is not an absolute "
-			       "path or glob; ignoring it", p);
+			nbad += (size_t)snprintf(bad + nbad, nbad < sizeof(bad) ? sizeof(bad) - nbad : 0,
+						 "%s'%s'", nbad ? ", " : "", p);
 			continue;
 		}
 		if (c->npaths == RS_MAX_PATHS) {
-			rs_log(RS_LOG_ERROR, "RANGESHIM_PATHS has more than %d entries; "
-			       "coordinating every regular file instead", RS_MAX_PATHS);
+			rs_log(RS_LOG_ERROR, "RANGESHIM_PATHS has more than %d entries; %s",
+			       RS_MAX_PATHS, dflt);
 			c->npaths = 0;
 			return;
 		}
 		c->paths[c->npaths++] = p;
 	}
 	if (c->npaths == 0)
-		rs_log(RS_LOG_ERROR, "RANGESHIM_PATHS='%s' has no usable entry; "
-		       "coordinating every regular file instead", v);
+		rs_log(RS_LOG_ERROR, "RANGESHIM_PATHS='%s' has no absolute path or glob; %s", v, dflt);
+	else if (nbad)
+		rs_log(RS_LOG_ERROR, "RANGESHIM_PATHS entries %s are not absolute; "
+		       "ignoring them and using the other %d", bad, c->npaths);
 	c->custom_paths = c->npaths > 0;
 }
 

@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "futex.h"
+#include "grants.h"
 #include "log.h"
 #include "real.h"
 #include "stats.h"
@@ -33,6 +34,37 @@ static uint32_t *buckets;          /* file index + 1, 0 = empty */
 static uint32_t files_used, descs_used;
 static uint32_t file_free, desc_free;  /* index + 1 */
 static unsigned fd_high;           /* highest fd ever given an entry + 1 */
+
+_Atomic int rs_private_fd[RS_NPRIVATE] = { -1, -1 };
+
+int rs_fd_hide(int fd)
+{
+	struct rlimit rl;
+	long low = 1000;
+	int saved = errno, nfd;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    (rlim_t)low >= rl.rlim_cur)
+		low = rl.rlim_cur > 64 ? (long)rl.rlim_cur - 32 : 3;
+	nfd = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, low);
+	if (nfd < 0)
+		nfd = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 3);
+	syscall(SYS_close, fd);
+	errno = saved;
+	return nfd;
+}
+
+void rs_fd_evict(int fd)
+{
+	for (int i = 0; i < RS_NPRIVATE; i++) {
+		int mine = fd;
+
+		if (fd < 0 || !atomic_compare_exchange_strong(&rs_private_fd[i], &mine, -1))
+			continue;
+		/* Keeps the open file description, and so any lock on it. */
+		atomic_store(&rs_private_fd[i], rs_fd_hide(mine));
+	}
+}
 
 static void *reserve(size_t bytes)
 {
@@ -118,6 +150,8 @@ static void put_file(uint32_t idx)
 
 	if (--f->refs > 0)
 		return;
+	/* Closed by every fd of this process: no state stays in the table. */
+	rs_grant_file_closed(f);
 	link = &buckets[hash_of(atomic_load_explicit(&f->dev, memory_order_relaxed),
 				atomic_load_explicit(&f->ino, memory_order_relaxed))];
 	while (*link && *link != idx + 1)
@@ -281,17 +315,36 @@ static uint64_t install(int fd, int oflags, int fresh)
 	return e;
 }
 
+static void beyond_table(int fd)
+{
+	static _Atomic int said;
+	int saved = errno;
+	long open_fd = syscall(SYS_fcntl, fd, F_GETFD);
+
+	errno = saved;
+	if (open_fd < 0)
+		return;		/* not open: the real call reports EBADF */
+	RS_COUNT(table_full, 1);
+	if (!atomic_exchange(&said, 1))
+		rs_log(RS_LOG_ERROR, "fd %d is beyond the fd table (%u entries): I/O on "
+		       "such fds is NOT coordinated", fd, rs_fd_cap);
+}
+
 uint64_t rs_fdt_classify(int fd)
 {
-	if ((unsigned)fd >= rs_fd_cap)
+	if (fd < 0)
 		return RS_FD_PASS;
+	if ((unsigned)fd >= rs_fd_cap) {
+		beyond_table(fd);
+		return RS_FD_PASS;
+	}
 	return install(fd, 0, 0);
 }
 
 void rs_fdt_opened(int fd, int flags)
 {
 	if ((unsigned)fd >= rs_fd_cap) {
-		RS_COUNT(table_full, 1);
+		beyond_table(fd);
 		return;
 	}
 	install(fd, flags, 1);

@@ -31,12 +31,17 @@
 #define RS_DESC_APPEND 1u
 #define RS_DESC_DIRECT 2u
 
+/* Node grants this process caches for a file: (index + 1) << 32 | gen. */
+#define RS_NCACHE 4
+
 struct rs_file {
 	struct rs_rangelock rl;
 	_Atomic uint64_t dev;
 	_Atomic uint64_t ino;
 	uint32_t refs;          /* descriptions using it (table mutex) */
 	uint32_t hnext;         /* hash chain or free list, index + 1 */
+	_Atomic uint64_t grants[RS_NCACHE];   /* see grants.c */
+	_Atomic uint32_t grants_mtx;
 } __attribute__((aligned(64)));
 
 struct rs_desc {
@@ -53,10 +58,31 @@ extern struct rs_file *rs_files;
 
 int rs_fdt_init(void);
 
+/*
+ * The shim's own descriptors (the node segment, the stats copy of stderr)
+ * live at high numbers so that the application's numbering is unchanged,
+ * and are kept out of the application's close/dup2/closefrom so that they
+ * survive daemon-style "close everything" loops.
+ */
+#define RS_NPRIVATE 2
+extern _Atomic int rs_private_fd[RS_NPRIVATE];
+/* Duplicate fd to a high number (close-on-exec) and close fd; -1 on error. */
+int rs_fd_hide(int fd);
+static inline int rs_fd_private(int fd)
+{
+	for (int i = 0; i < RS_NPRIVATE; i++)
+		if (fd >= 0 && atomic_load_explicit(&rs_private_fd[i], memory_order_relaxed) == fd)
+			return 1;
+	return 0;
+}
+/* Before the application takes number fd (dup2 onto it): move ours away. */
+void rs_fd_evict(int fd);
+
 static inline uint64_t rs_fdt_get(int fd)
 {
-	if ((unsigned)fd >= rs_fd_cap)
-		return RS_FD_PASS;
+	/* Beyond the table: "unknown", so that classification says so. */
+	if (__builtin_expect((unsigned)fd >= rs_fd_cap, 0))
+		return fd < 0 ? RS_FD_PASS : RS_FD_UNKNOWN;
 	return atomic_load_explicit(&rs_fd_entries[fd], memory_order_acquire);
 }
 

@@ -14,17 +14,23 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "config.h"
 #include "fdtable.h"
+#include "grants.h"
 #include "iolock.h"
 #include "log.h"
 #include "real.h"
 #include "stats.h"
 
 _Atomic int rs_state;
+/* RANGESHIM_STATS=1 writes to a copy of stderr taken at start-up: dd, cat
+ * and friends close fd 2 before library destructors run. */
+static int stats_fd = -1;
+static struct stat stats_st;
 long rs_pid;
 static __thread int initializing_here __attribute__((tls_model("initial-exec")));
 
@@ -46,6 +52,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
 	rs_fdt_fork_child();
+	rs_grants_fork_child();
 	rs_stats_reset();
 	rs_pid = syscall(SYS_getpid);
 }
@@ -76,8 +83,15 @@ void rs_init_slow(void)
 	} else {
 		pthread_atfork(fork_prepare, fork_parent, fork_child);
 	}
-	if (rs_cfg.scope == RS_SCOPE_NODE)
-		rs_debug("node scope is not built yet; using process scope");
+	if (rs_cfg.stats == RS_STATS_STDERR) {
+		stats_fd = (int)syscall(SYS_fcntl, 2, F_DUPFD_CLOEXEC, 3);
+		if (stats_fd >= 0)
+			stats_fd = rs_fd_hide(stats_fd);
+		if (stats_fd >= 0 && fstat(stats_fd, &stats_st) < 0)
+			stats_fd = -1;
+		atomic_store(&rs_private_fd[1], stats_fd);
+	}
+	rs_grants_init();
 	initializing_here = 0;
 	rs_fast = final == RS_READY && rs_cfg.lock == RS_LOCK_RANGE && !rs_stats_on;
 	atomic_store(&rs_state, final);
@@ -117,14 +131,24 @@ __attribute__((destructor)) static void rs_dtor(void)
 	char buf[4096];
 	int saved = errno, len;
 
+	/* Give our grants back now rather than leave them to be reclaimed. */
+	rs_grants_exit();
 	if (!rs_stats_on)
 		return;
 	if (rs_cfg.stats == RS_STATS_FILE) {
 		len = rs_stats_json(buf, sizeof(buf), rs_pid);
 		write_stats_file(rs_cfg.stats_path, buf, len);
 	} else {
+		struct stat st;
+		int fd = 2;
+
+		/* Use our copy only if it is still the same file. */
+		stats_fd = atomic_load(&rs_private_fd[1]);
+		if (stats_fd >= 0 && fstat(stats_fd, &st) == 0 &&
+		    st.st_dev == stats_st.st_dev && st.st_ino == stats_st.st_ino)
+			fd = stats_fd;
 		len = rs_stats_text(buf, sizeof(buf), rs_pid);
-		rs_write_all(2, buf, (unsigned long)len);
+		rs_write_all(fd, buf, (unsigned long)len);
 	}
 	errno = saved;
 }

@@ -42,32 +42,22 @@ ssize_t __pread64_chk(int, void *, size_t, off_t, size_t);
 	(__builtin_expect(rs_real.name != NULL, 1) ? rs_real.name args \
 						   : (errno = ENOSYS, (ret)-1))
 
-/* Total length of an iovec array, without trusting it more than the
- * kernel would: a bad count or a NULL array locks nothing (the real call
- * fails), an overflowing sum locks to the end of the range. */
-static uint64_t iov_len(const struct iovec *iov, int cnt)
-{
-	uint64_t sum = 0;
-
-	if (cnt <= 0 || cnt > IOV_MAX || (uintptr_t)iov < 4096)
-		return 0;
-	for (int i = 0; i < cnt; i++)
-		sum = sum + iov[i].iov_len < sum ? UINT64_MAX : sum + iov[i].iov_len;
-	return sum;
-}
-
 /* ---- data calls: one shape for all ---------------------------------- */
 
-#define RS_WRAP_IO(ret, name, params, args, fd, mode, where, off, len)       \
+#define RS_WRAP(ret, name, params, args, begin)                              \
 	RS_EXPORT ret name params                                            \
 	{                                                                    \
 		struct rs_io io;                                             \
 		ret r;                                                       \
-		rs_io_one(&io, fd, mode, where, off, len);                   \
-		r = REAL(ret, name, args);                                   \
+		begin;                                                       \
+		/* On the fast path everything is resolved already. */       \
+		r = io.fast ? rs_real.name args : REAL(ret, name, args);     \
 		rs_io_end(&io, r);                                           \
 		return r;                                                    \
 	}
+
+#define RS_WRAP_IO(ret, name, params, args, fd, mode, where, off, len)       \
+	RS_WRAP(ret, name, params, args, rs_io_one(&io, fd, mode, where, off, len))
 
 #define RS_PREAD(name)                                                        \
 	RS_WRAP_IO(ssize_t, name, (int fd, void *buf, size_t n, off_t off),  \
@@ -76,8 +66,8 @@ static uint64_t iov_len(const struct iovec *iov, int cnt)
 	RS_WRAP_IO(ssize_t, name, (int fd, const void *buf, size_t n, off_t off), \
 		   (fd, buf, n, off), fd, RS_RL_WRITE, RS_AT_OFFSET, off, n)
 #define RS_PREADV(name, mode)                                                 \
-	RS_WRAP_IO(ssize_t, name, (int fd, const struct iovec *iov, int cnt, off_t off), \
-		   (fd, iov, cnt, off), fd, mode, RS_AT_OFFSET, off, iov_len(iov, cnt))
+	RS_WRAP(ssize_t, name, (int fd, const struct iovec *iov, int cnt, off_t off), \
+		(fd, iov, cnt, off), rs_io_iov(&io, fd, mode, RS_AT_OFFSET, off, iov, cnt, 0))
 
 RS_PREAD(pread)
 RS_PREAD(pread64)
@@ -92,10 +82,10 @@ RS_WRAP_IO(ssize_t, read, (int fd, void *buf, size_t n), (fd, buf, n),
 	   fd, RS_RL_READ, RS_AT_CURSOR, 0, n)
 RS_WRAP_IO(ssize_t, write, (int fd, const void *buf, size_t n), (fd, buf, n),
 	   fd, RS_RL_WRITE, RS_AT_CURSOR, 0, n)
-RS_WRAP_IO(ssize_t, readv, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt),
-	   fd, RS_RL_READ, RS_AT_CURSOR, 0, iov_len(iov, cnt))
-RS_WRAP_IO(ssize_t, writev, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt),
-	   fd, RS_RL_WRITE, RS_AT_CURSOR, 0, iov_len(iov, cnt))
+RS_WRAP(ssize_t, readv, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt),
+	rs_io_iov(&io, fd, RS_RL_READ, RS_AT_CURSOR, 0, iov, cnt, 0))
+RS_WRAP(ssize_t, writev, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt),
+	rs_io_iov(&io, fd, RS_RL_WRITE, RS_AT_CURSOR, 0, iov, cnt, 0))
 RS_WRAP_IO(ssize_t, __read_chk, (int fd, void *buf, size_t n, size_t buflen),
 	   (fd, buf, n, buflen), fd, RS_RL_READ, RS_AT_CURSOR, 0, n)
 RS_WRAP_IO(ssize_t, __pread_chk, (int fd, void *buf, size_t n, off_t off, size_t buflen),
@@ -118,18 +108,10 @@ RS_WRAP_IO(int, posix_fallocate64, (int fd, off_t off, off_t len), (fd, off, len
 
 /* preadv2/pwritev2: offset -1 means the file offset; RWF_APPEND appends. */
 #define RS_PREADV2(name, mode)                                                \
-	RS_EXPORT ssize_t name(int fd, const struct iovec *iov, int cnt, off_t off, int flags) \
-	{                                                                     \
-		struct rs_target t = { fd, mode, off == -1 ? RS_AT_CURSOR : RS_AT_OFFSET, \
-				       mode == RS_RL_WRITE && (flags & RWF_APPEND), \
-				       off, iov_len(iov, cnt) };              \
-		struct rs_io io;                                              \
-		ssize_t r;                                                    \
-		rs_io_begin(&io, &t, 1);                                      \
-		r = REAL(ssize_t, name, (fd, iov, cnt, off, flags));          \
-		rs_io_end(&io, r);                                            \
-		return r;                                                     \
-	}
+	RS_WRAP(ssize_t, name, (int fd, const struct iovec *iov, int cnt, off_t off, int flags), \
+		(fd, iov, cnt, off, flags),                                   \
+		rs_io_iov(&io, fd, mode, off == -1 ? RS_AT_CURSOR : RS_AT_OFFSET, off, iov, cnt, \
+			  mode == RS_RL_WRITE && (flags & RWF_APPEND)))
 
 RS_PREADV2(preadv2, RS_RL_READ)
 RS_PREADV2(preadv64v2, RS_RL_READ)
@@ -138,34 +120,25 @@ RS_PREADV2(pwritev64v2, RS_RL_WRITE)
 
 /* Size-preserving modes touch [off, off+len); the rest may move or grow
  * everything after off. */
+static void begin_fallocate(struct rs_io *io, int fd, int mode, off_t off, off_t len)
+{
+	int keep = (mode & FALLOC_FL_KEEP_SIZE) &&
+		   !(mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE));
+
+	rs_io_one(io, fd, RS_RL_WRITE, keep ? RS_AT_OFFSET : RS_FROM_OFFSET, off,
+		  len > 0 ? (uint64_t)len : 0);
+}
+
 #define RS_FALLOCATE(name)                                                    \
-	RS_EXPORT int name(int fd, int mode, off_t off, off_t len)            \
-	{                                                                     \
-		int keep = (mode & FALLOC_FL_KEEP_SIZE) &&                    \
-			   !(mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE)); \
-		struct rs_target t = { fd, RS_RL_WRITE, keep ? RS_AT_OFFSET : RS_FROM_OFFSET, \
-				       0, off, len > 0 ? (uint64_t)len : 0 }; \
-		struct rs_io io;                                              \
-		int r;                                                        \
-		rs_io_begin(&io, &t, 1);                                      \
-		r = REAL(int, name, (fd, mode, off, len));                    \
-		rs_io_end(&io, r);                                            \
-		return r;                                                     \
-	}
+	RS_WRAP(int, name, (int fd, int mode, off_t off, off_t len), (fd, mode, off, len), \
+		begin_fallocate(&io, fd, mode, off, len))
 
 RS_FALLOCATE(fallocate)
 RS_FALLOCATE(fallocate64)
 
 #define RS_TRUNCATE_PATH(name)                                                \
-	RS_EXPORT int name(const char *path, off_t len)                       \
-	{                                                                     \
-		struct rs_io io;                                              \
-		int r;                                                        \
-		rs_io_begin_path(&io, path, len);                             \
-		r = REAL(int, name, (path, len));                             \
-		rs_io_end(&io, r);                                            \
-		return r;                                                     \
-	}
+	RS_WRAP(int, name, (const char *path, off_t len), (path, len),       \
+		rs_io_begin_path(&io, path, len))
 
 RS_TRUNCATE_PATH(truncate)
 RS_TRUNCATE_PATH(truncate64)
@@ -176,36 +149,21 @@ static void begin_copy(struct rs_io *io, int in, const off_t *in_off, int out,
 {
 	struct rs_target t[2] = {
 		{ in, RS_RL_READ, in_off ? RS_AT_OFFSET : RS_AT_CURSOR, 0,
-		  in_off ? *in_off : 0, len },
+		  in_off ? *in_off : 0, len, 0, 0 },
 		{ out, RS_RL_WRITE, out_off ? RS_AT_OFFSET : RS_AT_CURSOR, 0,
-		  out_off ? *out_off : 0, len },
+		  out_off ? *out_off : 0, len, 0, 0 },
 	};
 
 	rs_io_begin(io, t, 2);
 }
 
-RS_EXPORT ssize_t copy_file_range(int in, off_t *in_off, int out, off_t *out_off,
-				  size_t len, unsigned flags)
-{
-	struct rs_io io;
-	ssize_t r;
-
-	begin_copy(&io, in, in_off, out, out_off, len);
-	r = REAL(ssize_t, copy_file_range, (in, in_off, out, out_off, len, flags));
-	rs_io_end(&io, r);
-	return r;
-}
+RS_WRAP(ssize_t, copy_file_range,
+	(int in, off_t *in_off, int out, off_t *out_off, size_t len, unsigned flags),
+	(in, in_off, out, out_off, len, flags), begin_copy(&io, in, in_off, out, out_off, len))
 
 #define RS_SENDFILE(name)                                                     \
-	RS_EXPORT ssize_t name(int out, int in, off_t *off, size_t count)     \
-	{                                                                     \
-		struct rs_io io;                                              \
-		ssize_t r;                                                    \
-		begin_copy(&io, in, off, out, NULL, count);                   \
-		r = REAL(ssize_t, name, (out, in, off, count));               \
-		rs_io_end(&io, r);                                            \
-		return r;                                                     \
-	}
+	RS_WRAP(ssize_t, name, (int out, int in, off_t *off, size_t count),  \
+		(out, in, off, count), begin_copy(&io, in, off, out, NULL, count))
 
 RS_SENDFILE(sendfile)
 RS_SENDFILE(sendfile64)
@@ -291,6 +249,9 @@ RS_EXPORT int close(int fd)
 	int r;
 
 	rs_ready();
+	/* Ours: to the application it was open, and now it is closed. */
+	if (rs_fd_private(fd))
+		return 0;
 	old = rs_fdt_get(fd);
 	r = REAL(int, close, (fd));
 	closed(fd, old);
@@ -322,12 +283,29 @@ static void forget_range(unsigned lo, unsigned hi)
 	errno = saved;
 }
 
+/* Closing a range skips the shim's own fds, lowest first. */
+static int close_range_around(unsigned lo, unsigned hi, int flags)
+{
+	for (int i = 0; i < RS_NPRIVATE; i++) {
+		int p = atomic_load(&rs_private_fd[i]);
+
+		if (p >= 0 && (unsigned)p >= lo && (unsigned)p <= hi && !(flags & CLOSE_RANGE_CLOEXEC)) {
+			int r = (unsigned)p > lo ? close_range_around(lo, (unsigned)p - 1, flags) : 0;
+
+			if (r == 0 && (unsigned)p < hi)
+				r = close_range_around((unsigned)p + 1, hi, flags);
+			return r;
+		}
+	}
+	return REAL(int, close_range, (lo, hi, flags));
+}
+
 RS_EXPORT int close_range(unsigned lo, unsigned hi, int flags)
 {
 	int r;
 
 	rs_ready();
-	r = REAL(int, close_range, (lo, hi, flags));
+	r = lo <= hi ? close_range_around(lo, hi, flags) : REAL(int, close_range, (lo, hi, flags));
 	if (r == 0 && !(flags & CLOSE_RANGE_CLOEXEC))
 		forget_range(lo, hi);
 	return r;
@@ -338,7 +316,10 @@ RS_EXPORT void closefrom(int lo)
 	rs_ready();
 	if (!rs_real.closefrom)
 		return;
-	rs_real.closefrom(lo);
+	if (lo >= 0 && (atomic_load(&rs_private_fd[0]) >= lo || atomic_load(&rs_private_fd[1]) >= lo))
+		close_range_around((unsigned)lo, UINT_MAX, 0);
+	else
+		rs_real.closefrom(lo);
 	if (lo >= 0)
 		forget_range((unsigned)lo, UINT_MAX);
 }
@@ -364,12 +345,15 @@ RS_EXPORT int dup(int fd)
 RS_EXPORT int dup2(int oldfd, int newfd)
 {
 	rs_ready();
+	if (oldfd != newfd)
+		rs_fd_evict(newfd);
 	return duped(oldfd, REAL(int, dup2, (oldfd, newfd)));
 }
 
 RS_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
 	rs_ready();
+	rs_fd_evict(newfd);
 	return duped(oldfd, REAL(int, dup3, (oldfd, newfd, flags)));
 }
 

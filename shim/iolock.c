@@ -24,7 +24,10 @@
 #include "iolock.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -49,6 +52,51 @@ static int file_size(int fd, uint64_t *size)
 	return 0;
 }
 
+/*
+ * Length of an iovec array, read the way the kernel would: through a
+ * copy that reports EFAULT instead of faulting, so a bad pointer makes the
+ * real call fail as it would without us.  Only data calls on tracked files
+ * get here, after the fd was looked up.  Returns -1 for an array the
+ * kernel rejects; a sum past 2^64 saturates (the lock runs to EOF).
+ */
+int rs_iov_len(const struct iovec *iov, int cnt, uint64_t *len)
+{
+	struct iovec chunk[64];
+	uint64_t sum = 0;
+
+	if (cnt < 0 || cnt > IOV_MAX)
+		return -1;
+	for (int done = 0; done < cnt;) {
+		int k = cnt - done < 64 ? cnt - done : 64;
+		struct iovec local = { chunk, sizeof(chunk[0]) * (size_t)k };
+		struct iovec remote = { (void *)(iov + done), sizeof(chunk[0]) * (size_t)k };
+		int saved = errno, err;
+		long r = syscall(SYS_process_vm_readv, (long)rs_pid, &local, 1UL, &remote, 1UL, 0UL);
+
+		err = errno;
+		errno = saved;
+		if (r != (long)remote.iov_len) {
+			if (r >= 0 || err == EFAULT)
+				return -1;
+			/* process_vm_readv refused (seccomp): trust the array. */
+			for (int i = 0; i < k; i++)
+				chunk[i] = iov[done + i];
+		}
+		for (int i = 0; i < k; i++)
+			sum = sum + chunk[i].iov_len < sum ? UINT64_MAX : sum + chunk[i].iov_len;
+		done += k;
+	}
+	*len = sum;
+	return 0;
+}
+
+static int file_key_less(struct rs_file *a, struct rs_file *b)
+{
+	uint64_t da = atomic_load(&a->dev), db = atomic_load(&b->dev);
+
+	return da != db ? da < db : atomic_load(&a->ino) < atomic_load(&b->ino);
+}
+
 struct plan {
 	int fd;
 	uint64_t entry;
@@ -61,6 +109,15 @@ struct plan {
 	uint64_t start, end;
 };
 
+static void leave_grants(struct rs_io *io)
+{
+	while (io->ngrefs > 0) {
+		struct rs_gref *r = &io->gref[--io->ngrefs];
+
+		rs_grant_leave(r, r->file);
+	}
+}
+
 static void release(struct rs_io *io)
 {
 	while (io->nholds > 0) {
@@ -68,6 +125,7 @@ static void release(struct rs_io *io)
 
 		rs_rangelock_unlock(&h->file->rl, &h->node);
 	}
+	leave_grants(io);
 	while (io->npos > 0)
 		rs_mutex_unlock(&io->pos[--io->npos]->pos_mtx);
 }
@@ -142,6 +200,10 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 			e = rs_fdt_classify(t[i].fd);
 		if ((e & 3) != RS_FD_TRACKED)
 			continue;
+		if (t[i].iov && rs_iov_len(t[i].iov, t[i].iovcnt, &((struct rs_target *)t)[i].len) < 0)
+			return 0;	/* the kernel will say EFAULT or EINVAL */
+		if (t[i].iov && t[i].len == 0 && !t[i].force_append)
+			return 0;
 		p[np].fd = t[i].fd;
 		p[np].entry = e;
 		p[np].desc = rs_fdt_desc(e);
@@ -151,7 +213,10 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 		p[np].where = t[i].where;
 		/* Two-file calls (copy_file_range, sendfile) refuse O_APPEND
 		 * destinations themselves, so only single targets append. */
+		/* Only data writes append; ftruncate and fallocate on an
+		 * O_APPEND descriptor act where they say. */
 		p[np].append = n == 1 && t[i].mode == RS_RL_WRITE &&
+			(t[i].where == RS_AT_OFFSET || t[i].where == RS_AT_CURSOR) &&
 			(t[i].force_append ||
 			 (atomic_load_explicit(&p[np].desc->flags, memory_order_relaxed) & RS_DESC_APPEND));
 		np++;
@@ -201,6 +266,17 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 			p[0] = p[1];
 			p[1] = tmp;
 		}
+		/* Node grants in (dev, ino) order, the same in every process. */
+		for (int k = 0; k < np; k++) {
+			int i = k;
+
+			if (np == 2 && file_key_less(p[1].file, p[0].file))
+				i = 1 - k;
+			rs_grant_enter(p[i].file, p[i].start, p[i].end, p[i].mode,
+				       &io->gref[io->ngrefs]);
+			if (io->gref[io->ngrefs].g)
+				io->ngrefs++;
+		}
 		for (int i = 0; i < np; i++) {
 			struct rs_hold *h = &io->hold[io->nholds];
 
@@ -221,6 +297,7 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 
 			rs_rangelock_unlock(&h->file->rl, &h->node);
 		}
+		leave_grants(io);
 	}
 	for (int i = 0; i < np; i++) {
 		if (!valid(&p[i])) {
@@ -232,8 +309,10 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 	if (__builtin_expect(rs_stats_on, 0)) {
 		RS_COUNT(io_calls, 1);
 		RS_COUNT(lock_waits, waited);
-		for (int i = 0; i < np; i++)
+		for (int i = 0; i < np; i++) {
 			RS_COUNT(appends, p[i].append);
+			RS_COUNT_BYTES(p[i].mode == RS_RL_WRITE, t[i].len);
+		}
 	}
 	io->written = t[n - 1].mode == RS_RL_WRITE;
 	return 1;
@@ -247,6 +326,7 @@ void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
 	io->entered = 0;
 	io->nholds = 0;
 	io->npos = 0;
+	io->ngrefs = 0;
 	if (!rs_ready())
 		return;
 	if (rs_depth) {
@@ -259,7 +339,7 @@ void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
 		if (t[i].where == RS_POS_ONLY)
 			continue;
 		if ((t[i].where == RS_AT_OFFSET || t[i].where == RS_AT_CURSOR) &&
-		    t[i].len == 0 && !t[i].force_append)
+		    t[i].len == 0 && !t[i].iov && !t[i].force_append)
 			return;
 		if (t[i].where != RS_AT_CURSOR && t[i].off < 0)
 			return;
@@ -277,13 +357,15 @@ void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
 
 void rs_io_at_slow(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
 {
-	struct rs_target t = { fd, mode, RS_AT_OFFSET, 0, off, len };
+	struct rs_target t = { fd, mode, RS_AT_OFFSET, 0, off, len, 0, 0 };
 
+	io->fast = 0;
 	if (rs_fast && !rs_depth && (rs_fdt_get(fd) & 3) == RS_FD_PASS) {
 		RS_COUNT(passthrough, 1);
 		io->entered = 0;
 		io->nholds = 0;
 		io->npos = 0;
+		io->ngrefs = 0;
 		return;
 	}
 	rs_io_begin(io, &t, 1);
@@ -296,12 +378,7 @@ void rs_io_end_slow(struct rs_io *io, ssize_t result)
 	if (!io->entered)
 		return;
 	saved = errno;
-	if (result > 0) {
-		if (io->written)
-			RS_COUNT(bytes_written, result);
-		else
-			RS_COUNT(bytes_read, result);
-	}
+	(void)result;
 	release(io);
 	rs_depth--;
 	errno = saved;
@@ -319,6 +396,7 @@ void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len)
 	io->entered = 0;
 	io->nholds = 0;
 	io->npos = 0;
+	io->ngrefs = 0;
 	if (!rs_ready() || rs_depth || len < 0 || !path)
 		return;
 	rs_depth++;
@@ -335,6 +413,8 @@ void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len)
 		if (rs_cfg.lock == RS_LOCK_MUTEX)
 			start = 0;
 		io->hold[0].file = f;
+		rs_grant_enter(f, start, RS_RANGE_EOF, RS_RL_WRITE, &io->gref[0]);
+		io->ngrefs = io->gref[0].g != NULL;
 		RS_COUNT(lock_waits, rs_rangelock_lock(&f->rl, &io->hold[0].node,
 						       start, RS_RANGE_EOF, RS_RL_WRITE));
 		io->nholds = 1;

@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "fdtable.h"
+#include "grants.h"
 #include "rangelock_fast.h"
 #include "stats.h"
 
@@ -29,8 +30,13 @@ struct rs_target {
 	enum rs_where where;
 	int force_append;       /* RWF_APPEND */
 	int64_t off;
-	uint64_t len;
+	uint64_t len;           /* or, with iov set, computed from it */
+	const struct iovec *iov;
+	int iovcnt;
 };
+
+struct iovec;
+int rs_iov_len(const struct iovec *iov, int cnt, uint64_t *len);
 
 struct rs_hold {
 	struct rs_rl_node node;
@@ -39,6 +45,8 @@ struct rs_hold {
 
 struct rs_io {
 	int fast;               /* taken by rs_io_at's fast path */
+	int ngrefs;
+	struct rs_gref gref[2]; /* node grants entered, in (dev, ino) order */
 	int entered;            /* this call raised rs_depth */
 	int nholds, npos;
 	int written;            /* for stats: bytes written rather than read */
@@ -48,7 +56,7 @@ struct rs_io {
 
 enum rs_state { RS_UNINIT = 0, RS_INITIALIZING = 1, RS_READY = 2, RS_DISABLED = 3 };
 extern _Atomic int rs_state;
-/* Ready, RANGESHIM_LOCK=range and no stats: rs_io_at may take its path. */
+/* Ready, coordinating, range mode, no stats: rs_io_at's inline path. */
 extern int rs_fast;
 /* Nesting depth of shim calls on this thread; non-zero means a signal
  * handler interrupted the shim, and its calls pass straight through. */
@@ -95,16 +103,27 @@ rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
 {
 	struct rs_desc *desc;
 	struct rs_file *file;
-	uint64_t e;
+	uint64_t e, start, end;
 	uint32_t fidx;
+	int waited;
 
-	io->fast = 0;
-	/* rs_fast: initialised, range mode, no stats; one test for three. */
-	if (__builtin_expect(!rs_fast || rs_depth || len == 0 || off < 0, 0))
+	/* One test for all the reasons to take the general path. */
+	if (__builtin_expect(!rs_fast || rs_depth || len == 0 || off < 0, 0)) {
+		if (rs_state == RS_DISABLED) {
+			io->fast = 0;
+			io->entered = 0;
+			return;
+		}
 		goto general;
+	}
 	e = rs_fdt_get(fd);
-	if (__builtin_expect((e & 3) != RS_FD_TRACKED, 0))
-		goto general;
+	if (__builtin_expect((e & 3) != RS_FD_TRACKED, 0)) {
+		if (e != RS_FD_PASS)
+			goto general;
+		io->fast = 0;
+		io->entered = 0;
+		return;
+	}
 	desc = rs_fdt_desc(e);
 	fidx = atomic_load_explicit(&desc->file, memory_order_acquire);
 	if (__builtin_expect(mode == RS_RL_WRITE &&
@@ -112,12 +131,21 @@ rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
 			      RS_DESC_APPEND), 0))
 		goto general;
 	file = rs_fdt_file(fidx);
+	start = (uint64_t)off;
+	/* off < 2^63 and the clamped len < 2^31: no overflow. */
+	end = start + (len > RS_MAX_RW ? RS_MAX_RW : len);
 	rs_depth++;
-	rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, (uint64_t)off,
-			       range_end((uint64_t)off, len), mode);
-	if (__builtin_expect(atomic_load_explicit(&rs_fd_entries[fd], memory_order_acquire) != e ||
-			     atomic_load_explicit(&desc->file, memory_order_relaxed) != fidx, 0)) {
+	/* Other processes first, then the other threads (grants.h). */
+	waited = rs_grant_enter(file, start, end, mode, &io->gref[0]);
+	waited |= rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start, end, mode);
+	/* Only a call that waited gave another thread time to close and
+	 * reuse the fd under it (a sub-microsecond window is otherwise the
+	 * application's own race, as without the shim). */
+	if (__builtin_expect(waited, 0) &&
+	    (atomic_load_explicit(&rs_fd_entries[fd], memory_order_acquire) != e ||
+	     atomic_load_explicit(&desc->file, memory_order_relaxed) != fidx)) {
 		rs_rangelock_unlock(&file->rl, &io->hold[0].node);
+		rs_grant_leave(&io->gref[0], file);
 		rs_depth--;
 		goto general;
 	}
@@ -134,10 +162,12 @@ rs_io_end(struct rs_io *io, ssize_t result)
 	if (__builtin_expect(io->fast, 1)) {
 		/* unlock saves errno itself on its (contended) wake path. */
 		rs_rangelock_unlock_fast(&io->hold[0].file->rl, &io->hold[0].node);
+		rs_grant_leave(&io->gref[0], io->hold[0].file);
 		rs_depth--;
 		return;
 	}
-	rs_io_end_slow(io, result);
+	if (io->entered)
+		rs_io_end_slow(io, result);
 }
 
 /* One fd, one range. */
@@ -145,12 +175,22 @@ static inline __attribute__((always_inline)) void
 rs_io_one(struct rs_io *io, int fd, unsigned mode,
 			     enum rs_where where, int64_t off, uint64_t len)
 {
-	struct rs_target t = { fd, mode, where, 0, off, len };
+	struct rs_target t = { fd, mode, where, 0, off, len, 0, 0 };
 
 	if (where == RS_AT_OFFSET)
 		rs_io_at(io, fd, mode, off, len);
 	else
 		rs_io_begin(io, &t, 1);
+}
+
+/* The vector calls: the length is read from the array only once the fd
+ * is known to be tracked (rs_iov_len). */
+static inline void rs_io_iov(struct rs_io *io, int fd, unsigned mode, enum rs_where where,
+			     int64_t off, const struct iovec *iov, int cnt, int force_append)
+{
+	struct rs_target t = { fd, mode, where, force_append, off, 0, iov, cnt };
+
+	rs_io_begin(io, &t, 1);
 }
 
 /* truncate(path, len): lock the file if this process has it open. */

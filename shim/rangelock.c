@@ -15,7 +15,9 @@
  * takes the queue mutex (one uncontended CAS), finds no conflicting
  * request in a queue of a few entries, appends its node and drops the
  * mutex.  Unlock takes the mutex, unlinks the node and finds nobody to
- * wake.  Two atomic read-modify-writes per lock/unlock pair, no syscall.
+ * wake.  Four atomic read-modify-writes per lock/unlock pair (the
+ * mutex's CAS and releasing exchange, twice), no syscall; the shim inlines
+ * this case (rangelock_fast.h).
  *
  * Overlaps.  A request conflicts with a queued one when the ranges overlap
  * and at least one of them is a writer; readers share.  As in Lustre's
@@ -83,7 +85,7 @@ static inline int conflicts(const struct rs_rl_node *a, uint64_t start,
 void rs_rangelock_init(struct rs_rangelock *rl)
 {
 	atomic_init(&rl->mtx, 0);
-	rl->nodes = 0;
+	rl->pad = 0;
 	rl->head = NULL;
 	rl->tail = NULL;
 }
@@ -117,7 +119,6 @@ static void enqueue(struct rs_rangelock *rl, struct rs_rl_node *node,
 	else
 		rl->head = node;
 	rl->tail = node;
-	rl->nodes++;
 }
 
 static void wait_granted(struct rs_rl_node *node)
@@ -181,6 +182,5 @@ void rs_rangelock_unlock(struct rs_rangelock *rl, struct rs_rl_node *node)
 		node->next->prev = node->prev;
 	else
 		rl->tail = node->prev;
-	rl->nodes--;
 	rs_mutex_unlock(&rl->mtx);
 }

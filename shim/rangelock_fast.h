@@ -24,12 +24,11 @@ rs_rangelock_lock_fast(struct rs_rangelock *rl, struct rs_rl_node *node,
 			node->start = start;
 			node->end = end;
 			node->mode = mode;
-			atomic_store_explicit(&node->blocked, 0, memory_order_relaxed);
+			/* blocked is read only by a waiting node's owner: not us. */
 			node->prev = NULL;
 			node->next = NULL;
 			rl->head = node;
 			rl->tail = node;
-			rl->nodes = 1;
 			rs_mutex_unlock(&rl->mtx);
 			return 0;
 		}
@@ -51,7 +50,6 @@ rs_rangelock_unlock_fast(struct rs_rangelock *rl, struct rs_rl_node *node)
 		if (__builtin_expect(rl->head == node && node->next == NULL, 1)) {
 			rl->head = NULL;
 			rl->tail = NULL;
-			rl->nodes = 0;
 			rs_mutex_unlock(&rl->mtx);
 			return;
 		}

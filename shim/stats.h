@@ -10,9 +10,14 @@
 	X(io_calls,        "intercepted calls on coordinated files that took a lock") \
 	X(lock_waits,      "range-lock acquisitions that had to wait") \
 	X(node_acquires,   "node-table grants acquired (node scope)") \
-	X(node_revokes,    "node-table grants revoked (node scope)") \
-	X(bytes_read,      "bytes returned by locked reads") \
-	X(bytes_written,   "bytes written by locked writes") \
+	X(node_revokes,    "node-table grants given back or revoked (node scope)") \
+	X(node_wanted,     "busy grants of other processes asked to drain") \
+	X(node_waits,      "node-table acquisitions that had to wait") \
+	X(node_wait_ns,    "nanoseconds spent waiting for node grants") \
+	X(node_reclaims,   "dead processes whose grants were reclaimed") \
+	X(node_table_full, "acquisitions that found the node table full") \
+	X(bytes_read,      "bytes requested by locked reads") \
+	X(bytes_written,   "bytes requested by locked writes") \
 	X(appends,         "O_APPEND writes locked from end of file") \
 	X(append_retries,  "O_APPEND/truncate locks retaken because the file shrank") \
 	X(passthrough,     "calls passed straight through (untracked fd or file)") \
@@ -35,6 +40,15 @@ extern int rs_stats_on;
 		if (__builtin_expect(rs_stats_on, 0))                          \
 			atomic_fetch_add_explicit(&rs_stats.field, (uint64_t)(n), \
 						  memory_order_relaxed);       \
+	} while (0)
+
+/* Bytes the call asked for: the fast path does not see the result. */
+#define RS_COUNT_BYTES(is_write, n)                                            \
+	do {                                                                   \
+		if (is_write)                                                  \
+			RS_COUNT(bytes_written, n);                            \
+		else                                                           \
+			RS_COUNT(bytes_read, n);                               \
 	} while (0)
 
 /* Render as JSON into buf; returns the length.  Used for files and tests. */

@@ -11,11 +11,11 @@ prog=$build/tests/bench/fastpath
 n=20000
 command -v valgrind >/dev/null 2>&1 || { echo "callgrind.sh: valgrind is not installed" >&2; exit 2; }
 dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+trap 'rm -rf "$dir" /dev/shm/rangeshim-callgrind.$$' EXIT
 
 count() { # label, env...
 	label=$1; shift
-	env "$@" valgrind --tool=callgrind --collect-atstart=no \
+	env RANGESHIM_SHM=/rangeshim-callgrind.$$ "$@" valgrind --tool=callgrind --collect-atstart=no \
 	    --toggle-collect=io_loop --callgrind-out-file="$dir/out" \
 	    "$prog" /dev/shm/rangeshim-fastpath.$$ $n >"$dir/log" 2>&1 ||
 	    { cat "$dir/log" >&2; exit 2; }

@@ -14,6 +14,10 @@ asan)
 tsan)
 	export TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 ;;
 esac
+# A node lock table of our own, so that tests neither meet a user's
+# segment nor leave theirs behind.
+export RANGESHIM_SHM="/rangeshim-test.$$"
+trap 'rm -f "/dev/shm/rangeshim-test.$$"' EXIT
 status=0
 total=0
 failed=0

@@ -43,13 +43,21 @@
  *  trylock     A failed trylock does not queue: it blocks nobody afterwards,
  *              its node may be scribbled on or reused at once, and once the
  *              holder unlocks the same range is granted immediately.
+ *  fast path   rs_rangelock_lock_fast/unlock_fast (shim/rangelock_fast.h)
+ *              mixed with the general calls: empty-queue grants, falling
+ *              back when the queue is not empty or the caller not alone,
+ *              waking waiters; and the shadow stress run over them.
  *
  * Timing is used only to bound waits (nothing here can hang the suite:
- * every test has .timeout = 10 and every wait is bounded), and once to give
- * a wrongly woken waiter a chance to show itself; no assertion is about
- * speed.  All state shared between threads is C11 atomics or pthread
- * primitives, so the suite is clean under -fsanitize=thread and
- * -fsanitize=address,undefined.
+ * every test has .timeout = 10, every wait is bounded, and a stuck thread
+ * fails with a message), and to give a wrongly woken waiter 50 ms to show
+ * itself; no assertion is about speed.  The starvation bounds (no wait of
+ * 1 s, at least 10 grants in a second) sit about three orders of magnitude
+ * above what a FIFO lock needs (waits of ~1 ms).  All state shared between
+ * threads is C11 atomics or pthread primitives, so the suite is clean under
+ * -fsanitize=thread and -fsanitize=address,undefined.  Under TSan, run with
+ * TSAN_OPTIONS=halt_on_error=1: otherwise a race report does not fail the
+ * Criterion test that caused it.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -67,6 +75,7 @@
 #include <unistd.h>
 
 #include "rangeshim/rangelock.h"
+#include "rangelock_fast.h"
 
 /*
  * Criterion under ThreadSanitizer.  Criterion's sandbox library (BoxFort)
@@ -82,7 +91,8 @@
  * are still caught by BoxFort's mincore() check and retried.  Only under
  * TSan, and nothing else in this binary calls rand_r().
  */
-#if defined(__SANITIZE_THREAD__) && defined(__x86_64__)
+#if defined(__SANITIZE_THREAD__) && defined(__x86_64__) && !defined(RS_TSAN_RAND_R)
+#define RS_TSAN_RAND_R 1
 int rand_r(unsigned *seed);
 int rand_r(unsigned *seed)
 {
@@ -139,6 +149,7 @@ struct areq {
 	struct rs_rl_node node;
 	uint64_t start, end;
 	unsigned mode;
+	int fast;              /* use the inline fast-path calls */
 	_Atomic int started;   /* thread is about to call lock */
 	_Atomic int done;      /* lock returned */
 	_Atomic int ret;       /* what lock returned */
@@ -153,22 +164,29 @@ static void *areq_main(void *arg)
 	int r;
 
 	atomic_store(&a->started, 1);
-	r = rs_rangelock_lock(a->rl, &a->node, a->start, a->end, a->mode);
+	if (a->fast)
+		r = rs_rangelock_lock_fast(a->rl, &a->node, a->start, a->end, a->mode);
+	else
+		r = rs_rangelock_lock(a->rl, &a->node, a->start, a->end, a->mode);
 	atomic_store(&a->ret, r);
 	atomic_store(&a->done, 1);
 	/* Bounded only by the test's own timeout: main always releases. */
 	while (!atomic_load(&a->release))
 		sleep_us(100);
-	rs_rangelock_unlock(a->rl, &a->node);
+	if (a->fast)
+		rs_rangelock_unlock_fast(a->rl, &a->node);
+	else
+		rs_rangelock_unlock(a->rl, &a->node);
 	atomic_store(&a->released, 1);
 	return NULL;
 }
 
-static void areq_start(struct areq *a, struct rs_rangelock *rl,
-		       uint64_t start, uint64_t end, unsigned mode)
+static void areq_start_how(struct areq *a, struct rs_rangelock *rl,
+			   uint64_t start, uint64_t end, unsigned mode, int fast)
 {
 	memset(a, 0, sizeof(*a));
 	a->rl = rl;
+	a->fast = fast;
 	a->start = start;
 	a->end = end;
 	a->mode = mode;
@@ -179,6 +197,12 @@ static void areq_start(struct areq *a, struct rs_rangelock *rl,
 	atomic_init(&a->release, 0);
 	atomic_init(&a->released, 0);
 	cr_assert_eq(pthread_create(&a->th, NULL, areq_main, a), 0);
+}
+
+static void areq_start(struct areq *a, struct rs_rangelock *rl,
+		       uint64_t start, uint64_t end, unsigned mode)
+{
+	areq_start_how(a, rl, start, end, mode, 0);
 }
 
 /*
@@ -225,6 +249,18 @@ static void areq_expect_still_waiting(struct areq *a, const char *what)
 	cr_assert_eq(atomic_load(&a->done), 0,
 		     "%s: was granted but a conflicting earlier request is still queued",
 		     what);
+}
+
+/* node->blocked is documented as the number of earlier conflicting
+ * requests still queued. */
+static void areq_expect_blocked(struct areq *a, uint32_t n, const char *what)
+{
+	uint32_t b = atomic_load(&a->node.blocked);
+
+	cr_assert_eq(b, n, "%s [%llu,%llu) %s: node.blocked = %u, expected %u "
+		     "earlier conflicting requests", what,
+		     (unsigned long long)a->start, (unsigned long long)a->end,
+		     a->mode == RS_RL_WRITE ? "W" : "R", b, n);
 }
 
 static void areq_finish(struct areq *a)
@@ -694,19 +730,19 @@ Test(rangelock, wakeup_exactly_those_alone_blocked, .timeout = 10)
 	areq_start(&w4, &rl, 0, 5, R);   /* blocked by h1 and waiting w1 */
 	areq_expect_waiting(&w4, "w4 [0,5) R");
 
-	cr_assert_eq(atomic_load(&w1.node.blocked), 1u);
-	cr_assert_eq(atomic_load(&w2.node.blocked), 2u);
-	cr_assert_eq(atomic_load(&w3.node.blocked), 1u);
-	cr_assert_eq(atomic_load(&w4.node.blocked), 2u);
+	areq_expect_blocked(&w1, 1, "w1");
+	areq_expect_blocked(&w2, 2, "w2");
+	areq_expect_blocked(&w3, 1, "w3");
+	areq_expect_blocked(&w4, 2, "w4");
 
 	rs_rangelock_unlock(&rl, &h1);
 	areq_expect_granted(&w1, 1, "w1 after h1 unlocks");
 	areq_expect_still_waiting(&w2, "w2 (h2 still held)");
 	areq_expect_still_waiting(&w3, "w3 (h2 still held)");
 	areq_expect_still_waiting(&w4, "w4 (w1 now holds)");
-	cr_assert_eq(atomic_load(&w2.node.blocked), 1u);
-	cr_assert_eq(atomic_load(&w3.node.blocked), 1u);
-	cr_assert_eq(atomic_load(&w4.node.blocked), 1u);
+	areq_expect_blocked(&w2, 1, "w2 after h1 unlocked");
+	areq_expect_blocked(&w3, 1, "w3 after h1 unlocked");
+	areq_expect_blocked(&w4, 1, "w4 after h1 unlocked");
 
 	areq_finish(&w1);
 	areq_expect_granted(&w4, 1, "w4 after w1 unlocks");
@@ -739,7 +775,7 @@ Test(rangelock, wakeup_after_all_blockers, .timeout = 10)
 	cr_assert_eq(rs_rangelock_lock(&rl, &r2, 50, EOFR, R), 0);
 	areq_start(&w, &rl, 60, 70, W);
 	areq_expect_waiting(&w, "writer behind two readers");
-	cr_assert_eq(atomic_load(&w.node.blocked), 2u);
+	areq_expect_blocked(&w, 2, "writer behind r1, r2");
 	areq_start(&ra, &rl, 0, EOFR, R);
 	areq_expect_waiting(&ra, "reader [0,EOF) behind writer");
 	areq_start(&rb, &rl, 69, 70, R);
@@ -748,7 +784,7 @@ Test(rangelock, wakeup_after_all_blockers, .timeout = 10)
 	/* Unlock the later reader first. */
 	rs_rangelock_unlock(&rl, &r2);
 	areq_expect_still_waiting(&w, "writer with r1 still held");
-	cr_assert_eq(atomic_load(&w.node.blocked), 1u);
+	areq_expect_blocked(&w, 1, "writer after r2 unlocked");
 	rs_rangelock_unlock(&rl, &r1);
 	areq_expect_granted(&w, 1, "writer after both readers");
 	areq_expect_still_waiting(&ra, "reader [0,EOF) while writer holds");
@@ -789,7 +825,8 @@ struct shadow_run {
 	const struct locker *lk;
 	struct rs_rangelock rl;
 	unsigned iters;         /* per thread */
-	uint64_t deadline_ns;   /* absolute */
+	unsigned run_ms;        /* time bound, from when all threads exist */
+	uint64_t deadline_ns;   /* absolute; set just before the start barrier */
 	uint64_t stop_after;    /* stop early once this many violations */
 	int plain;              /* also touch plain (non-atomic) data */
 	_Atomic uint32_t cell[SH_NCELLS];
@@ -916,7 +953,7 @@ static void *shadow_worker(void *arg)
 		uint64_t start, end;
 		int r;
 
-		if ((i & 63) == 0 &&
+		if ((i & 63) == 63 &&
 		    (atomic_load_explicit(&run->stop, RLX) || now_ns() > run->deadline_ns))
 			break;
 		if ((x >> 16) % 5 == 0) {
@@ -997,8 +1034,8 @@ static void shadow_run_init(struct shadow_run *run, const struct locker *lk,
 	atomic_init(&run->stop, 0);
 	atomic_init(&run->finished, 0);
 	atomic_init(&run->have_msg, 0);
+	run->run_ms = ms;
 	cr_assert_eq(pthread_barrier_init(&run->go, NULL, SH_THREADS + 1), 0);
-	run->deadline_ns = now_ns() + (uint64_t)ms * 1000000u;
 }
 
 static void shadow_run_go(struct shadow_run *run)
@@ -1011,6 +1048,9 @@ static void shadow_run_go(struct shadow_run *run)
 		arg[t].id = t;
 		cr_assert_eq(pthread_create(&th[t], NULL, shadow_worker, &arg[t]), 0);
 	}
+	/* Thread creation can be slow under TSan on a loaded machine: start
+	 * the clock only now (the barrier publishes it). */
+	run->deadline_ns = now_ns() + (uint64_t)run->run_ms * 1000000u;
 	pthread_barrier_wait(&run->go);
 	/* Bounded: a lost wakeup or a deadlock fails here with a message
 	 * instead of hanging until Criterion's timeout. */
@@ -1052,42 +1092,71 @@ static void no_unlock(struct rs_rangelock *rl, struct rs_rl_node *node)
 
 static const struct locker broken_locker = { "no-lock", no_lock, no_unlock };
 
-Test(rangelock, stress_shadow, .timeout = 10)
+static int fast_lock(struct rs_rangelock *rl, struct rs_rl_node *node,
+		     uint64_t start, uint64_t end, unsigned mode)
 {
-	static struct shadow_run run;
+	return rs_rangelock_lock_fast(rl, node, start, end, mode);
+}
+
+static void fast_unlock(struct rs_rangelock *rl, struct rs_rl_node *node)
+{
+	rs_rangelock_unlock_fast(rl, node);
+}
+
+static const struct locker fast_locker = { "fast-path", fast_lock, fast_unlock };
+
+static void shadow_expect_clean(struct shadow_run *r)
+{
 	struct rs_rl_node n;
 	uint64_t v, ops, waits;
 
-	shadow_run_init(&run, &real_locker, 20000, 1200, 0, 1);
-	shadow_run_go(&run);
-	v = atomic_load(&run.violations);
-	ops = atomic_load(&run.ops);
-	waits = atomic_load(&run.waits);
+	v = atomic_load(&r->violations);
+	ops = atomic_load(&r->ops);
+	waits = atomic_load(&r->waits);
 	cr_assert_eq(v, 0, "%llu mutual-exclusion violations; first: %s",
-		     (unsigned long long)v, run.msg);
-	cr_assert_eq(atomic_load(&run.bad_ret), 0,
+		     (unsigned long long)v, r->msg);
+	cr_assert_eq(atomic_load(&r->bad_ret), 0,
 		     "lock returned a value other than 0 or 1");
 	cr_assert_geq(ops, 2000, "only %llu operations ran: not a meaningful stress",
 		      (unsigned long long)ops);
 	cr_assert_gt(waits, 0, "no lock ever waited: no contention, test is vacuous");
-	cr_assert_gt(atomic_load(&run.eof_ops), 0);
+	cr_assert_gt(atomic_load(&r->eof_ops), 0);
 	{
 		uint64_t total = 0;
 
 		for (unsigned c = 0; c < SH_NCELLS; c++)
-			total += run.plain_data[c];
-		cr_assert_eq(total, atomic_load(&run.plain_expected),
+			total += r->plain_data[c];
+		cr_assert_eq(total, atomic_load(&r->plain_expected),
 			     "plain data lost updates: %llu increments, %llu expected",
 			     (unsigned long long)total,
-			     (unsigned long long)atomic_load(&run.plain_expected));
+			     (unsigned long long)atomic_load(&r->plain_expected));
 	}
 	for (unsigned c = 0; c < SH_NCELLS; c++)
-		cr_assert_eq(atomic_load(&run.cell[c]), 0, "shadow cell %u left at 0x%x",
-			     c, atomic_load(&run.cell[c]));
+		cr_assert_eq(atomic_load(&r->cell[c]), 0, "shadow cell %u left at 0x%x",
+			     c, atomic_load(&r->cell[c]));
 	/* Every node left the queue. */
-	cr_assert_eq(rs_rangelock_trylock(&run.rl, &n, 0, EOFR, W), 0,
+	cr_assert_eq(rs_rangelock_trylock(&r->rl, &n, 0, EOFR, W), 0,
 		     "lock not empty after all threads unlocked");
-	rs_rangelock_unlock(&run.rl, &n);
+	rs_rangelock_unlock(&r->rl, &n);
+}
+
+Test(rangelock, stress_shadow, .timeout = 10)
+{
+	static struct shadow_run run;
+
+	shadow_run_init(&run, &real_locker, 20000, 1200, 0, 1);
+	shadow_run_go(&run);
+	shadow_expect_clean(&run);
+}
+
+/* The same over the inline fast paths, which the shim uses per call. */
+Test(rangelock, stress_shadow_fast_path, .timeout = 10)
+{
+	static struct shadow_run run;
+
+	shadow_run_init(&run, &fast_locker, 20000, 700, 0, 1);
+	shadow_run_go(&run);
+	shadow_expect_clean(&run);
 }
 
 /* Control: the same checker over a lock that locks nothing must complain. */
@@ -1250,12 +1319,89 @@ Test(rangelock, failed_trylock_behind_waiter_does_not_queue, .timeout = 10)
 	memset(&t, 0x5a, sizeof(t));
 	/* If a failed trylock had queued, the writer would count it on
 	 * nothing, but unlocking the reader must still grant the writer. */
-	cr_assert_eq(atomic_load(&w.node.blocked), 1u);
+	areq_expect_blocked(&w, 1, "w");
 	rs_rangelock_unlock(&rl, &h);
 	areq_expect_granted(&w, 1, "writer");
 	areq_finish(&w);
 	cr_assert_eq(rs_rangelock_lock(&rl, &t, 10, 20, R), 0);
 	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 0, EOFR, R), 0);
 	rs_rangelock_unlock(&rl, &n);
+	rs_rangelock_unlock(&rl, &t);
+}
+
+/* ------------------------------------------------------------------ */
+/* 8. Inline fast paths mixed with the general calls                   */
+
+Test(rangelock, fast_path_mixed_with_general, .timeout = 10)
+{
+	struct rs_rangelock rl;
+	struct rs_rl_node n1, n2, t;
+
+	rs_rangelock_init(&rl);
+	cr_assert_eq(rs_rangelock_lock_fast(&rl, &n1, 0, 10, W), 0);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &t, 5, 6, R), -1,
+		     "range taken by the fast path is not seen by trylock");
+	cr_assert_eq(rs_rangelock_trylock(&rl, &t, 10, 20, R), 0);
+	/* Queue not empty: falls back to the general path, no conflict. */
+	cr_assert_eq(rs_rangelock_lock_fast(&rl, &n2, 20, 30, R), 0);
+	{
+		struct rs_rl_node x;
+
+		cr_assert_eq(rs_rangelock_trylock(&rl, &x, 25, 26, W), -1,
+			     "reader taken through lock_fast's fallback not seen");
+	}
+	/* n1 is the head but not alone: the general unlock must run. */
+	rs_rangelock_unlock_fast(&rl, &n1);
+	{
+		struct rs_rl_node x;
+
+		cr_assert_eq(rs_rangelock_trylock(&rl, &x, 0, 10, W), 0,
+			     "unlock_fast of a non-sole node did not release it");
+		rs_rangelock_unlock_fast(&rl, &x); /* tail, not head */
+		cr_assert_eq(rs_rangelock_trylock(&rl, &x, 0, 10, W), 0,
+			     "unlock_fast of the tail did not release it");
+		rs_rangelock_unlock(&rl, &x);
+	}
+	rs_rangelock_unlock_fast(&rl, &t);   /* head, n2 behind it */
+	cr_assert_eq(rs_rangelock_trylock(&rl, &t, 10, 20, W), 0);
+	rs_rangelock_unlock(&rl, &t);
+	rs_rangelock_unlock_fast(&rl, &n2);  /* alone: the fast case */
+	cr_assert_eq(rs_rangelock_trylock(&rl, &t, 0, EOFR, W), 0,
+		     "lock not empty after unlock_fast of the last node");
+	rs_rangelock_unlock_fast(&rl, &t);
+	/* And the fast lock on the now empty queue still records the range. */
+	cr_assert_eq(rs_rangelock_lock_fast(&rl, &n1, 100, EOFR, R), 0);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &t, 1ull << 50, (1ull << 50) + 1, W), -1);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &t, 0, 100, W), 0);
+	rs_rangelock_unlock_fast(&rl, &t);
+	rs_rangelock_unlock_fast(&rl, &n1);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &t, 0, EOFR, W), 0);
+	rs_rangelock_unlock(&rl, &t);
+}
+
+Test(rangelock, fast_path_waits_and_wakes, .timeout = 10)
+{
+	struct rs_rangelock rl;
+	struct rs_rl_node h, t;
+	struct areq w, r;
+
+	rs_rangelock_init(&rl);
+	cr_assert_eq(rs_rangelock_lock_fast(&rl, &h, 0, 10, W), 0);
+	/* A fast-path request behind a holder queues and waits. */
+	areq_start_how(&w, &rl, 5, 15, W, 1);
+	areq_expect_waiting(&w, "fast-path writer behind fast-path holder");
+	areq_expect_blocked(&w, 1, "fast-path writer");
+	/* And is not overtaken by a later fast-path reader. */
+	areq_start_how(&r, &rl, 12, 13, R, 1);
+	areq_expect_waiting(&r, "fast-path reader behind queued writer");
+	cr_assert_eq(rs_rangelock_trylock(&rl, &t, 12, 13, R), -1);
+	/* The holder is not alone: unlock_fast must wake the writer. */
+	rs_rangelock_unlock_fast(&rl, &h);
+	areq_expect_granted(&w, 1, "fast-path writer after unlock_fast");
+	areq_expect_still_waiting(&r, "fast-path reader while writer holds");
+	areq_finish(&w);
+	areq_expect_granted(&r, 1, "fast-path reader after writer");
+	areq_finish(&r);   /* alone by now: the fast unlock */
+	cr_assert_eq(rs_rangelock_trylock(&rl, &t, 0, EOFR, W), 0);
 	rs_rangelock_unlock(&rl, &t);
 }

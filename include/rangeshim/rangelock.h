@@ -18,6 +18,9 @@ extern "C" {
 
 #define RS_RANGE_EOF UINT64_MAX
 
+/* Exported by librangeshim.so, so that programs may use the lock directly. */
+#define RS_RANGELOCK_API __attribute__((visibility("default")))
+
 enum rs_rl_mode {
 	RS_RL_READ = 1,
 	RS_RL_WRITE = 2,
@@ -35,21 +38,21 @@ struct rs_rl_node {
 
 struct rs_rangelock {
 	_Atomic uint32_t mtx;      /* guards the queue below; see futex.h */
-	uint32_t nodes;            /* queued requests, granted or waiting */
+	uint32_t pad;
 	struct rs_rl_node *head;   /* oldest request first (FIFO) */
 	struct rs_rl_node *tail;
 };
 
 #define RS_RANGELOCK_INIT { 0, 0, 0, 0 }
 
-void rs_rangelock_init(struct rs_rangelock *rl);
+RS_RANGELOCK_API void rs_rangelock_init(struct rs_rangelock *rl);
 
 /*
  * Pre:  start < end; mode is RS_RL_READ or RS_RL_WRITE; node is not queued.
  * Post: [start, end) is held in the given mode.  Returns 0 when it was
  *       granted at once, 1 when the caller had to wait.
  */
-int rs_rangelock_lock(struct rs_rangelock *rl, struct rs_rl_node *node,
+RS_RANGELOCK_API int rs_rangelock_lock(struct rs_rangelock *rl, struct rs_rl_node *node,
 		      uint64_t start, uint64_t end, unsigned mode);
 
 /*
@@ -57,20 +60,20 @@ int rs_rangelock_lock(struct rs_rangelock *rl, struct rs_rl_node *node,
  * Post: returns 0 and holds the range, or returns -1 and node is not queued
  *       (some earlier request conflicts).
  */
-int rs_rangelock_trylock(struct rs_rangelock *rl, struct rs_rl_node *node,
+RS_RANGELOCK_API int rs_rangelock_trylock(struct rs_rangelock *rl, struct rs_rl_node *node,
 			 uint64_t start, uint64_t end, unsigned mode);
 
 /*
  * Pre:  node holds its range in rl.
  * Post: the range is released and every waiter it alone blocked is woken.
  */
-void rs_rangelock_unlock(struct rs_rangelock *rl, struct rs_rl_node *node);
+RS_RANGELOCK_API void rs_rangelock_unlock(struct rs_rangelock *rl, struct rs_rl_node *node);
 
 /*
  * Forget every queued request without waking anyone.  Only for a forked
  * child, whose other threads (and the nodes on their stacks) are gone.
  */
-void rs_rangelock_reset(struct rs_rangelock *rl);
+RS_RANGELOCK_API void rs_rangelock_reset(struct rs_rangelock *rl);
 
 #ifdef __cplusplus
 }

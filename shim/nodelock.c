@@ -1,0 +1,453 @@
+/*
+ * Node lock table: EXSH grants in shared memory.
+ *
+ * THEORY
+ *
+ * This is GFS2's EXSH glock (seed 004) moved one level up: a process plays
+ * the node, its threads play the node's processes, the table plays the
+ * DLM.  A process holds a grant on a byte range of a file in one of two
+ * modes: SHARED (readers of several processes) or EXSH, exclusive towards
+ * other processes and shared by all the threads of the holder, which then
+ * order themselves with the process-wide range lock (rangelock.c).
+ *
+ * Interface.  rs_nt_acquire(table, request) returns a grant; the process
+ * keeps it after the call (grants.c caches it) and counts its users in the
+ * grant's first cache line, which only the holder writes.  rs_nt_release
+ * frees it.  Everything is an index into fixed arrays; nothing in the
+ * segment is a pointer.
+ *
+ * Common case.  A process working in its own region acquires a grant once,
+ * expanded when nothing conflicts to the surrounding aligned window
+ * (req->window, 4 MiB by default) clipped to the gaps between other
+ * processes' grants, the way Lustre's LDLM grows extent locks.  Later calls
+ * inside it only increment the user count: no table lock, no shared lock
+ * word.  A request that had to revoke someone is not expanded, so two
+ * processes that meet in a window settle on disjoint grants instead of
+ * taking the window from each other in turn.
+ *
+ * Conflicts.  Under the table mutex the requester scans the grants of the
+ * same file.  An idle grant (users == 0) of another process is revoked
+ * directly: freed, its generation bumped, so the holder's cached copy is
+ * seen to be stale.  A busy one is marked wanted: its holder admits no new
+ * users (the fast path checks the flag after incrementing users, and the
+ * requester re-reads users after setting it: each sees the other, both
+ * accesses being sequentially consistent), drains, and releases it when
+ * the last user leaves, waking the table's futex.  That is GFS2's blocking
+ * callback and demote.  No minimum hold time: a grant wanted by another
+ * process is given up as soon as its current calls finish, because here a
+ * demote costs microseconds, not a DLM round trip, and a hold time would be
+ * added latency for every writer that meets another.
+ *
+ * Fairness.  A requester that must wait records its request in the table
+ * as a WAIT entry with a ticket.  Later requests that conflict with an
+ * earlier waiting request wait behind it, so a stream of newcomers cannot
+ * starve anyone; holders see wanted and drain.
+ *
+ * Waiting.  Sleep on the table's change counter (a shared futex) with a
+ * 20 ms timeout; every wake re-scans.  Every 100 ms of waiting, and on
+ * every attach, the liveness of the processes we wait for is checked.
+ *
+ * Crashes.  Each attached process holds an OFD lock on one byte of the
+ * segment file (segment.h): the kernel drops it when the process dies,
+ * however it dies, and a new process with the same pid does not hold it.
+ * A dead process's grants and slot are freed by whoever waits on them.  The
+ * table mutex is a robust pthread mutex: if its holder died inside, the
+ * next locker gets EOWNERDEAD, re-validates every slot, and carries on;
+ * since the table has no lists, only per-slot records whose state word is
+ * written last, there is nothing to repair beyond that check.  A segment
+ * that fails validation is refused; the caller falls back to process scope.
+ */
+#include "nodelock.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rangeshim/rangelock.h"
+
+#define WAIT_SLICE_NS   (20ull * 1000 * 1000)
+#define LIVENESS_NS     (100ull * 1000 * 1000)
+#define LOCK_TIMEOUT_NS (2ull * 1000 * 1000 * 1000)
+
+uint64_t rs_nt_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void wake_all(struct rs_segment *s)
+{
+	int saved = errno;
+
+	atomic_fetch_add(&s->hdr.change, 1);
+	syscall(SYS_futex, &s->hdr.change, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	errno = saved;
+}
+
+static void wait_change(struct rs_segment *s, uint32_t seen, uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) };
+	int saved = errno;
+
+	syscall(SYS_futex, &s->hdr.change, FUTEX_WAIT, seen, &ts, NULL, 0);
+	errno = saved;
+}
+
+/* Take the table mutex.  -1: unusable (corrupt, or held for seconds). */
+static int table_lock(struct rs_nt *t, char *why, size_t whylen)
+{
+	struct rs_segment *s = t->map.seg;
+	uint64_t deadline = rs_nt_now_ns() + LOCK_TIMEOUT_NS;
+
+	for (;;) {
+		struct timespec ts;
+		int r;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		r = pthread_mutex_timedlock(&s->hdr.mtx, &ts);
+		if (r == 0)
+			return 0;
+		if (r == EOWNERDEAD) {
+			/* Its holder died inside; every record is checked anew. */
+			pthread_mutex_consistent(&s->hdr.mtx);
+			if (rs_seg_check(s, why, whylen) < 0) {
+				pthread_mutex_unlock(&s->hdr.mtx);
+				return -1;
+			}
+			return 0;
+		}
+		if (r != ETIMEDOUT) {
+			snprintf(why, whylen, "table mutex: %s", strerror(r));
+			return -1;
+		}
+		if (rs_nt_now_ns() > deadline) {
+			snprintf(why, whylen, "table mutex held for over %llu s",
+				 (unsigned long long)(LOCK_TIMEOUT_NS / 1000000000ull));
+			return -1;
+		}
+	}
+}
+
+static void table_unlock(struct rs_nt *t)
+{
+	pthread_mutex_unlock(&t->map.seg->hdr.mtx);
+}
+
+static void free_grant(struct rs_seg_grant *g)
+{
+	uint64_t v = atomic_load(&g->gw);
+
+	atomic_store(&g->state, RS_G_FREE);
+	/* Next generation, no wanted bit; a stale holder's racing fetch_or
+	 * is either overwritten or cleared again by fill(). */
+	while (!atomic_compare_exchange_weak(&g->gw, &v, (uint64_t)(RS_GW_GEN(v) + 1) << 32))
+		;
+}
+
+/* Under the table mutex. */
+static uint32_t reclaim_locked(struct rs_nt *t)
+{
+	struct rs_segment *s = t->map.seg;
+	uint32_t dead = 0;
+
+	for (uint32_t p = 0; p < RS_NPROC; p++) {
+		if (p == t->me || atomic_load(&s->procs[p].state) != RS_PROC_LIVE ||
+		    rs_seg_alive(&t->map, p))
+			continue;
+		for (uint32_t i = 0; i < RS_NGRANT; i++) {
+			struct rs_seg_grant *g = &s->grants[i];
+
+			if (atomic_load(&g->state) != RS_G_FREE && g->owner == p)
+				free_grant(g);
+		}
+		atomic_store(&s->procs[p].state, RS_PROC_FREE);
+		s->procs[p].gen++;
+		dead++;
+	}
+	if (dead) {
+		atomic_fetch_add(&s->hdr.reclaims, dead);
+		wake_all(s);
+	}
+	return dead;
+}
+
+uint32_t rs_nt_reclaim(struct rs_nt *t)
+{
+	char why[160];
+	uint32_t n;
+
+	if (table_lock(t, why, sizeof(why)) < 0)
+		return 0;
+	n = reclaim_locked(t);
+	table_unlock(t);
+	return n;
+}
+
+int rs_nt_register(struct rs_nt *t, const char *name, char *why, size_t whylen)
+{
+	struct rs_segment *s;
+
+	t->me = UINT32_MAX;
+	t->pid = (int32_t)syscall(SYS_getpid);
+	if (rs_seg_attach(&t->map, name, 1, why, whylen) < 0)
+		return -1;
+	s = t->map.seg;
+	if (table_lock(t, why, whylen) < 0) {
+		rs_seg_detach(&t->map);
+		return -1;
+	}
+	reclaim_locked(t);
+	for (uint32_t p = 0; p < RS_NPROC; p++) {
+		if (atomic_load(&s->procs[p].state) != RS_PROC_FREE || rs_seg_claim(&t->map, p) < 0)
+			continue;
+		/* A slot freed by reclaim may still list grants if its owner
+		 * died mid-update; they are the dead owner's, not ours. */
+		for (uint32_t i = 0; i < RS_NGRANT; i++)
+			if (atomic_load(&s->grants[i].state) != RS_G_FREE && s->grants[i].owner == p)
+				free_grant(&s->grants[i]);
+		s->procs[p].pid = t->pid;
+		s->procs[p].gen++;
+		s->procs[p].attached_ns = realtime_ns();
+		atomic_store(&s->procs[p].state, RS_PROC_LIVE);
+		t->me = p;
+		break;
+	}
+	table_unlock(t);
+	if (t->me == UINT32_MAX) {
+		snprintf(why, whylen, "all %u process slots of %s are in use", RS_NPROC, t->map.path);
+		rs_seg_detach(&t->map);
+		return -1;
+	}
+	return 0;
+}
+
+void rs_nt_unregister(struct rs_nt *t)
+{
+	struct rs_segment *s = t->map.seg;
+	char why[160];
+
+	if (!s)
+		return;
+	if (table_lock(t, why, sizeof(why)) == 0) {
+		for (uint32_t i = 0; i < RS_NGRANT; i++)
+			if (atomic_load(&s->grants[i].state) != RS_G_FREE && s->grants[i].owner == t->me)
+				free_grant(&s->grants[i]);
+		atomic_store(&s->procs[t->me].state, RS_PROC_FREE);
+		s->procs[t->me].gen++;
+		table_unlock(t);
+		wake_all(s);
+	}
+	rs_seg_detach(&t->map);
+}
+
+void rs_nt_forget(struct rs_nt *t)
+{
+	/* The fd shares the parent's open file description, and with it the
+	 * parent's liveness lock: close ours so the parent's death shows. */
+	if (t->map.fd >= 0)
+		syscall(SYS_close, t->map.fd);
+	t->map.fd = -1;
+	t->map.seg = NULL;
+	t->me = UINT32_MAX;
+}
+
+static int compatible(unsigned a, unsigned b)
+{
+	return a == RS_G_SHARED && b == RS_G_SHARED;
+}
+
+static int overlaps(const struct rs_seg_grant *g, uint64_t start, uint64_t end)
+{
+	return g->start < end && start < g->end;
+}
+
+static uint32_t find_free(struct rs_segment *s)
+{
+	for (uint32_t i = 0; i < RS_NGRANT; i++)
+		if (atomic_load(&s->grants[i].state) == RS_G_FREE)
+			return i;
+	return UINT32_MAX;
+}
+
+/* Table full: take back an idle grant, anyone's (an idle grant is only a
+ * cache).  Returns a free slot or UINT32_MAX. */
+static uint32_t evict_idle(struct rs_segment *s)
+{
+	for (uint32_t i = 0; i < RS_NGRANT; i++) {
+		struct rs_seg_grant *g = &s->grants[i];
+
+		if (atomic_load(&g->state) != RS_G_HELD)
+			continue;
+		atomic_fetch_or(&g->gw, RS_WANTED);
+		if (atomic_load(&g->users) == 0) {
+			free_grant(g);
+			return i;
+		}
+	}
+	return UINT32_MAX;
+}
+
+static void fill(struct rs_nt *t, struct rs_seg_grant *g, const struct rs_nt_req *r,
+		 uint64_t start, uint64_t end, uint32_t state, uint32_t ticket)
+{
+	atomic_store(&g->users, 0);
+	atomic_store(&g->gw, (uint64_t)RS_GW_GEN(atomic_load(&g->gw)) << 32);
+	g->mode = r->mode;
+	g->owner = t->me;
+	g->owner_gen = t->map.seg->procs[t->me].gen;
+	g->ticket = ticket;
+	g->dev = r->dev;
+	g->ino = r->ino;
+	g->start = start;
+	g->end = end;
+	g->since_ns = realtime_ns();
+	atomic_store(&g->state, state);
+}
+
+int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_result *res,
+		  char *why, size_t whylen)
+{
+	struct rs_segment *s = t->map.seg;
+	uint32_t wait_idx = UINT32_MAX, ticket = 0;
+	uint64_t t0 = 0, last_live = 0;
+	int contended = 0;
+
+	memset(res, 0, sizeof(*res));
+	for (;;) {
+		uint64_t lo = 0, hi = RS_RANGE_EOF;
+		uint32_t conflicts = 0, seen, idx;
+
+		if (table_lock(t, why, whylen) < 0)
+			goto fail;
+		if (wait_idx != UINT32_MAX &&
+		    (atomic_load(&s->grants[wait_idx].state) != RS_G_WAIT ||
+		     s->grants[wait_idx].owner != t->me))
+			wait_idx = UINT32_MAX;	/* reclaimed from under us: queue again */
+		for (uint32_t i = 0; i < RS_NGRANT; i++) {
+			struct rs_seg_grant *g = &s->grants[i];
+			uint32_t st = atomic_load(&g->state);
+
+			if (st == RS_G_FREE || g->owner == t->me || g->dev != r->dev || g->ino != r->ino)
+				continue;
+			if (g->owner >= RS_NPROC || g->start >= g->end) {
+				snprintf(why, whylen, "grant %u is malformed", i);
+				table_unlock(t);
+				goto fail;
+			}
+			if (compatible(g->mode, r->mode))
+				continue;
+			if (!overlaps(g, r->start, r->end)) {
+				/* Room to expand into stops at others' grants. */
+				if (g->end <= r->start && g->end > lo)
+					lo = g->end;
+				if (g->start >= r->end && g->start < hi)
+					hi = g->start;
+				continue;
+			}
+			contended = 1;
+			if (st == RS_G_WAIT) {
+				if (wait_idx == UINT32_MAX || g->ticket < ticket)
+					conflicts++;
+				continue;
+			}
+			if (!(atomic_fetch_or(&g->gw, RS_WANTED) & RS_WANTED)) {
+				res->wanted++;
+				atomic_fetch_add(&s->hdr.wanted_calls, 1);
+			}
+			if (atomic_load(&g->users) == 0) {
+				free_grant(g);
+				res->revoked++;
+				atomic_fetch_add(&s->hdr.revokes, 1);
+				continue;
+			}
+			conflicts++;
+		}
+		if (conflicts == 0) {
+			uint64_t start = r->start, end = r->end;
+
+			idx = wait_idx != UINT32_MAX ? wait_idx : find_free(s);
+			if (idx == UINT32_MAX)
+				idx = evict_idle(s);
+			if (idx != UINT32_MAX) {
+				if (!contended && r->window && end != RS_RANGE_EOF) {
+					uint64_t ws = start - start % r->window;
+					uint64_t we = end % r->window ? end - end % r->window + r->window : end;
+
+					if (we < end)
+						we = RS_RANGE_EOF;	/* wrapped */
+					start = ws > lo ? ws : lo;
+					end = we < hi ? we : hi;
+				}
+				fill(t, &s->grants[idx], r, start, end, RS_G_HELD, 0);
+				atomic_fetch_add(&s->hdr.acquires, 1);
+				table_unlock(t);
+				res->idx = idx;
+				res->gen = RS_GW_GEN(atomic_load(&s->grants[idx].gw));
+				res->start = start;
+				res->end = end;
+				if (t0)
+					res->wait_ns = rs_nt_now_ns() - t0;
+				return 0;
+			}
+			res->table_full = 1;
+		}
+		if (wait_idx == UINT32_MAX && conflicts) {
+			idx = find_free(s);
+			if (idx != UINT32_MAX) {
+				ticket = ++s->hdr.next_ticket;
+				fill(t, &s->grants[idx], r, r->start, r->end, RS_G_WAIT, ticket);
+				wait_idx = idx;
+			}
+		}
+		seen = atomic_load(&s->hdr.change);
+		table_unlock(t);
+		if (!t0)
+			t0 = last_live = rs_nt_now_ns();
+		res->waited = 1;
+		wait_change(s, seen, WAIT_SLICE_NS);
+		if (rs_nt_now_ns() - last_live > LIVENESS_NS) {
+			res->reclaimed += rs_nt_reclaim(t);
+			last_live = rs_nt_now_ns();
+		}
+	}
+fail:
+	if (wait_idx != UINT32_MAX && s->grants[wait_idx].owner == t->me)
+		free_grant(&s->grants[wait_idx]);
+	return -1;
+}
+
+void rs_nt_release(struct rs_nt *t, uint32_t idx, uint32_t gen)
+{
+	struct rs_segment *s = t->map.seg;
+	struct rs_seg_grant *g;
+	char why[160];
+
+	if (!s || idx >= RS_NGRANT || table_lock(t, why, sizeof(why)) < 0)
+		return;
+	g = &s->grants[idx];
+	if (atomic_load(&g->state) == RS_G_HELD && g->owner == t->me &&
+	    RS_GW_GEN(atomic_load(&g->gw)) == gen)
+		free_grant(g);
+	table_unlock(t);
+	wake_all(s);
+}

@@ -1,0 +1,66 @@
+/*
+ * The node lock table: EXSH grants in shared memory.  Table logic only;
+ * no interposition, so it is tested on its own (tests/test_nodelock.c).
+ * grants.c is the process side: which grants this process caches.
+ */
+#ifndef RANGESHIM_NODELOCK_H
+#define RANGESHIM_NODELOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "segment.h"
+
+/* A process's handle on the table. */
+struct rs_nt {
+	struct rs_seg_map map;
+	uint32_t me;          /* our process slot */
+	int32_t pid;
+};
+
+struct rs_nt_req {
+	uint64_t dev, ino;
+	uint64_t start, end;  /* [start, end); end may be RS_RANGE_EOF */
+	unsigned mode;        /* RS_G_SHARED or RS_G_EXSH */
+	uint64_t window;      /* expand to this alignment when uncontended */
+};
+
+struct rs_nt_result {
+	uint32_t idx, gen;
+	uint64_t start, end;  /* what was granted (expanded) */
+	int waited;           /* slept at least once */
+	uint64_t wait_ns;
+	uint32_t revoked;     /* idle grants of others revoked directly */
+	uint32_t wanted;      /* busy grants of others marked wanted */
+	uint32_t reclaimed;   /* dead processes whose grants were freed */
+	int table_full;       /* had to wait for a free slot */
+};
+
+/* Attach to the segment named name (creating it) and take a process slot.
+ * 0, or -1 with a one-line reason. */
+int rs_nt_register(struct rs_nt *t, const char *name, char *why, size_t whylen);
+/* Release every grant and the slot; detach. */
+void rs_nt_unregister(struct rs_nt *t);
+/* Forget the segment without touching it: a forked child's copy. */
+void rs_nt_forget(struct rs_nt *t);
+
+/*
+ * Pre:  registered; req->start < req->end.
+ * Post: 0 and res->idx is a grant held by us, covering the request, with
+ *       no other process holding an incompatible overlapping grant; or -1
+ *       when the table is unusable (corrupt, lock unobtainable), with why.
+ * Waits, re-checking the liveness of the holders it waits for.
+ */
+int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *req, struct rs_nt_result *res,
+		  char *why, size_t whylen);
+
+/* Pre: we hold grant idx at generation gen.  Post: it is free, waiters woken.
+ * A grant revoked meanwhile (gen moved on) is left alone. */
+void rs_nt_release(struct rs_nt *t, uint32_t idx, uint32_t gen);
+
+/* Free the slots and grants of dead processes; returns how many died. */
+uint32_t rs_nt_reclaim(struct rs_nt *t);
+
+uint64_t rs_nt_now_ns(void);
+
+#endif

@@ -1,0 +1,211 @@
+/*
+ * Creating, validating and mapping the node lock table segment.
+ *
+ * Creation race: the creator makes the file with O_EXCL, but may die or be
+ * preempted before it is initialised.  Creator and openers therefore both
+ * run "flock(LOCK_EX); if not initialised, initialise; unlock", so exactly
+ * one initialises, whoever gets there first; the magic number is written
+ * last.  Everything here uses raw syscalls: the shim's own wrappers are not
+ * for its own files.
+ */
+#include "segment.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rangeshim/rangelock.h"
+
+#define WHY(...) snprintf(why, whylen, __VA_ARGS__)
+
+int rs_seg_path(const char *name, char *path, size_t len)
+{
+	if (!name || name[0] != '/' || strchr(name + 1, '/') || strlen(name) > 200)
+		return -1;
+	snprintf(path, len, "/dev/shm%s", name);
+	return 0;
+}
+
+static void init_segment(struct rs_segment *s)
+{
+	pthread_mutexattr_t a;
+	struct rs_seg_header *h = &s->hdr;
+
+	memset(s, 0, sizeof(*s));
+	h->version = RS_SEG_VERSION;
+	h->header_size = sizeof(*h);
+	h->nproc = RS_NPROC;
+	h->ngrant = RS_NGRANT;
+	h->proc_size = sizeof(struct rs_seg_proc);
+	h->grant_size = sizeof(struct rs_seg_grant);
+	h->total_size = sizeof(*s);
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	pthread_mutex_init(&h->mtx, &a);
+	pthread_mutexattr_destroy(&a);
+	atomic_thread_fence(memory_order_release);
+	__atomic_store_n(&h->magic, RS_SEG_MAGIC, __ATOMIC_RELEASE);
+}
+
+int rs_seg_check(const struct rs_segment *s, char *why, size_t whylen)
+{
+	const struct rs_seg_header *h = &s->hdr;
+
+	if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != RS_SEG_MAGIC)
+		return WHY("bad magic number"), -1;
+	if (h->version != RS_SEG_VERSION)
+		return WHY("layout version %u, expected %u", h->version, RS_SEG_VERSION), -1;
+	if (h->header_size != sizeof(*h) || h->nproc != RS_NPROC || h->ngrant != RS_NGRANT ||
+	    h->proc_size != sizeof(struct rs_seg_proc) ||
+	    h->grant_size != sizeof(struct rs_seg_grant) || h->total_size != sizeof(*s))
+		return WHY("table layout differs from this build's"), -1;
+	for (uint32_t i = 0; i < RS_NPROC; i++) {
+		uint32_t st = atomic_load(&s->procs[i].state);
+
+		if (st > RS_PROC_LIVE)
+			return WHY("process slot %u has state %u", i, st), -1;
+	}
+	for (uint32_t i = 0; i < RS_NGRANT; i++) {
+		const struct rs_seg_grant *g = &s->grants[i];
+		uint32_t st = atomic_load(&g->state);
+
+		if (st > RS_G_WAIT)
+			return WHY("grant %u has state %u", i, st), -1;
+		if (st == RS_G_FREE)
+			continue;
+		if (g->owner >= RS_NPROC || (g->mode != RS_G_SHARED && g->mode != RS_G_EXSH) ||
+		    g->start >= g->end)
+			return WHY("grant %u is malformed", i), -1;
+	}
+	return 0;
+}
+
+static int open_file(const char *path, int create)
+{
+	int flags = O_RDWR | O_NOFOLLOW | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0);
+
+	return (int)syscall(SYS_openat, AT_FDCWD, path, flags, 0600);
+}
+
+int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why, size_t whylen)
+{
+	struct stat st;
+	struct rs_segment *s;
+	int fd = -1;
+	int err;
+
+	m->seg = NULL;
+	m->fd = -1;
+	m->fd_slot = NULL;
+	if (rs_seg_path(name, m->path, sizeof(m->path)) < 0)
+		return WHY("bad segment name '%s'", name), -1;
+	if (create)
+		fd = open_file(m->path, 1);
+	if (fd < 0 && (!create || errno == EEXIST))
+		fd = open_file(m->path, 0);
+	if (fd < 0)
+		return WHY("cannot open %s: %s", m->path, strerror(errno)), -1;
+	if (flock(fd, LOCK_EX) < 0 || fstat(fd, &st) < 0) {
+		err = errno;
+		syscall(SYS_close, fd);
+		return WHY("cannot lock %s: %s", m->path, strerror(err)), -1;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 07777) != 0600) {
+		syscall(SYS_close, fd);
+		return WHY("%s is not a regular file of mode 0600 owned by uid %u",
+			   m->path, (unsigned)geteuid()), -1;
+	}
+	if (st.st_size == 0 && syscall(SYS_ftruncate, fd, (long)sizeof(*s)) < 0) {
+		err = errno;
+		syscall(SYS_close, fd);
+		return WHY("cannot size %s: %s", m->path, strerror(err)), -1;
+	} else if (st.st_size != 0 && st.st_size != (off_t)sizeof(*s)) {
+		syscall(SYS_close, fd);
+		return WHY("%s has size %lld, expected %zu", m->path, (long long)st.st_size,
+			   sizeof(*s)), -1;
+	}
+	s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (s == MAP_FAILED) {
+		err = errno;
+		syscall(SYS_close, fd);
+		return WHY("cannot map %s: %s", m->path, strerror(err)), -1;
+	}
+	if (st.st_size == 0 || __atomic_load_n(&s->hdr.magic, __ATOMIC_ACQUIRE) == 0) {
+		/* Nobody finished initialising it: a file of zeros is ours to set up. */
+		int zero = 1;
+
+		for (size_t i = 0; i < sizeof(s->hdr) && zero; i++)
+			zero = ((const unsigned char *)&s->hdr)[i] == 0;
+		if (zero)
+			init_segment(s);
+	}
+	flock(fd, LOCK_UN);
+	if (rs_seg_check(s, why, whylen) < 0) {
+		char reason[160];
+
+		snprintf(reason, sizeof(reason), "%s", why);
+		WHY("%s: %s", m->path, reason);
+		munmap(s, sizeof(*s));
+		syscall(SYS_close, fd);
+		return -1;
+	}
+	m->seg = s;
+	m->fd = fd;
+	return 0;
+}
+
+static int map_fd(const struct rs_seg_map *m)
+{
+	return m->fd_slot ? atomic_load(m->fd_slot) : m->fd;
+}
+
+void rs_seg_detach(struct rs_seg_map *m)
+{
+	if (m->seg)
+		munmap(m->seg, sizeof(*m->seg));
+	if (map_fd(m) >= 0)
+		syscall(SYS_close, map_fd(m));
+	m->seg = NULL;
+	m->fd = -1;
+	m->fd_slot = NULL;
+}
+
+static int ofd_lock(int fd, int cmd, struct flock *fl, uint32_t slot)
+{
+	memset(fl, 0, sizeof(*fl));
+	fl->l_type = F_WRLCK;
+	fl->l_whence = SEEK_SET;
+	fl->l_start = (off_t)(RS_LIVE_BASE + slot);
+	fl->l_len = 1;
+	return (int)syscall(SYS_fcntl, fd, cmd, fl);
+}
+
+int rs_seg_alive(const struct rs_seg_map *m, uint32_t slot)
+{
+	struct flock fl;
+	int saved = errno;
+	int r = ofd_lock(map_fd(m), F_OFD_GETLK, &fl, slot);
+
+	errno = saved;
+	/* If we cannot tell, assume alive: waiting longer is safe, stealing is not. */
+	return r < 0 || fl.l_type != F_UNLCK;
+}
+
+int rs_seg_claim(const struct rs_seg_map *m, uint32_t slot)
+{
+	struct flock fl;
+	int saved = errno;
+	int r = ofd_lock(map_fd(m), F_OFD_SETLK, &fl, slot);
+
+	errno = saved;
+	return r < 0 ? -1 : 0;
+}

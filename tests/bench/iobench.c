@@ -1,0 +1,1616 @@
+/*
+ * iobench: the benchmarks behind `make bench` (issue 4, BRIEF §5).
+ *
+ * Subcommands that print a table:
+ *   lustre   tasks writing their own regions, in the five modes of the
+ *            Lustre seed table (file-per-task, unlocked, mutex, ofd,
+ *            rangeshim); threads or processes, buffered or O_DIRECT
+ *   gfs2     1..N writer processes, "children see" and "parent sees" as
+ *            in the GFS2 seed's iozone table
+ *   mixed    readers with writers on other regions, and on their own
+ *   small    512-byte pwrite: nanoseconds per call in each mode
+ *   lock     the range lock alone against pthread_mutex, pthread_rwlock
+ *            and OFD locks (links shim/rangelock.c; no shim, no I/O)
+ *   scope    which scope the shim really runs in its default setting
+ *
+ * The table subcommands never do the timed I/O themselves.  For every
+ * cell they run this program again (/proc/self/exe) with an internal
+ * run-* subcommand, in an environment made for the mode: LD_PRELOAD of
+ * the shim for `mutex` and `rangeshim`, no preload for the others.  That
+ * is the only way to compare preloaded and plain runs in one invocation,
+ * and it keeps the process that prints the tables free of the shim.
+ *
+ * Each cell is the median of a few rounds, and the modes of one row are
+ * run interleaved (rotating which goes first) so that drift hits all of
+ * them alike.  Next to the figures every table prints ratios to
+ * `unlocked` from the same run: on a 2-core machine absolute figures
+ * move from run to run, ratios measured side by side hold.
+ *
+ * Benchmarks measure; they never fail on a slow result.  The exit status
+ * is non-zero only when something could not be run.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <linux/magic.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rangeshim/rangelock.h"
+#include "rangelock_fast.h"
+
+#define PROG "iobench"
+#define ALIGN 4096
+#define MAX_LIST 16
+#define MAX_TASKS 256
+#define MAX_ROUNDS 15
+#define OUT_MAX 4096
+
+extern char **environ;
+
+/* ------------------------------------------------------------------ */
+/* Modes                                                              */
+
+enum mode { M_FPT, M_UNLOCKED, M_MUTEX, M_OFD, M_RANGESHIM, M_COUNT };
+
+static const char *const mode_names[M_COUNT] = {
+	"file-per-task", "unlocked", "mutex", "ofd", "rangeshim",
+};
+
+static bool mode_preloads(enum mode m)
+{
+	return m == M_MUTEX || m == M_RANGESHIM;
+}
+
+static int mode_parse(const char *s)
+{
+	for (int m = 0; m < M_COUNT; m++)
+		if (strcmp(s, mode_names[m]) == 0)
+			return m;
+	return -1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Options: one set for every subcommand; each uses the ones it needs. */
+
+enum layout { L_ALONE, L_DISJOINT, L_OVERLAP };
+static const char *const layout_names[] = { "alone", "disjoint", "overlap" };
+
+struct opts {
+	const char *dir;        /* where the table subcommands put files */
+	const char *lib;        /* the shim, for LD_PRELOAD */
+	const char *dat;        /* data file for the plots, or NULL */
+	const char *file;       /* run-*: the file (file-per-task: its prefix) */
+	const char *scope;      /* RANGESHIM_SCOPE for rangeshim, or NULL */
+	unsigned list[MAX_LIST];/* task, writer or thread counts */
+	int nlist;
+	bool procs, direct;
+	uint64_t total;         /* lustre: bytes per pass, all tasks together */
+	uint64_t size;          /* gfs2: bytes per writer; run: per task */
+	uint64_t block;
+	unsigned passes;        /* lustre/run: each task writes its region N times */
+	unsigned rounds;
+	double secs;
+	unsigned readers, writers;
+	int mode;               /* run-*: enum mode */
+	int layout;             /* run-mixed */
+	unsigned tasks;         /* run: task count */
+};
+
+/* ------------------------------------------------------------------ */
+/* Small helpers                                                      */
+
+static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void cleanup_files(void);
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+	int e = errno;
+
+	fprintf(stderr, PROG ": ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	if (e)
+		fprintf(stderr, ": %s", strerror(e));
+	fprintf(stderr, "\n");
+	exit(2);
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void *xalloc(size_t len)
+{
+	void *p;
+	int rc = posix_memalign(&p, ALIGN, len);
+
+	if (rc) {
+		errno = rc;
+		die("posix_memalign(%zu)", len);
+	}
+	return p;
+}
+
+/* Accepts 4096, 64k, 1M, 2g (binary multiples); rejects 0 and overflow. */
+static bool parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	uint64_t v, mult = 1;
+
+	if (*s < '0' || *s > '9')
+		return false;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return false;
+	switch (*end) {
+	case 'k': case 'K': mult = 1ULL << 10; end++; break;
+	case 'm': case 'M': mult = 1ULL << 20; end++; break;
+	case 'g': case 'G': mult = 1ULL << 30; end++; break;
+	default: break;
+	}
+	if (*end != '\0' || v == 0 || v > UINT64_MAX / mult)
+		return false;
+	*out = v * mult;
+	return true;
+}
+
+static bool parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
+{
+	char *end;
+	unsigned long v;
+
+	if (*s < '0' || *s > '9')
+		return false;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v < lo || v > hi)
+		return false;
+	*out = (unsigned)v;
+	return true;
+}
+
+static bool parse_list(const char *s, struct opts *o)
+{
+	char buf[256], *save = NULL;
+
+	if (strlen(s) >= sizeof buf)
+		return false;
+	strcpy(buf, s);
+	o->nlist = 0;
+	for (char *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+		if (o->nlist == MAX_LIST || !parse_uint(p, 1, MAX_TASKS, &o->list[o->nlist]))
+			return false;
+		o->nlist++;
+	}
+	return o->nlist > 0;
+}
+
+static void fmt_size(char *buf, size_t n, uint64_t v)
+{
+	if (v % (1ULL << 30) == 0)
+		snprintf(buf, n, "%" PRIu64 " GiB", v >> 30);
+	else if (v % (1ULL << 20) == 0)
+		snprintf(buf, n, "%" PRIu64 " MiB", v >> 20);
+	else if (v % (1ULL << 10) == 0)
+		snprintf(buf, n, "%" PRIu64 " KiB", v >> 10);
+	else
+		snprintf(buf, n, "%" PRIu64 " B", v);
+}
+
+static const char *fs_name(const char *dir)
+{
+	struct statfs sf;
+
+	if (statfs(dir, &sf) < 0)
+		return "?";
+	switch ((unsigned long)sf.f_type) {
+	case TMPFS_MAGIC:        return "tmpfs";
+	case EXT4_SUPER_MAGIC:   return "ext4";
+	case XFS_SUPER_MAGIC:    return "xfs";
+	case BTRFS_SUPER_MAGIC:  return "btrfs";
+	case NFS_SUPER_MAGIC:    return "nfs";
+	case OVERLAYFS_SUPER_MAGIC: return "overlayfs";
+	default:                 return "other";
+	}
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(const double *v, unsigned n)
+{
+	double s[MAX_ROUNDS];
+
+	memcpy(s, v, n * sizeof *s);
+	qsort(s, n, sizeof *s, cmp_double);
+	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+/* The value of "key=" in a child's output line; dies if it is missing. */
+static double field(const char *text, const char *key)
+{
+	size_t k = strlen(key);
+
+	for (const char *p = text; (p = strstr(p, key)) != NULL; p += k)
+		if ((p == text || p[-1] == ' ' || p[-1] == '\n') && p[k] == '=')
+			return strtod(p + k + 1, NULL);
+	die("child output has no %s: '%s'", key, text);
+}
+
+/* ------------------------------------------------------------------ */
+/* Files the table subcommands create; removed at exit and on signals. */
+
+#define MAX_FILES (MAX_TASKS + 8)
+static char created[MAX_FILES][256];
+
+static void track_file(const char *path)
+{
+	for (int i = 0; i < MAX_FILES; i++)
+		if (!created[i][0]) {
+			snprintf(created[i], sizeof created[i], "%s", path);
+			return;
+		}
+	die("too many files");
+}
+
+static void remove_file(const char *path)
+{
+	unlink(path);
+	for (int i = 0; i < MAX_FILES; i++)
+		if (strcmp(created[i], path) == 0)
+			created[i][0] = '\0';
+}
+
+static void cleanup_files(void)
+{
+	for (int i = 0; i < MAX_FILES; i++)
+		if (created[i][0])
+			unlink(created[i]);
+}
+
+/* unlink is async-signal-safe, so an interrupted run leaves no files. */
+static void on_signal(int sig)
+{
+	cleanup_files();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void install_cleanup(void)
+{
+	atexit(cleanup_files);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
+}
+
+static void write_full(int fd, const void *buf, size_t len, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pwrite(fd, (const char *)buf + done, len - done,
+				   (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			die("pwrite at %" PRIu64, off + done);
+		done += (size_t)n;
+	}
+}
+
+static void read_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			die("pread at %" PRIu64, off + done);
+		done += (size_t)n;
+	}
+}
+
+/*
+ * Creates a file of len bytes, allocated and written once.  Allocation
+ * first: extending or allocating writes take the inode lock exclusively
+ * in ext4 and most others, which would serialise the writers before any
+ * lock of ours could matter.  Then one untimed write pass, so every run
+ * overwrites written blocks (no unwritten-extent conversion in the timed
+ * phase) and buffered runs find the pages in the cache: the runs then
+ * differ only in how the writers are locked, not in which came first.
+ */
+static void create_file(const char *path, uint64_t len, bool direct, uint64_t block)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
+	char *buf;
+
+	if (fd < 0)
+		die("create %s", path);
+	track_file(path);
+	if (fallocate(fd, 0, 0, (off_t)len) < 0 && errno != EOPNOTSUPP)
+		die("fallocate %s", path);
+	close(fd);
+	fd = open(path, O_WRONLY | (direct ? O_DIRECT : 0));
+	if (fd < 0)
+		die("open %s", path);
+	buf = xalloc(block);
+	memset(buf, 0x5a, block);
+	for (uint64_t off = 0; off < len; off += block)
+		write_full(fd, buf, (size_t)(len - off < block ? len - off : block), off);
+	free(buf);
+	close(fd);
+}
+
+/* Can this directory do O_DIRECT?  tmpfs, for one, refuses it. */
+static bool direct_ok(const char *dir)
+{
+	char path[256];
+	int fd;
+
+	snprintf(path, sizeof path, "%s/rangeshim-bench-direct.%ld", dir, (long)getpid());
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT, 0600);
+	if (fd >= 0) {
+		close(fd);
+		unlink(path);
+		return true;
+	}
+	if (errno != EINVAL)
+		die("open %s", path);
+	unlink(path);
+	errno = 0;
+	return false;
+}
+
+
+/* ------------------------------------------------------------------ */
+/* Running a cell: this program again, in the mode's environment.      */
+
+struct args {
+	char *v[48];
+	char store[3072];
+	size_t used;
+	int n;
+};
+
+static void arg(struct args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void arg(struct args *a, const char *fmt, ...)
+{
+	va_list ap;
+	int k;
+
+	if (a->n + 1 >= (int)(sizeof a->v / sizeof a->v[0]))
+		die("too many arguments");
+	va_start(ap, fmt);
+	k = vsnprintf(a->store + a->used, sizeof a->store - a->used, fmt, ap);
+	va_end(ap);
+	if (k < 0 || (size_t)k >= sizeof a->store - a->used)
+		die("arguments too long");
+	a->v[a->n++] = a->store + a->used;
+	a->v[a->n] = NULL;
+	a->used += (size_t)k + 1;
+}
+
+/*
+ * The environment for a child in mode m: ours without LD_PRELOAD and
+ * RANGESHIM_* (a setting left in the caller's shell must not leak into
+ * the baseline columns), then the mode's settings, then extra (a
+ * NULL-terminated list, or NULL).
+ */
+static char **mode_env(const struct opts *o, enum mode m, const char *const *extra)
+{
+	static char preload[1100], scope[64];
+	size_t n = 0, i = 0;
+	char **env;
+
+	while (environ[n])
+		n++;
+	env = calloc(n + 8, sizeof *env);
+	if (!env)
+		die("calloc");
+	for (char **e = environ; *e; e++)
+		if (strncmp(*e, "LD_PRELOAD=", 11) != 0 && strncmp(*e, "RANGESHIM_", 10) != 0)
+			env[i++] = *e;
+	if (mode_preloads(m)) {
+		snprintf(preload, sizeof preload, "LD_PRELOAD=%s", o->lib);
+		env[i++] = preload;
+	}
+	if (m == M_MUTEX)
+		env[i++] = "RANGESHIM_LOCK=mutex";
+	if (m == M_RANGESHIM && o->scope) {
+		snprintf(scope, sizeof scope, "RANGESHIM_SCOPE=%s", o->scope);
+		env[i++] = scope;
+	}
+	for (int k = 0; extra && extra[k] && k < 4; k++)
+		env[i++] = (char *)extra[k];
+	env[i] = NULL;
+	return env;
+}
+
+static size_t read_all(int fd, char *buf, size_t size)
+{
+	size_t got = 0;
+
+	for (;;) {
+		ssize_t k = read(fd, buf + got, size - 1 - got);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			break;
+		got += (size_t)k;
+		if (got == size - 1)
+			break;
+	}
+	buf[got] = '\0';
+	return got;
+}
+
+/*
+ * Runs argv in mode m and puts its stdout in out.  With err, the child's
+ * stderr is collected there (the scope probe reads the shim's log);
+ * otherwise it goes to ours, so that a failing child explains itself.
+ * A failing child ends the benchmark: a table with a hole is no table.
+ */
+static void spawn(const struct opts *o, enum mode m, const char *const *extra,
+		  const struct args *a, char *out, size_t outsz, char *err, size_t errsz)
+{
+	int po[2], pe[2] = { -1, -1 }, status;
+	char **env = mode_env(o, m, extra);
+	pid_t pid;
+
+	if (pipe2(po, O_CLOEXEC) < 0 || (err && pipe2(pe, O_CLOEXEC) < 0))
+		die("pipe");
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		dup2(po[1], 1);
+		if (err)
+			dup2(pe[1], 2);
+		execve("/proc/self/exe", a->v, env);
+		_exit(127);
+	}
+	free(env);
+	close(po[1]);
+	if (err)
+		close(pe[1]);
+	/* Children print a line or two, well under a pipe buffer, so reading
+	 * stdout to EOF before stderr cannot deadlock. */
+	read_all(po[0], out, outsz);
+	close(po[0]);
+	if (err) {
+		read_all(pe[0], err, errsz);
+		close(pe[0]);
+	}
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			die("waitpid");
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		errno = 0;
+		die("the %s run '%s %s' failed (status 0x%x)%s%s", mode_names[m],
+		    a->v[1], a->n > 2 ? a->v[2] : "", (unsigned)status,
+		    err ? ": " : "", err ? err : "");
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* scope: what the shim's default scope really runs as.                */
+
+/*
+ * Until the node table exists, node scope falls back to process scope
+ * (shim/config.c), and then processes do not coordinate with each other,
+ * so the multi-process `mutex` and `rangeshim` columns measure something
+ * else.  Ask the shim rather than guess: with RANGESHIM_LOG=debug it
+ * names the fallback, and in node scope it counts node_acquires.
+ */
+static const char *effective_scope(const struct opts *o)
+{
+	static char result[64];
+	char path[256], statsvar[300], json[OUT_MAX], out[OUT_MAX], err[OUT_MAX];
+	const char *extra[] = { statsvar, "RANGESHIM_LOG=debug", NULL };
+	struct args a = { .n = 0 };
+	double acquires = 0;
+	char *p;
+	int fd;
+
+	if (result[0])
+		return result;
+	snprintf(path, sizeof path, "%s/rangeshim-bench-probe.%ld", o->dir, (long)getpid());
+	snprintf(statsvar, sizeof statsvar, "RANGESHIM_STATS=%s.json", path);
+	track_file(path);
+	arg(&a, PROG);
+	arg(&a, "run-probe");
+	arg(&a, "--file=%s", path);
+	spawn(o, M_RANGESHIM, extra, &a, out, sizeof out, err, sizeof err);
+	remove_file(path);
+	snprintf(path + strlen(path), sizeof path - strlen(path), ".json");
+	fd = open(path, O_RDONLY);
+	if (fd >= 0) {
+		read_all(fd, json, sizeof json);
+		close(fd);
+		unlink(path);
+		p = strstr(json, "\"node_acquires\":");
+		if (p)
+			acquires = strtod(p + 16, NULL);
+	}
+	if (acquires > 0)
+		snprintf(result, sizeof result, "node");
+	else if (strstr(err, "using process scope"))
+		snprintf(result, sizeof result, "process (node is not built yet)");
+	else
+		snprintf(result, sizeof result, "%s", o->scope ? o->scope : "process");
+	return result;
+}
+
+static void print_scope_note(const struct opts *o)
+{
+	const char *s = effective_scope(o);
+
+	printf("  rangeshim and mutex run in %s scope", s);
+	if (strncmp(s, "node", 4) == 0)
+		printf(": processes coordinate through the node table.\n");
+	else
+		printf(": each process locks only among its own\n"
+		       "  threads, so between these processes mutex and rangeshim "
+		       "coordinate nothing.\n");
+}
+
+/* ------------------------------------------------------------------ */
+/* run: one timed write phase (internal; the tables run it).           */
+
+struct task_res {
+	double t0, t1;
+	uint64_t bytes;
+};
+
+struct task {
+	const struct opts *o;
+	pthread_barrier_t *start;
+	struct task_res *res;
+	unsigned idx;
+	pthread_t tid;
+};
+
+/* ROMIO's way: an fcntl lock on exactly the bytes of the call. */
+static void ofd_lock(int fd, short type, uint64_t off, uint64_t len)
+{
+	struct flock fl = { .l_type = type, .l_whence = SEEK_SET,
+			    .l_start = (off_t)off, .l_len = (off_t)len };
+
+	while (fcntl(fd, type == F_UNLCK ? F_OFD_SETLK : F_OFD_SETLKW, &fl) < 0)
+		if (errno != EINTR)
+			die("fcntl(F_OFD_SETLKW)");
+}
+
+static int task_open(const struct opts *o, unsigned idx, int flags)
+{
+	char path[300];
+	int fd;
+
+	if (o->mode == M_FPT)
+		snprintf(path, sizeof path, "%s.%u", o->file, idx);
+	else
+		snprintf(path, sizeof path, "%s", o->file);
+	fd = open(path, flags | (o->direct ? O_DIRECT : 0));
+	if (fd < 0)
+		die("open %s", path);
+	return fd;
+}
+
+static void task_write(const struct opts *o, int fd, unsigned idx, const char *buf,
+		       struct task_res *r)
+{
+	uint64_t base = o->mode == M_FPT ? 0 : (uint64_t)idx * o->size;
+	bool ofd = o->mode == M_OFD;
+
+	r->t0 = now();
+	for (unsigned p = 0; p < o->passes; p++)
+		for (uint64_t off = base; off < base + o->size; off += o->block) {
+			if (ofd)
+				ofd_lock(fd, F_WRLCK, off, o->block);
+			write_full(fd, buf, (size_t)o->block, off);
+			if (ofd)
+				ofd_lock(fd, F_UNLCK, off, o->block);
+		}
+	r->t1 = now();
+	r->bytes = o->size * o->passes;
+}
+
+static char *task_buffer(const struct opts *o, unsigned idx)
+{
+	char *buf = xalloc((size_t)o->block);
+
+	memset(buf, 'a' + (int)(idx % 26), (size_t)o->block);
+	return buf;
+}
+
+static void *task_thread(void *arg)
+{
+	struct task *t = arg;
+	char *buf = task_buffer(t->o, t->idx);
+	int fd = task_open(t->o, t->idx, O_WRONLY);
+
+	pthread_barrier_wait(t->start);
+	task_write(t->o, fd, t->idx, buf, t->res);
+	close(fd);
+	free(buf);
+	return NULL;
+}
+
+/* Processes start together when the parent closes the "go" pipe. */
+static void task_process(const struct opts *o, unsigned idx, int ready_w, int go_r,
+			 struct task_res *res)
+{
+	char *buf = task_buffer(o, idx);
+	int fd = task_open(o, idx, O_WRONLY);
+	char c = 'r';
+
+	if (write(ready_w, &c, 1) != 1)
+		die("write ready");
+	close(ready_w);
+	while (read(go_r, &c, 1) < 0 && errno == EINTR)
+		;
+	task_write(o, fd, idx, buf, res);
+	close(fd);
+	_exit(0);
+}
+
+static int cmd_run(const struct opts *o)
+{
+	unsigned n = o->tasks;
+	struct task_res *res;
+	double t0, end = 0, children = 0;
+	uint64_t bytes = 0;
+
+	/* Shared, so that process tasks can report their own times. */
+	res = mmap(NULL, n * sizeof *res, PROT_READ | PROT_WRITE,
+		   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (res == MAP_FAILED)
+		die("mmap");
+	if (o->procs) {
+		int ready[2], go[2], status;
+		pid_t pids[MAX_TASKS];
+		char c[MAX_TASKS];
+		size_t got = 0;
+
+		if (pipe(ready) < 0 || pipe(go) < 0)
+			die("pipe");
+		fflush(stdout);
+		for (unsigned i = 0; i < n; i++) {
+			pids[i] = fork();
+			if (pids[i] < 0)
+				die("fork");
+			if (pids[i] == 0) {
+				close(go[1]);
+				close(ready[0]);
+				task_process(o, i, ready[1], go[0], &res[i]);
+			}
+		}
+		close(ready[1]);
+		close(go[0]);
+		while (got < n) {
+			ssize_t k = read(ready[0], c, n - got);
+
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0)
+				die("a task died before starting");
+			got += (size_t)k;
+		}
+		t0 = now();
+		close(go[1]);
+		for (unsigned i = 0; i < n; i++) {
+			while (waitpid(pids[i], &status, 0) < 0)
+				if (errno != EINTR)
+					die("waitpid");
+			if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+				errno = 0;
+				die("task %u failed", i);
+			}
+		}
+	} else {
+		struct task *tasks = calloc(n, sizeof *tasks);
+		pthread_barrier_t start;
+
+		if (!tasks)
+			die("calloc");
+		pthread_barrier_init(&start, NULL, n + 1);
+		for (unsigned i = 0; i < n; i++) {
+			tasks[i] = (struct task){ .o = o, .start = &start, .res = &res[i], .idx = i };
+			errno = pthread_create(&tasks[i].tid, NULL, task_thread, &tasks[i]);
+			if (errno)
+				die("pthread_create");
+		}
+		pthread_barrier_wait(&start);
+		t0 = now();
+		for (unsigned i = 0; i < n; i++)
+			pthread_join(tasks[i].tid, NULL);
+		pthread_barrier_destroy(&start);
+		free(tasks);
+	}
+	for (unsigned i = 0; i < n; i++) {
+		bytes += res[i].bytes;
+		if (res[i].t1 > end)
+			end = res[i].t1;
+		children += (double)res[i].bytes / (res[i].t1 - res[i].t0);
+	}
+	printf("bytes=%" PRIu64 " wall=%.6f children=%.3f\n", bytes, end - t0, children / 1e6);
+	return 0;
+}
+
+/* What the tables ask of one run. */
+struct write_res {
+	double parent;   /* total bytes / wall time, MB/s */
+	double children; /* sum of each task's own rate, MB/s */
+};
+
+static struct write_res run_write(const struct opts *o, enum mode m, unsigned tasks,
+				  uint64_t size, unsigned passes, const char *file)
+{
+	struct args a = { .n = 0 };
+	char out[OUT_MAX];
+	struct write_res r;
+
+	arg(&a, PROG);
+	arg(&a, "run");
+	arg(&a, "--mode=%s", mode_names[m]);
+	arg(&a, "--tasks=%u", tasks);
+	arg(&a, "--size=%" PRIu64, size);
+	arg(&a, "--block=%" PRIu64, o->block);
+	arg(&a, "--passes=%u", passes);
+	arg(&a, "--file=%s", file);
+	if (o->procs)
+		arg(&a, "--procs");
+	if (o->direct)
+		arg(&a, "--direct");
+	spawn(o, m, NULL, &a, out, sizeof out, NULL, 0);
+	r.parent = field(out, "bytes") / field(out, "wall") / 1e6;
+	r.children = field(out, "children");
+	return r;
+}
+
+/* ------------------------------------------------------------------ */
+/* lustre: the seed 000 table.                                         */
+
+static void cmd_lustre(const struct opts *o)
+{
+	double mbps[M_COUNT][MAX_ROUNDS], med[M_COUNT];
+	char shared[256], fpt[256], tot[32], blk[32];
+	FILE *dat = NULL;
+
+	fmt_size(tot, sizeof tot, o->total);
+	fmt_size(blk, sizeof blk, o->block);
+	printf("\n== Lustre seed table (seed 000): %s, %s pwrite of %s blocks, %s %s ==\n",
+	       o->procs ? "processes" : "threads", o->direct ? "O_DIRECT" : "buffered",
+	       blk, o->dir, fs_name(o->dir));
+	if (o->direct && !direct_ok(o->dir)) {
+		printf("  skipped: %s (%s) refuses O_DIRECT; set BENCH_DIR to a disk file "
+		       "system to run this table\n", o->dir, fs_name(o->dir));
+		return;
+	}
+	printf("  each task writes its own region of one shared file (file-per-task: its own "
+	       "file);\n  %s per run over all tasks%s, file allocated and written once "
+	       "beforehand;\n  MB/s = bytes / wall time, median of %u rounds, modes "
+	       "interleaved\n", tot, o->passes > 1 ? " per pass" : "", o->rounds);
+	if (o->passes > 1)
+		printf("  each task writes its region %u times per run\n", o->passes);
+	if (o->procs)
+		print_scope_note(o);
+	if (o->dat) {
+		dat = fopen(o->dat, "w");
+		if (!dat)
+			die("%s", o->dat);
+		fprintf(dat, "# tasks file-per-task unlocked mutex ofd rangeshim (MB/s)\n");
+	}
+	printf("\n  %5s %13s %9s %9s %9s %9s | %13s %6s %6s %9s | %s\n", "", "", "", "", "",
+	       "MB/s", "", "", "", "x unlocked", "unlocked");
+	printf("  %5s %13s %9s %9s %9s %9s | %13s %6s %6s %9s | %s\n", "tasks",
+	       mode_names[M_FPT], mode_names[M_UNLOCKED], mode_names[M_MUTEX],
+	       mode_names[M_OFD], mode_names[M_RANGESHIM], mode_names[M_FPT],
+	       mode_names[M_MUTEX], mode_names[M_OFD], mode_names[M_RANGESHIM], "spread");
+	snprintf(shared, sizeof shared, "%s/rangeshim-bench.%ld.shared", o->dir, (long)getpid());
+	snprintf(fpt, sizeof fpt, "%s/rangeshim-bench.%ld.fpt", o->dir, (long)getpid());
+	create_file(shared, o->total, o->direct, o->block);
+	for (int li = 0; li < o->nlist; li++) {
+		unsigned n = o->list[li];
+		uint64_t region = o->total / n / o->block * o->block;
+		char path[300];
+		double lo = 1e300, hi = 0;
+
+		if (region == 0) {
+			printf("  %5u  skipped: %s is less than one block per task\n", n, tot);
+			continue;
+		}
+		for (unsigned i = 0; i < n; i++) {
+			snprintf(path, sizeof path, "%s.%u", fpt, i);
+			create_file(path, region, o->direct, o->block);
+		}
+		for (unsigned r = 0; r < o->rounds; r++)
+			for (int k = 0; k < M_COUNT; k++) {
+				enum mode m = (enum mode)((k + (int)r) % M_COUNT);
+
+				mbps[m][r] = run_write(o, m, n, region, o->passes,
+						       m == M_FPT ? fpt : shared).parent;
+			}
+		for (unsigned i = 0; i < n; i++) {
+			snprintf(path, sizeof path, "%s.%u", fpt, i);
+			remove_file(path);
+		}
+		for (int m = 0; m < M_COUNT; m++)
+			med[m] = median(mbps[m], o->rounds);
+		for (unsigned r = 0; r < o->rounds; r++) {
+			lo = mbps[M_UNLOCKED][r] < lo ? mbps[M_UNLOCKED][r] : lo;
+			hi = mbps[M_UNLOCKED][r] > hi ? mbps[M_UNLOCKED][r] : hi;
+		}
+		printf("  %5u %13.1f %9.1f %9.1f %9.1f %9.1f | %13.2f %6.2f %6.2f %9.2f | %4.0f%%\n",
+		       n, med[M_FPT], med[M_UNLOCKED], med[M_MUTEX], med[M_OFD], med[M_RANGESHIM],
+		       med[M_FPT] / med[M_UNLOCKED], med[M_MUTEX] / med[M_UNLOCKED],
+		       med[M_OFD] / med[M_UNLOCKED], med[M_RANGESHIM] / med[M_UNLOCKED],
+		       100 * (hi - lo) / med[M_UNLOCKED]);
+		fflush(stdout);
+		if (dat)
+			fprintf(dat, "%u %.1f %.1f %.1f %.1f %.1f\n", n, med[M_FPT], med[M_UNLOCKED],
+				med[M_MUTEX], med[M_OFD], med[M_RANGESHIM]);
+	}
+	remove_file(shared);
+	if (dat)
+		fclose(dat);
+	printf("  (spread: (max - min) / median of the unlocked rounds: the noise to read the "
+	       "ratios against)\n");
+}
+
+/* ------------------------------------------------------------------ */
+/* gfs2: the seed 004 table.                                           */
+
+static void cmd_gfs2(const struct opts *o)
+{
+	static const enum mode modes[] = { M_UNLOCKED, M_OFD, M_RANGESHIM };
+	enum { NM = sizeof modes / sizeof modes[0] };
+	double ch[NM][MAX_ROUNDS], pa[NM][MAX_ROUNDS], mc[NM], mp[NM];
+	unsigned maxw = 0;
+	char shared[256], sz[32], blk[32];
+	FILE *dat = NULL;
+	struct opts po = *o;
+
+	po.procs = true;
+	for (int i = 0; i < o->nlist; i++)
+		maxw = o->list[i] > maxw ? o->list[i] : maxw;
+	fmt_size(sz, sizeof sz, o->size);
+	fmt_size(blk, sizeof blk, o->block);
+	printf("\n== GFS2 seed table (seed 004): writer processes, %s pwrite of %s blocks, "
+	       "%s %s ==\n", o->direct ? "O_DIRECT" : "buffered", blk, o->dir, fs_name(o->dir));
+	if (o->direct && !direct_ok(o->dir)) {
+		printf("  skipped: %s refuses O_DIRECT\n", o->dir);
+		return;
+	}
+	printf("  each writer process writes its own %s region of one shared file "
+	       "(allocated and\n  written once beforehand); median of %u rounds; MB/s.\n"
+	       "  children see = sum of each writer's own rate; parent sees = all bytes / "
+	       "wall time\n", sz, o->rounds);
+	print_scope_note(&po);
+	if (o->dat) {
+		dat = fopen(o->dat, "w");
+		if (!dat)
+			die("%s", o->dat);
+		fprintf(dat, "# writers unlocked-children unlocked-parent ofd-children "
+			"ofd-parent rangeshim-children rangeshim-parent (MB/s)\n");
+	}
+	snprintf(shared, sizeof shared, "%s/rangeshim-bench.%ld.gfs2", o->dir, (long)getpid());
+	create_file(shared, o->size * maxw, o->direct, o->block);
+	printf("\n");
+	for (int li = 0; li < o->nlist; li++) {
+		unsigned n = o->list[li];
+
+		for (unsigned r = 0; r < o->rounds; r++)
+			for (unsigned k = 0; k < NM; k++) {
+				unsigned j = (k + r) % NM;
+				struct write_res w = run_write(&po, modes[j], n, o->size, 1, shared);
+
+				ch[j][r] = w.children;
+				pa[j][r] = w.parent;
+			}
+		for (unsigned j = 0; j < NM; j++) {
+			mc[j] = median(ch[j], o->rounds);
+			mp[j] = median(pa[j], o->rounds);
+		}
+		printf("  Children see throughput for %2u writers  unlocked %8.1f  ofd %8.1f "
+		       "(%.2fx)  rangeshim %8.1f (%.2fx)\n", n, mc[0], mc[1], mc[1] / mc[0],
+		       mc[2], mc[2] / mc[0]);
+		printf("  Parent sees throughput for %2u writers   unlocked %8.1f  ofd %8.1f "
+		       "(%.2fx)  rangeshim %8.1f (%.2fx)\n\n", n, mp[0], mp[1], mp[1] / mp[0],
+		       mp[2], mp[2] / mp[0]);
+		fflush(stdout);
+		if (dat)
+			fprintf(dat, "%u %.1f %.1f %.1f %.1f %.1f %.1f\n", n, mc[0], mp[0], mc[1],
+				mp[1], mc[2], mp[2]);
+	}
+	remove_file(shared);
+	if (dat)
+		fclose(dat);
+	printf("  (Nx: ratio to unlocked in the same run)\n");
+}
+
+/* ------------------------------------------------------------------ */
+/* run-mixed and mixed: readers next to writers.                       */
+
+struct mixer {
+	const struct opts *o;
+	pthread_barrier_t *start;
+	atomic_bool *stop;
+	bool writer;
+	unsigned region;
+	uint64_t bytes;
+	pthread_t tid;
+};
+
+static void *mixer_thread(void *arg)
+{
+	struct mixer *t = arg;
+	const struct opts *o = t->o;
+	uint64_t base = (uint64_t)t->region * o->size;
+	char *buf = task_buffer(o, t->region);
+	int fd = open(o->file, t->writer ? O_WRONLY : O_RDONLY);
+	bool ofd = o->mode == M_OFD;
+	short type = t->writer ? F_WRLCK : F_RDLCK;
+
+	if (fd < 0)
+		die("open %s", o->file);
+	pthread_barrier_wait(t->start);
+	while (!atomic_load_explicit(t->stop, memory_order_relaxed)) {
+		for (uint64_t off = base; off < base + o->size; off += o->block) {
+			if (ofd)
+				ofd_lock(fd, type, off, o->block);
+			if (t->writer)
+				write_full(fd, buf, (size_t)o->block, off);
+			else
+				read_full(fd, buf, (size_t)o->block, off);
+			if (ofd)
+				ofd_lock(fd, F_UNLCK, off, o->block);
+			t->bytes += o->block;
+			if (atomic_load_explicit(t->stop, memory_order_relaxed))
+				break;
+		}
+	}
+	close(fd);
+	free(buf);
+	return NULL;
+}
+
+/*
+ * Writers own regions 0..W-1.  Readers read regions W.. (alone: with no
+ * writer running; disjoint: while the writers write theirs) or the
+ * writers' own regions (overlap).
+ */
+static int cmd_run_mixed(const struct opts *o)
+{
+	unsigned nw = o->layout == L_ALONE ? 0 : o->writers, n = nw + o->readers;
+	struct mixer *t = calloc(n, sizeof *t);
+	pthread_barrier_t start;
+	atomic_bool stop = false;
+	struct timespec ts = { (time_t)o->secs, (long)((o->secs - (double)(time_t)o->secs) * 1e9) };
+	uint64_t rb = 0, wb = 0;
+	double t0, t1;
+
+	if (!t)
+		die("calloc");
+	pthread_barrier_init(&start, NULL, n + 1);
+	for (unsigned i = 0; i < n; i++) {
+		bool w = i < nw;
+		unsigned j = i - nw;
+
+		t[i] = (struct mixer){ .o = o, .start = &start, .stop = &stop, .writer = w,
+				       .region = w ? i : o->layout == L_OVERLAP ? j % o->writers
+						       : o->writers + j };
+		errno = pthread_create(&t[i].tid, NULL, mixer_thread, &t[i]);
+		if (errno)
+			die("pthread_create");
+	}
+	pthread_barrier_wait(&start);
+	t0 = now();
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+	atomic_store(&stop, true);
+	for (unsigned i = 0; i < n; i++) {
+		pthread_join(t[i].tid, NULL);
+		*(t[i].writer ? &wb : &rb) += t[i].bytes;
+	}
+	t1 = now();
+	printf("rbytes=%" PRIu64 " wbytes=%" PRIu64 " secs=%.6f\n", rb, wb, t1 - t0);
+	free(t);
+	return 0;
+}
+
+static void run_mixed(const struct opts *o, enum mode m, int layout, const char *file,
+		      const char *const *extra, double *rmbps, double *wmbps)
+{
+	struct args a = { .n = 0 };
+	char out[OUT_MAX];
+	double secs;
+
+	arg(&a, PROG);
+	arg(&a, "run-mixed");
+	arg(&a, "--mode=%s", mode_names[m]);
+	arg(&a, "--layout=%s", layout_names[layout]);
+	arg(&a, "--readers=%u", o->readers);
+	arg(&a, "--writers=%u", o->writers);
+	arg(&a, "--size=%" PRIu64, o->size);
+	arg(&a, "--block=%" PRIu64, o->block);
+	arg(&a, "--secs=%g", o->secs);
+	arg(&a, "--file=%s", file);
+	spawn(o, m, extra, &a, out, sizeof out, NULL, 0);
+	secs = field(out, "secs");
+	*rmbps = field(out, "rbytes") / secs / 1e6;
+	*wmbps = field(out, "wbytes") / secs / 1e6;
+}
+
+/* lock_waits of one rangeshim run with RANGESHIM_STATS (not timed). */
+static double waits_of(const struct opts *o, int layout, const char *file, double *calls)
+{
+	char path[300], var[320], json[OUT_MAX];
+	const char *extra[] = { var, NULL };
+	double r, w, waits = -1;
+	char *p;
+	int fd;
+
+	snprintf(path, sizeof path, "%s.stats.json", file);
+	snprintf(var, sizeof var, "RANGESHIM_STATS=%s", path);
+	track_file(path);
+	run_mixed(o, M_RANGESHIM, layout, file, extra, &r, &w);
+	*calls = -1;
+	fd = open(path, O_RDONLY);
+	if (fd >= 0) {
+		read_all(fd, json, sizeof json);
+		close(fd);
+		if ((p = strstr(json, "\"lock_waits\":")))
+			waits = strtod(p + 13, NULL);
+		if ((p = strstr(json, "\"io_calls\":")))
+			*calls = strtod(p + 11, NULL);
+	}
+	remove_file(path);
+	return waits;
+}
+
+static void cmd_mixed(const struct opts *o)
+{
+	static const enum mode modes[] = { M_UNLOCKED, M_MUTEX, M_OFD, M_RANGESHIM };
+	enum { NM = sizeof modes / sizeof modes[0] };
+	double rd[NM][3][MAX_ROUNDS], wr[NM][3][MAX_ROUNDS], mr[3], mw[3], calls;
+	char file[256], sz[32], blk[32];
+	unsigned regions = o->writers + o->readers;
+
+	fmt_size(sz, sizeof sz, o->size);
+	fmt_size(blk, sizeof blk, o->block);
+	printf("\n== Readers and writers: %u reader and %u writer threads, %s blocks, %s %s ==\n",
+	       o->readers, o->writers, blk, o->dir, fs_name(o->dir));
+	printf("  each thread loops over its own %s region for %.2f s; median of %u rounds.\n"
+	       "  alone: readers only; elsewhere: writers write other regions (readers must "
+	       "not wait);\n  same: writers write the regions being read (readers must "
+	       "wait: that is the atomicity).\n", sz, o->secs, o->rounds);
+	snprintf(file, sizeof file, "%s/rangeshim-bench.%ld.mixed", o->dir, (long)getpid());
+	create_file(file, o->size * regions, false, o->block);
+	for (unsigned r = 0; r < o->rounds; r++)
+		for (unsigned k = 0; k < NM; k++) {
+			unsigned j = (k + r) % NM;
+
+			for (int l = 0; l < 3; l++)
+				run_mixed(o, modes[j], l, file, NULL, &rd[j][l][r], &wr[j][l][r]);
+		}
+	printf("\n  %-10s %20s %22s %22s | %22s\n", "", "reader MB/s", "", "",
+	       "writer MB/s");
+	printf("  %-10s %9s %24s %24s | %11s %11s\n", "mode", "alone",
+	       "writers elsewhere (x)", "writers same (x)", "elsewhere", "same");
+	for (unsigned j = 0; j < NM; j++) {
+		for (int l = 0; l < 3; l++) {
+			mr[l] = median(rd[j][l], o->rounds);
+			mw[l] = median(wr[j][l], o->rounds);
+		}
+		printf("  %-10s %9.1f %15.1f (%5.2fx) %15.1f (%5.2fx) | %11.1f %11.1f\n",
+		       mode_names[modes[j]], mr[L_ALONE], mr[L_DISJOINT],
+		       mr[L_DISJOINT] / mr[L_ALONE], mr[L_OVERLAP], mr[L_OVERLAP] / mr[L_ALONE],
+		       mw[L_DISJOINT], mw[L_OVERLAP]);
+	}
+	printf("  (x: reader rate relative to the same mode's readers alone)\n");
+	{
+		double wd = waits_of(o, L_DISJOINT, file, &calls);
+		double cd = calls, wo = waits_of(o, L_OVERLAP, file, &calls);
+
+		printf("  rangeshim lock waits (RANGESHIM_STATS run, untimed): writers elsewhere "
+		       "%.0f of %.0f calls; writers same %.0f of %.0f calls\n", wd, cd, wo, calls);
+	}
+	remove_file(file);
+}
+
+/* ------------------------------------------------------------------ */
+/* run-small and small: the per-call cost of a 512-byte pwrite.        */
+
+#define SMALL 512
+#define SMALL_SLOTS 64
+
+static int cmd_run_small(const struct opts *o)
+{
+	static char buf[SMALL];
+	int fd = open(o->file, O_RDWR);
+	bool ofd = o->mode == M_OFD;
+	uint64_t calls = 0, i;
+	double t0, t1, deadline;
+
+	if (fd < 0)
+		die("open %s", o->file);
+	memset(buf, 's', sizeof buf);
+	/* Warm up: first calls fault in the shim's tables and the pages. */
+	for (i = 0; i < 2000; i++)
+		write_full(fd, buf, SMALL, (i % SMALL_SLOTS) * SMALL);
+	t0 = now();
+	deadline = t0 + o->secs;
+	do {
+		for (i = 0; i < 1024; i++, calls++) {
+			uint64_t off = (calls % SMALL_SLOTS) * SMALL;
+
+			if (ofd)
+				ofd_lock(fd, F_WRLCK, off, SMALL);
+			if (pwrite(fd, buf, SMALL, (off_t)off) != SMALL)
+				die("pwrite");
+			if (ofd)
+				ofd_lock(fd, F_UNLCK, off, SMALL);
+		}
+		t1 = now();
+	} while (t1 < deadline);
+	close(fd);
+	printf("calls=%" PRIu64 " secs=%.6f ns=%.2f\n", calls, t1 - t0,
+	       (t1 - t0) * 1e9 / (double)calls);
+	return 0;
+}
+
+static void cmd_small(const struct opts *o)
+{
+	static const enum mode modes[] = { M_UNLOCKED, M_OFD, M_RANGESHIM, M_MUTEX };
+	enum { NM = sizeof modes / sizeof modes[0] };
+	double ns[NM][MAX_ROUNDS], med[NM];
+	char file[256];
+
+	printf("\n== Small writes: 512-byte pwrite, one thread, %s %s ==\n", o->dir,
+	       fs_name(o->dir));
+	printf("  ns per call (ofd: including its fcntl lock and unlock), %.2f s per run, "
+	       "median of %u rounds, modes interleaved\n\n", o->secs, o->rounds);
+	snprintf(file, sizeof file, "%s/rangeshim-bench.%ld.small", o->dir, (long)getpid());
+	create_file(file, SMALL * SMALL_SLOTS, false, SMALL);
+	for (unsigned r = 0; r < o->rounds; r++)
+		for (unsigned k = 0; k < NM; k++) {
+			unsigned j = (k + r) % NM;
+			struct args a = { .n = 0 };
+			char out[OUT_MAX];
+
+			arg(&a, PROG);
+			arg(&a, "run-small");
+			arg(&a, "--mode=%s", mode_names[modes[j]]);
+			arg(&a, "--secs=%g", o->secs);
+			arg(&a, "--file=%s", file);
+			spawn(o, modes[j], NULL, &a, out, sizeof out, NULL, 0);
+			ns[j][r] = field(out, "ns");
+		}
+	remove_file(file);
+	printf("  %-10s %9s %11s %10s\n", "mode", "ns/call", "x unlocked", "added ns");
+	for (unsigned j = 0; j < NM; j++) {
+		med[j] = median(ns[j], o->rounds);
+		printf("  %-10s %9.1f %11.2f %10.1f\n", mode_names[modes[j]], med[j],
+		       med[j] / med[0], med[j] - med[0]);
+	}
+	printf("\n  per call, rangeshim is %.2fx faster than ofd (target: at least 3x): %s\n",
+	       med[1] / med[2], med[1] / med[2] >= 3 ? "met" : "MISSED");
+}
+
+/* ------------------------------------------------------------------ */
+/* lock: the range lock alone.                                         */
+
+enum lk { LK_RANGE, LK_FAST, LK_MUTEX, LK_RWLOCK, LK_OFD, LK_COUNT };
+static const char *const lk_names[LK_COUNT] = {
+	"rangelock", "rangelock-fast", "pthread_mutex", "pthread_rwlock", "ofd",
+};
+
+enum pat { P_DISJOINT, P_OVERLAP, P_READ, P_COUNT };
+static const char *const pat_names[P_COUNT] = {
+	"disjoint writers: thread t write-locks [4K*t, 4K*(t+1))",
+	"overlapping writers: every thread write-locks [0, 4K)",
+	"overlapping readers: every thread read-locks [0, 4K)",
+};
+
+#define LK_SPAN 4096
+#define LK_BATCH 64
+
+struct lk_bench {
+	enum lk kind;
+	enum pat pat;
+	struct rs_rangelock rl;
+	pthread_mutex_t mu;
+	pthread_rwlock_t rw;
+	const char *path;
+	pthread_barrier_t start;
+	atomic_bool stop;
+};
+
+struct lk_thread {
+	struct lk_bench *b;
+	unsigned idx;
+	uint64_t pairs;
+	pthread_t tid;
+};
+
+static void *lk_thread_main(void *arg)
+{
+	struct lk_thread *t = arg;
+	struct lk_bench *b = t->b;
+	uint64_t start = b->pat == P_DISJOINT ? (uint64_t)t->idx * LK_SPAN : 0;
+	bool rd = b->pat == P_READ;
+	unsigned mode = rd ? RS_RL_READ : RS_RL_WRITE;
+	int fd = -1;
+
+	/* OFD locks belong to the open file description: one per thread,
+	 * as each ROMIO process has its own. */
+	if (b->kind == LK_OFD && (fd = open(b->path, O_RDWR)) < 0)
+		die("open %s", b->path);
+	pthread_barrier_wait(&b->start);
+	while (!atomic_load_explicit(&b->stop, memory_order_relaxed)) {
+		for (int i = 0; i < LK_BATCH; i++) {
+			struct rs_rl_node node;
+
+			switch (b->kind) {
+			case LK_RANGE:
+				rs_rangelock_lock(&b->rl, &node, start, start + LK_SPAN, mode);
+				rs_rangelock_unlock(&b->rl, &node);
+				break;
+			case LK_FAST:
+				rs_rangelock_lock_fast(&b->rl, &node, start, start + LK_SPAN, mode);
+				rs_rangelock_unlock_fast(&b->rl, &node);
+				break;
+			case LK_MUTEX:
+				pthread_mutex_lock(&b->mu);
+				pthread_mutex_unlock(&b->mu);
+				break;
+			case LK_RWLOCK:
+				if (rd)
+					pthread_rwlock_rdlock(&b->rw);
+				else
+					pthread_rwlock_wrlock(&b->rw);
+				pthread_rwlock_unlock(&b->rw);
+				break;
+			default:
+				ofd_lock(fd, rd ? F_RDLCK : F_WRLCK, start, LK_SPAN);
+				ofd_lock(fd, F_UNLCK, start, LK_SPAN);
+				break;
+			}
+		}
+		t->pairs += LK_BATCH;
+	}
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+/*
+ * Pairs per second with n threads; `held` other ranges stay locked the
+ * whole time, far from the ones being measured (by another owner, so the
+ * kernel cannot merge them).  Returns the aggregate rate.
+ */
+static double lk_measure(const struct opts *o, enum lk kind, enum pat pat, unsigned n,
+			 const char *path, unsigned held)
+{
+	struct lk_bench b = { .kind = kind, .pat = pat, .path = path };
+	struct lk_thread t[MAX_TASKS];
+	struct timespec ts = { (time_t)o->secs, (long)((o->secs - (double)(time_t)o->secs) * 1e9) };
+	struct rs_rl_node *nodes = NULL;
+	uint64_t pairs = 0;
+	double t0, t1;
+	int hfd = -1;
+
+	rs_rangelock_init(&b.rl);
+	pthread_mutex_init(&b.mu, NULL);
+	pthread_rwlock_init(&b.rw, NULL);
+	atomic_init(&b.stop, false);
+	if (held) {
+		uint64_t base = (uint64_t)(MAX_TASKS + 1) * LK_SPAN;
+
+		nodes = calloc(held, sizeof *nodes);
+		if (!nodes || (hfd = open(path, O_RDWR)) < 0)
+			die("held locks");
+		for (unsigned i = 0; i < held; i++) {
+			uint64_t s = base + 2 * (uint64_t)i * LK_SPAN;
+
+			if (kind == LK_OFD)
+				ofd_lock(hfd, F_WRLCK, s, LK_SPAN);
+			else
+				rs_rangelock_lock(&b.rl, &nodes[i], s, s + LK_SPAN, RS_RL_WRITE);
+		}
+	}
+	pthread_barrier_init(&b.start, NULL, n + 1);
+	for (unsigned i = 0; i < n; i++) {
+		t[i] = (struct lk_thread){ .b = &b, .idx = i };
+		errno = pthread_create(&t[i].tid, NULL, lk_thread_main, &t[i]);
+		if (errno)
+			die("pthread_create");
+	}
+	pthread_barrier_wait(&b.start);
+	t0 = now();
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+	atomic_store(&b.stop, true);
+	for (unsigned i = 0; i < n; i++) {
+		pthread_join(t[i].tid, NULL);
+		pairs += t[i].pairs;
+	}
+	t1 = now();
+	if (held) {
+		if (kind != LK_OFD)
+			for (unsigned i = 0; i < held; i++)
+				rs_rangelock_unlock(&b.rl, &nodes[i]);
+		close(hfd);   /* drops its OFD locks */
+		free(nodes);
+	}
+	pthread_barrier_destroy(&b.start);
+	pthread_rwlock_destroy(&b.rw);
+	pthread_mutex_destroy(&b.mu);
+	return (double)pairs / (t1 - t0);
+}
+
+static void cmd_lock(const struct opts *o)
+{
+	double rate[LK_COUNT][MAX_ROUNDS], med[LK_COUNT];
+	char path[256];
+	int fd;
+
+	snprintf(path, sizeof path, "%s/rangeshim-bench.%ld.lock", o->dir, (long)getpid());
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		die("create %s", path);
+	close(fd);
+	track_file(path);
+	printf("\n== Lock microbenchmark: lock + unlock pairs, no I/O (OFD on %s %s) ==\n",
+	       o->dir, fs_name(o->dir));
+	printf("  rangelock: rs_rangelock_lock/unlock (shim/rangelock.c); rangelock-fast: the "
+	       "inline path\n  the shim's pread/pwrite take (shim/rangelock_fast.h); %.2f s per "
+	       "cell, median of %u rounds.\n  ns = one thread's time per pair (threads x wall / "
+	       "pairs); M/s = million pairs per second, all threads.\n", o->secs, o->rounds);
+	if (o->list[o->nlist - 1] > 2)
+		printf("  More threads than the %ld cores: contended rows measure the scheduler "
+		       "as much as the lock.\n", sysconf(_SC_NPROCESSORS_ONLN));
+	for (int p = 0; p < P_COUNT; p++) {
+		printf("\n  %s\n  %7s", pat_names[p], "threads");
+		for (int k = 0; k < LK_COUNT; k++)
+			printf(" %19s", lk_names[k]);
+		printf(" | ofd/rangelock\n");
+		for (int li = 0; li < o->nlist; li++) {
+			unsigned n = o->list[li];
+
+			for (unsigned r = 0; r < o->rounds; r++)
+				for (int k = 0; k < LK_COUNT; k++) {
+					int j = (k + (int)r) % LK_COUNT;
+
+					rate[j][r] = lk_measure(o, (enum lk)j, (enum pat)p, n, path, 0);
+				}
+			printf("  %7u", n);
+			for (int k = 0; k < LK_COUNT; k++) {
+				med[k] = median(rate[k], o->rounds);
+				printf(" %6.0f ns %6.2f M/s", 1e9 * n / med[k], med[k] / 1e6);
+			}
+			printf(" | %8.1fx\n", med[LK_RANGE] / med[LK_OFD]);
+			fflush(stdout);
+		}
+	}
+	printf("\n  one thread, while 1000 other ranges of the file are held (the kernel keeps "
+	       "a file's locks\n  on a list; so does the range lock, but the shim queues at most "
+	       "one range per thread in I/O)\n  %7s %19s %19s\n", "held", lk_names[LK_RANGE],
+	       lk_names[LK_OFD]);
+	for (unsigned held = 0; held <= 1000; held += 1000) {
+		double rr[MAX_ROUNDS], ro[MAX_ROUNDS], mr, mo;
+
+		for (unsigned r = 0; r < o->rounds; r++) {
+			rr[r] = lk_measure(o, LK_RANGE, P_DISJOINT, 1, path, held);
+			ro[r] = lk_measure(o, LK_OFD, P_DISJOINT, 1, path, held);
+		}
+		mr = median(rr, o->rounds);
+		mo = median(ro, o->rounds);
+		printf("  %7u %6.0f ns %6.3f M/s %6.0f ns %6.3f M/s\n", held, 1e9 / mr, mr / 1e6,
+		       1e9 / mo, mo / 1e6);
+	}
+	remove_file(path);
+}
+
+/* ------------------------------------------------------------------ */
+
+static int cmd_run_probe(const struct opts *o)
+{
+	static char buf[ALIGN];
+	int fd = open(o->file, O_RDWR | O_CREAT | O_TRUNC, 0600);
+
+	if (fd < 0)
+		die("open %s", o->file);
+	write_full(fd, buf, sizeof buf, 0);
+	close(fd);
+	printf("ok=1\n");
+	return 0;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"Usage: " PROG " COMMAND [OPTION]...   (tests/bench/bench.sh runs them all)\n"
+"  lustre  [--procs] [--direct] [--tasks=1,2,4] [--total=SIZE] [--passes=N]\n"
+"  gfs2    [--tasks=1,2,4] [--size=SIZE per writer]\n"
+"  mixed   [--readers=N] [--writers=N] [--size=SIZE] [--secs=S]\n"
+"  small   [--secs=S]\n"
+"  lock    [--tasks=1,2,4 (threads)] [--secs=S]\n"
+"  scope   print the scope the shim really runs in by default\n"
+"Common: --dir=DIR (files go here; default /tmp) --lib=PATH (librangeshim.so)\n"
+"        --block=SIZE --rounds=N --dat=FILE (plot data) --scope=S (RANGESHIM_SCOPE\n"
+"        for the rangeshim mode; default: unset, the shim's default)\n"
+"Internal: run, run-mixed, run-small, run-probe (--mode, --file, ...)\n");
+}
+
+static void parse_args(int argc, char **argv, struct opts *o)
+{
+	enum { O_DIR = 256, O_LIB, O_DAT, O_FILE, O_SCOPE, O_TASKS, O_PROCS, O_DIRECT_, O_TOTAL,
+	       O_SIZE, O_BLOCK, O_PASSES, O_ROUNDS, O_SECS, O_READERS, O_WRITERS, O_MODE,
+	       O_LAYOUT, O_HELP };
+	static const struct option lopts[] = {
+		{ "dir", required_argument, NULL, O_DIR },
+		{ "lib", required_argument, NULL, O_LIB },
+		{ "dat", required_argument, NULL, O_DAT },
+		{ "file", required_argument, NULL, O_FILE },
+		{ "scope", required_argument, NULL, O_SCOPE },
+		{ "tasks", required_argument, NULL, O_TASKS },
+		{ "procs", no_argument, NULL, O_PROCS },
+		{ "direct", no_argument, NULL, O_DIRECT_ },
+		{ "total", required_argument, NULL, O_TOTAL },
+		{ "size", required_argument, NULL, O_SIZE },
+		{ "block", required_argument, NULL, O_BLOCK },
+		{ "passes", required_argument, NULL, O_PASSES },
+		{ "rounds", required_argument, NULL, O_ROUNDS },
+		{ "secs", required_argument, NULL, O_SECS },
+		{ "readers", required_argument, NULL, O_READERS },
+		{ "writers", required_argument, NULL, O_WRITERS },
+		{ "mode", required_argument, NULL, O_MODE },
+		{ "layout", required_argument, NULL, O_LAYOUT },
+		{ "help", no_argument, NULL, O_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c;
+	char *end;
+
+	*o = (struct opts){ .dir = "/tmp", .lib = "build/librangeshim.so",
+			    .list = { 1, 2, 4 }, .nlist = 3, .total = 256ULL << 20,
+			    .size = 32ULL << 20, .block = 64ULL << 10, .passes = 1,
+			    .rounds = 3, .secs = 0.3, .readers = 1, .writers = 1,
+			    .mode = M_UNLOCKED, .tasks = 1 };
+	optind = 2;
+	while ((c = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
+		switch (c) {
+		case O_DIR: o->dir = optarg; break;
+		case O_LIB: o->lib = optarg; break;
+		case O_DAT: o->dat = optarg; break;
+		case O_FILE: o->file = optarg; break;
+		case O_SCOPE: o->scope = *optarg ? optarg : NULL; break;
+		case O_TASKS:
+			if (!parse_list(optarg, o))
+				goto bad;
+			o->tasks = o->list[0];
+			break;
+		case O_PROCS: o->procs = true; break;
+		case O_DIRECT_: o->direct = true; break;
+		case O_TOTAL: if (!parse_size(optarg, &o->total)) goto bad; break;
+		case O_SIZE: if (!parse_size(optarg, &o->size)) goto bad; break;
+		case O_BLOCK:
+			if (!parse_size(optarg, &o->block) || o->block > (1ULL << 30))
+				goto bad;
+			break;
+		case O_PASSES: if (!parse_uint(optarg, 1, 1000, &o->passes)) goto bad; break;
+		case O_ROUNDS:
+			if (!parse_uint(optarg, 1, MAX_ROUNDS, &o->rounds))
+				goto bad;
+			break;
+		case O_SECS:
+			o->secs = strtod(optarg, &end);
+			if (*end || !(o->secs > 0 && o->secs < 3600))
+				goto bad;
+			break;
+		case O_READERS: if (!parse_uint(optarg, 1, MAX_TASKS / 2, &o->readers)) goto bad; break;
+		case O_WRITERS: if (!parse_uint(optarg, 1, MAX_TASKS / 2, &o->writers)) goto bad; break;
+		case O_MODE: if ((o->mode = mode_parse(optarg)) < 0) goto bad; break;
+		case O_LAYOUT:
+			for (o->layout = 0; o->layout < 3; o->layout++)
+				if (strcmp(optarg, layout_names[o->layout]) == 0)
+					break;
+			if (o->layout == 3)
+				goto bad;
+			break;
+		case O_HELP: usage(stdout); exit(0);
+		default: usage(stderr); exit(2);
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, PROG ": unexpected argument '%s'\n", argv[optind]);
+		exit(2);
+	}
+	if (o->direct && o->block % ALIGN) {
+		fprintf(stderr, PROG ": --direct needs --block to be a multiple of %d\n", ALIGN);
+		exit(2);
+	}
+	return;
+bad:
+	fprintf(stderr, PROG ": invalid value '%s' for %s\n", optarg, argv[optind - 1]);
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	const char *cmd = argc > 1 ? argv[1] : "";
+	struct opts o;
+
+	if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+		usage(stdout);
+		return 0;
+	}
+	parse_args(argc, argv, &o);
+	/* Internal subcommands: one measurement, in whatever environment the
+	 * table process gave us. */
+	if (!strcmp(cmd, "run"))
+		return cmd_run(&o);
+	if (!strcmp(cmd, "run-mixed"))
+		return cmd_run_mixed(&o);
+	if (!strcmp(cmd, "run-small"))
+		return cmd_run_small(&o);
+	if (!strcmp(cmd, "run-probe"))
+		return cmd_run_probe(&o);
+
+	if (getenv("LD_PRELOAD"))
+		fprintf(stderr, PROG ": note: LD_PRELOAD is set for the table process; "
+			"its runs get their own environment\n");
+	install_cleanup();
+	if (!strcmp(cmd, "lustre"))
+		cmd_lustre(&o);
+	else if (!strcmp(cmd, "gfs2"))
+		cmd_gfs2(&o);
+	else if (!strcmp(cmd, "mixed"))
+		cmd_mixed(&o);
+	else if (!strcmp(cmd, "small"))
+		cmd_small(&o);
+	else if (!strcmp(cmd, "lock"))
+		cmd_lock(&o);
+	else if (!strcmp(cmd, "scope"))
+		printf("%s\n", effective_scope(&o));
+	else {
+		usage(stderr);
+		return 2;
+	}
+	return fflush(stdout) == 0 ? 0 : 1;
+}

@@ -1,0 +1,377 @@
+/*
+ * Criterion suite: process-level robustness under the shim.
+ *
+ * Every case runs tests/helpers/proc_probe (one subcommand per case) once
+ * with the shim preloaded and, where a comparison means something, once
+ * without it as the control.  The probe prints "key=N" counts and a line
+ * "verdict=PASS|FAIL"; it runs under a 20 s rs_run() timeout, so a
+ * deadlock shows up as status -1 instead of a hung suite.  The shim is
+ * preloaded only into the probe, never into this runner.
+ *
+ *  fork_with_locks_held  Five threads keep the shim busy: two pwrite the
+ *              same 1 MiB range (one holds it, one queues), one preads an
+ *              overlapping range and pwrites the next, one does lseek+write
+ *              (the file-offset lock), one opens/preads/closes (the fd
+ *              table mutex).  The main thread forks 50 times; each child at
+ *              once pwrites and preads those same ranges, writes at the
+ *              shared cursor, opens the file again, and _exit(0)s.  Every
+ *              child must exit 0 within 5 s.
+ *  raw_fork_with_locks_held  The same with _Fork(), which runs no atfork
+ *              handlers (its child may call only async-signal-safe
+ *              functions, which pwrite/pread/open/close are).  Known to
+ *              hang under the shim today; skipped unless RS_KNOWN_BUGS=1.
+ *  exec        With the same background threads running, 5 rounds of
+ *              fork+execve, posix_spawn (with a file action opening the
+ *              file as fd 20) and vfork+execve of the probe itself, which
+ *              in the new image checks that the shim is (or is not) loaded
+ *              as in the parent, does pwrite/pread on the inherited fd and
+ *              lseek+write/read on a fresh open, and verifies the data.
+ *  signal_restart, signal_norestart  A setitimer(ITIMER_REAL, 100 us)
+ *              SIGALRM handler, installed with and without SA_RESTART,
+ *              pwrites the same range the main thread is pwriting (a peer
+ *              thread with SIGALRM blocked pwrites it too, so the main
+ *              thread also waits for the lock) and writes at the cursor of
+ *              a second tracked fd that the main loop also writes.  ~1 s.
+ *              The handler must have written (>0) with no error, the main
+ *              loop must finish, the second file's size must equal every
+ *              byte written to it, and the EINTR behaviour must match the
+ *              control: no EINTR or short write on the regular files, and
+ *              a blocking pipe read interrupted (EINTR) without SA_RESTART
+ *              and restarted with it.  With the shim, the stats must show
+ *              reentrant > 0: the handler did run inside the shim.
+ *  signal_close_then_fopen  A one-shot SIGALRM handler closes a tracked fd
+ *              while its thread is inside the shim (stats: reentrant > 0),
+ *              then fopen() (whose open the shim cannot see) reuses that
+ *              number for a new file; a writer on it and a reader on a
+ *              separate open of the new file must see no torn read.  Known
+ *              to fail today (the close is never recorded, so the number
+ *              keeps the old file's lock); skipped unless RS_KNOWN_BUGS=1.
+ *  close_race  Four threads pread/pwrite/preadv/pwritev and lseek+read/
+ *              write on four fd numbers while a fifth close()s and
+ *              re-open()s them, close_range()s them, dup2()s/dup3()s other
+ *              files onto them and F_DUPFDs.  Each I/O must return success
+ *              or EBADF; no crash, no deadlock; the stats JSON
+ *              (RANGESHIM_STATS=path with %p) must be written, so the
+ *              process exited normally.  fd_races is only logged.
+ *  many_threads  200 threads (half on a shared fd, half on their own) do
+ *              four 3000-byte pwrite/pwritev each to disjoint ranges
+ *              (neighbours share pages), released together by a barrier;
+ *              the whole file is then verified.
+ *
+ * Scratch files are /dev/shm/rs-test-proc-<pid>-<case>.{a,b,c}; the probe
+ * removes them and so does the test.
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common.h"
+
+/*
+ * Criterion under TSan: BoxFort picks its arena addresses with rand_r()
+ * inside TSan's shadow window, so the runner dies at start (Criterion
+ * issue #274; see the longer note in test_rangelock.c, whose workaround
+ * this copies).  Steer it into application memory.  Belongs in common.h;
+ * skipped if common.h provides it (RS_TSAN_RAND_R).
+ */
+#if defined(__SANITIZE_THREAD__) && defined(__x86_64__) && !defined(RS_TSAN_RAND_R)
+#define RS_TSAN_RAND_R 1
+int rand_r(unsigned *seed);
+int rand_r(unsigned *seed)
+{
+	*seed = *seed * 1103515245u + 12345u;
+	return (int)(0x350000u + ((*seed >> 8) % 0x18000u));
+}
+#endif
+
+#define PROBE RS_HELPER("proc_probe")
+#define PROBE_TIMEOUT 20
+
+struct ctx {
+	char base[256];
+	char shm_env[128];
+	char stats_env[256];
+	char stats_glob[256];
+	const char *env[4];
+};
+
+static void ctx_init(struct ctx *c, const char *tag, int stats)
+{
+	int n = 0;
+
+	snprintf(c->base, sizeof(c->base), "/dev/shm/rs-test-proc-%d-%s", (int)getpid(), tag);
+	/* Our own segment name, should node scope ever use one. */
+	snprintf(c->shm_env, sizeof(c->shm_env), "RANGESHIM_SHM=/rs-test-proc-%d", (int)getpid());
+	c->env[n++] = c->shm_env;
+	if (stats) {
+		snprintf(c->stats_env, sizeof(c->stats_env),
+			 "RANGESHIM_STATS=/tmp/rs-test-proc-%d-%s.%%p.json", (int)getpid(), tag);
+		snprintf(c->stats_glob, sizeof(c->stats_glob),
+			 "/tmp/rs-test-proc-%d-%s.*.json", (int)getpid(), tag);
+		c->env[n++] = c->stats_env;
+	} else {
+		c->stats_glob[0] = '\0';
+	}
+	c->env[n] = NULL;
+}
+
+static void remove_stats(const struct ctx *c)
+{
+	glob_t g;
+
+	if (!c->stats_glob[0] || glob(c->stats_glob, 0, NULL, &g) != 0)
+		return;
+	for (size_t i = 0; i < g.gl_pathc; i++)
+		unlink(g.gl_pathv[i]);
+	globfree(&g);
+}
+
+static void ctx_cleanup(const struct ctx *c)
+{
+	static const char *const sfx[] = { ".a", ".b", ".c" };
+	char p[300];
+
+	for (int i = 0; i < 3; i++) {
+		snprintf(p, sizeof(p), "%s%s", c->base, sfx[i]);
+		unlink(p);
+	}
+	remove_stats(c);
+	shm_unlink(c->shm_env + strlen("RANGESHIM_SHM="));
+}
+
+/* Run the probe; arg3/arg4 may be NULL. */
+static struct rs_run *probe(const struct ctx *c, int preload, const char *cmd,
+			    const char *arg3, const char *arg4)
+{
+	struct rs_run *r = calloc(1, sizeof(*r));
+	char *argv[] = { (char *)PROBE, (char *)cmd, (char *)c->base, (char *)arg3,
+			 (char *)arg4, NULL };
+
+	cr_assert_not_null(r);
+	if (!arg3)
+		argv[3] = NULL;
+	rs_run(r, argv, c->env, preload, PROBE_TIMEOUT);
+	cr_log_info("proc_probe %s %s (%s): status %d: %s", cmd, arg3 ? arg3 : "",
+		    preload ? "shim" : "control", r->status, r->out);
+	return r;
+}
+
+static void expect_pass(const struct rs_run *r, int preload, const char *what)
+{
+	cr_assert_neq(r->status, -1, "%s (%s): timed out after %d s (deadlock?): %s", what,
+		      preload ? "shim" : "control", PROBE_TIMEOUT, r->out);
+	cr_assert_eq(r->status, 0, "%s (%s): exit status %d: %s", what,
+		     preload ? "shim" : "control", r->status, r->out);
+	cr_assert_not_null(strstr(r->out, "verdict=PASS"), "%s (%s): no PASS verdict: %s",
+			   what, preload ? "shim" : "control", r->out);
+	cr_assert_eq(rs_field(r->out, "shim"), preload,
+		     "%s: the shim was %sloaded, expected %d: %s", what,
+		     rs_field(r->out, "shim") ? "" : "not ", preload, r->out);
+}
+
+/* The value of "key": N in the JSON of the first stats file, or -1. */
+static long long stats_field(const struct ctx *c, const char *key, int *found)
+{
+	glob_t g;
+	char buf[8192], pat[80];
+	long long v = -1;
+	FILE *f;
+	size_t n;
+	const char *p;
+
+	*found = 0;
+	if (glob(c->stats_glob, 0, NULL, &g) != 0)
+		return -1;
+	f = g.gl_pathc ? fopen(g.gl_pathv[0], "r") : NULL;
+	globfree(&g);
+	if (!f)
+		return -1;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	*found = 1;
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = strstr(buf, pat);
+	if (p)
+		v = strtoll(p + strlen(pat), NULL, 10);
+	return v;
+}
+
+TestSuite(process, .timeout = 60);
+
+Test(process, fork_with_locks_held)
+{
+	struct ctx c;
+	struct rs_run *ctl, *shim;
+
+	ctx_init(&c, "fork", 0);
+	ctl = probe(&c, 0, "fork", "50", NULL);
+	shim = probe(&c, 1, "fork", "50", NULL);
+	ctx_cleanup(&c);
+	expect_pass(ctl, 0, "fork");
+	expect_pass(shim, 1, "fork");
+	cr_expect_eq(rs_field(shim->out, "ok"), 50, "%s", shim->out);
+	cr_expect_eq(rs_field(shim->out, "hung"), 0, "%s", shim->out);
+	free(ctl);
+	free(shim);
+}
+
+Test(process, raw_fork_with_locks_held)
+{
+	struct ctx c;
+	struct rs_run *ctl, *shim;
+
+	if (!getenv("RS_KNOWN_BUGS"))
+		cr_skip_test("known shim bug: a _Fork() child deadlocks on a range lock that "
+			     "a parent thread held (no atfork handler runs); set "
+			     "RS_KNOWN_BUGS=1 to run");
+	ctx_init(&c, "rawfork", 0);
+	ctl = probe(&c, 0, "fork-raw", "20", NULL);
+	shim = probe(&c, 1, "fork-raw", "20", NULL);
+	ctx_cleanup(&c);
+	expect_pass(ctl, 0, "_Fork");
+	expect_pass(shim, 1, "_Fork");
+	free(ctl);
+	free(shim);
+}
+
+Test(process, exec)
+{
+	struct ctx c;
+	struct rs_run *ctl, *shim;
+
+	ctx_init(&c, "exec", 0);
+	ctl = probe(&c, 0, "exec", "5", NULL);
+	shim = probe(&c, 1, "exec", "5", NULL);
+	ctx_cleanup(&c);
+	expect_pass(ctl, 0, "exec");
+	expect_pass(shim, 1, "exec");
+	cr_expect_eq(rs_field(shim->out, "fork_exec"), 5, "%s", shim->out);
+	cr_expect_eq(rs_field(shim->out, "spawn"), 5, "%s", shim->out);
+	cr_expect_eq(rs_field(shim->out, "vfork"), 5, "%s", shim->out);
+	free(ctl);
+	free(shim);
+}
+
+static void signal_case(const char *mode)
+{
+	struct ctx c;
+	struct rs_run *ctl, *shim;
+	int restart = strcmp(mode, "restart") == 0, found;
+	long long reentrant;
+
+	ctx_init(&c, mode, 1);
+	ctl = probe(&c, 0, "signal", mode, NULL);
+	shim = probe(&c, 1, "signal", mode, NULL);
+	reentrant = stats_field(&c, "reentrant", &found);
+	ctx_cleanup(&c);
+	expect_pass(ctl, 0, "signal");
+	expect_pass(shim, 1, "signal");
+	cr_assert_gt(rs_field(shim->out, "main_loops"), 0, "%s", shim->out);
+	cr_assert_gt(rs_field(shim->out, "handler_pwrites"), 0, "%s", shim->out);
+	cr_assert_gt(rs_field(shim->out, "handler_writes"), 0, "%s", shim->out);
+	cr_assert_eq(rs_field(shim->out, "handler_errors"), 0, "%s", shim->out);
+	cr_assert_eq(rs_field(shim->out, "size_ok"), 1, "%s", shim->out);
+	/* EINTR semantics as without the shim. */
+	cr_assert_eq(rs_field(shim->out, "eintr") > 0, rs_field(ctl->out, "eintr") > 0,
+		     "EINTR on regular files differs: shim %s control %s", shim->out, ctl->out);
+	cr_assert_eq(rs_field(shim->out, "short") > 0, rs_field(ctl->out, "short") > 0,
+		     "short writes differ: shim %s control %s", shim->out, ctl->out);
+	cr_assert_eq(rs_field(shim->out, "pipe_eintr"), rs_field(ctl->out, "pipe_eintr"),
+		     "pipe read EINTR differs: shim %s control %s", shim->out, ctl->out);
+	cr_assert_eq(rs_field(shim->out, "pipe_eintr"), restart ? 0 : 1, "%s", shim->out);
+	cr_assert(found, "no stats file %s was written", c.stats_glob);
+	cr_log_info("signal %s: reentrant=%lld", mode, reentrant);
+	cr_expect_gt(reentrant, 0, "the handler never interrupted a call inside the shim "
+		     "(reentrant=%lld): the case did not test what it should", reentrant);
+	free(ctl);
+	free(shim);
+}
+
+Test(process, signal_restart)
+{
+	signal_case("restart");
+}
+
+Test(process, signal_norestart)
+{
+	signal_case("norestart");
+}
+
+Test(process, signal_close_then_fopen)
+{
+	struct ctx c;
+	struct rs_run *ctl, *shim;
+	long long reentrant;
+	int found;
+
+	if (!getenv("RS_KNOWN_BUGS"))
+		cr_skip_test("known shim bug: close() in a signal handler that interrupted the "
+			     "shim is not recorded, so a number fopen() reuses keeps the old "
+			     "file's lock; set RS_KNOWN_BUGS=1 to run");
+	ctx_init(&c, "sigclose", 1);
+	ctl = probe(&c, 0, "signal-close", "0.5", NULL);
+	shim = probe(&c, 1, "signal-close", "0.5", NULL);
+	reentrant = stats_field(&c, "reentrant", &found);
+	ctx_cleanup(&c);
+	/* Without the shim the reads tear: the verdict is FAIL by design. */
+	cr_assert(ctl->status == 0 || ctl->status == 1, "control: status %d: %s", ctl->status,
+		  ctl->out);
+	cr_log_info("signal-close control: reads=%lld torn=%lld", rs_field(ctl->out, "reads"),
+		    rs_field(ctl->out, "torn"));
+	cr_assert_eq(rs_field(shim->out, "reused"), 1,
+		     "fopen did not reuse the closed number; the case proves nothing: %s",
+		     shim->out);
+	cr_assert_gt(reentrant, 0, "the handler did not run inside the shim: %s", shim->out);
+	expect_pass(shim, 1, "signal-close");
+	free(ctl);
+	free(shim);
+}
+
+Test(process, close_race)
+{
+	struct ctx c;
+	struct rs_run *ctl, *shim;
+	long long races, calls;
+	int found;
+
+	ctx_init(&c, "close", 1);
+	ctl = probe(&c, 0, "close-race", "1", NULL);
+	shim = probe(&c, 1, "close-race", "1", NULL);
+	races = stats_field(&c, "fd_races", &found);
+	calls = stats_field(&c, "io_calls", &found);
+	ctx_cleanup(&c);
+	expect_pass(ctl, 0, "close-race");
+	expect_pass(shim, 1, "close-race");
+	cr_assert_eq(rs_field(shim->out, "bad"), 0, "%s", shim->out);
+	cr_assert(found, "no stats file %s: the probe did not exit normally", c.stats_glob);
+	cr_assert_geq(races, 0, "stats JSON has no fd_races");
+	cr_assert_gt(calls, 0, "stats JSON shows no locked calls: io_calls=%lld", calls);
+	cr_log_info("close-race: io_calls=%lld fd_races=%lld, ebadf shim=%lld control=%lld",
+		    calls, races, rs_field(shim->out, "ebadf"), rs_field(ctl->out, "ebadf"));
+	free(ctl);
+	free(shim);
+}
+
+Test(process, many_threads)
+{
+	struct ctx c;
+	struct rs_run *ctl, *shim;
+
+	ctx_init(&c, "many", 0);
+	ctl = probe(&c, 0, "many", "200", NULL);
+	shim = probe(&c, 1, "many", "200", NULL);
+	ctx_cleanup(&c);
+	expect_pass(ctl, 0, "many");
+	expect_pass(shim, 1, "many");
+	cr_assert_eq(rs_field(shim->out, "writes"), 800, "%s", shim->out);
+	cr_assert_eq(rs_field(shim->out, "mismatches"), 0, "%s", shim->out);
+	free(ctl);
+	free(shim);
+}
