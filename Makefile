@@ -47,9 +47,12 @@ $(BUILD)/obj/%.o: shim/%.c $(wildcard shim/*.h) include/rangeshim/rangelock.h
 $(LIB): $(SHIM_OBJS)
 	$(CC) -shared -o $@ $^ $(LDFLAGS) -Wl,-z,now -Wl,-Bsymbolic-functions -ldl -lpthread
 
-$(CLI): shim/cli.c
+# The command reads the node table with the same code the library uses.
+CLI_SRCS = shim/cli.c shim/nodelock.c shim/segment.c shim/log.c
+
+$(CLI): $(CLI_SRCS) $(wildcard shim/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
+	$(CC) $(CFLAGS) -o $@ $(CLI_SRCS) $(LDFLAGS) -lpthread
 
 $(BUILD)/examples/%: examples/%.c
 	@mkdir -p $(dir $@)

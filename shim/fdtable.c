@@ -361,6 +361,12 @@ void rs_fdt_closed(int fd, uint64_t old)
 	rs_mutex_unlock(&tbl_mtx);
 }
 
+void rs_fdt_forget(int fd, uint64_t old)
+{
+	if (fd >= 0 && (unsigned)fd < rs_fd_cap)
+		atomic_compare_exchange_strong(&rs_fd_entries[fd], &old, RS_FD_UNKNOWN);
+}
+
 void rs_fdt_closed_range(unsigned lo, unsigned hi)
 {
 	rs_mutex_lock(&tbl_mtx);
@@ -424,8 +430,13 @@ void rs_fdt_fork_parent(void)
  * range and held offset lock belonged to threads that do not exist here. */
 void rs_fdt_fork_child(void)
 {
-	for (uint32_t i = 0; i < files_used; i++)
+	for (uint32_t i = 0; i < files_used; i++) {
 		rs_rangelock_reset(&rs_files[i].rl);
+		/* The parent's node grants stay the parent's. */
+		for (int k = 0; k < RS_NCACHE; k++)
+			atomic_store_explicit(&rs_files[i].grants[k], 0, memory_order_relaxed);
+		atomic_store_explicit(&rs_files[i].grants_mtx, 0, memory_order_relaxed);
+	}
 	for (uint32_t i = 0; i < descs_used; i++)
 		atomic_store_explicit(&rs_descs[i].pos_mtx, 0, memory_order_relaxed);
 	atomic_store_explicit(&tbl_mtx, 0, memory_order_release);

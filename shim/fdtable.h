@@ -105,6 +105,11 @@ void rs_fdt_opened(int fd, int flags);
 void rs_fdt_closed(int fd, uint64_t old);
 /* After close_range/closefrom: forget every fd in [lo, hi]. */
 void rs_fdt_closed_range(unsigned lo, unsigned hi);
+/* From a signal handler that interrupted the shim on this thread (which
+ * may hold the table mutex): reset fd's entry to unknown if it is still
+ * old, without the mutex; the description's reference is leaked, which
+ * only keeps one object from being recycled. */
+void rs_fdt_forget(int fd, uint64_t old);
 /* After dup/dup2/dup3/F_DUPFD made newfd a copy of oldfd. */
 void rs_fdt_duped(int oldfd, int newfd);
 /* After F_SETFL on fd: re-read the description's flags. */

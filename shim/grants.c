@@ -233,8 +233,14 @@ void rs_grants_fork_child(void)
 	rs_grants_init();
 }
 
+/* At exit other threads may still be doing I/O: new calls stop using
+ * node grants first, then ours are given back. */
 void rs_grants_exit(void)
 {
+	rs_node_on = 0;
+	atomic_store_explicit((_Atomic(struct rs_segment *) *)&rs_node_seg, NULL,
+			      memory_order_release);
 	if (attach_state == 1)
 		rs_nt_unregister(&table);
+	attach_state = 2;
 }

@@ -39,17 +39,17 @@ static const char *env(const char *name)
 	return getenv(name);
 }
 
-static void fork_prepare(void)
+void rs_fork_prepare(void)
 {
 	rs_fdt_fork_prepare();
 }
 
-static void fork_parent(void)
+void rs_fork_parent(void)
 {
 	rs_fdt_fork_parent();
 }
 
-static void fork_child(void)
+void rs_after_fork_child(void)
 {
 	rs_fdt_fork_child();
 	rs_grants_fork_child();
@@ -81,7 +81,7 @@ void rs_init_slow(void)
 		       "I/O is NOT coordinated in this process", strerror(errno));
 		final = RS_DISABLED;
 	} else {
-		pthread_atfork(fork_prepare, fork_parent, fork_child);
+		pthread_atfork(rs_fork_prepare, rs_fork_parent, rs_after_fork_child);
 	}
 	if (rs_cfg.stats == RS_STATS_STDERR) {
 		stats_fd = (int)syscall(SYS_fcntl, 2, F_DUPFD_CLOEXEC, 3);

@@ -236,9 +236,15 @@ static void closed(int fd, uint64_t old)
 	int saved = errno;
 
 	/* Linux frees the number even when close fails with EINTR or EIO. */
-	if (fd >= 0 && old != RS_FD_UNKNOWN && enter_fd_slow()) {
-		rs_fdt_closed(fd, old);
-		rs_leave_slow();
+	if (fd >= 0 && old != RS_FD_UNKNOWN) {
+		if (enter_fd_slow()) {
+			rs_fdt_closed(fd, old);
+			rs_leave_slow();
+		} else if (rs_depth && syscall(SYS_getpid) == rs_pid) {
+			/* A signal handler inside the shim: the number is free
+			 * now and fopen/socket/pipe may reuse it unseen. */
+			rs_fdt_forget(fd, old);
+		}
 	}
 	errno = saved;
 }
@@ -300,6 +306,24 @@ static int close_range_around(unsigned lo, unsigned hi, int flags)
 	return REAL(int, close_range, (lo, hi, flags));
 }
 
+/* _Fork runs no atfork handlers, and its child may call any
+ * async-signal-safe function, pwrite among them. */
+pid_t _Fork(void);
+RS_EXPORT pid_t _Fork(void)
+{
+	int locked = rs_ready() && !rs_depth;
+	pid_t p;
+
+	if (locked)
+		rs_fork_prepare();
+	p = REAL(pid_t, _Fork, ());
+	if (p == 0)
+		rs_after_fork_child();
+	else if (locked)
+		rs_fork_parent();
+	return p;
+}
+
 RS_EXPORT int close_range(unsigned lo, unsigned hi, int flags)
 {
 	int r;
@@ -331,6 +355,9 @@ static int duped(int oldfd, int newfd)
 	if (newfd >= 0 && newfd != oldfd && enter_fd_slow()) {
 		rs_fdt_duped(oldfd, newfd);
 		rs_leave_slow();
+	} else if (newfd >= 0 && newfd != oldfd && rs_depth && syscall(SYS_getpid) == rs_pid) {
+		/* From a handler inside the shim: classify newfd on first use. */
+		rs_fdt_forget(newfd, rs_fdt_get(newfd));
 	}
 	errno = saved;
 	return newfd;

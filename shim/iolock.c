@@ -274,6 +274,8 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 				i = 1 - k;
 			rs_grant_enter(p[i].file, p[i].start, p[i].end, p[i].mode,
 				       &io->gref[io->ngrefs]);
+			/* The fast path leaves file unset; leave_grants needs it. */
+			io->gref[io->ngrefs].file = p[i].file;
 			if (io->gref[io->ngrefs].g)
 				io->ngrefs++;
 		}
@@ -414,6 +416,7 @@ void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len)
 			start = 0;
 		io->hold[0].file = f;
 		rs_grant_enter(f, start, RS_RANGE_EOF, RS_RL_WRITE, &io->gref[0]);
+		io->gref[0].file = f;
 		io->ngrefs = io->gref[0].g != NULL;
 		RS_COUNT(lock_waits, rs_rangelock_lock(&f->rl, &io->hold[0].node,
 						       start, RS_RANGE_EOF, RS_RL_WRITE));

@@ -63,6 +63,10 @@ extern int rs_fast;
 extern __thread int rs_depth __attribute__((tls_model("initial-exec")));
 
 void rs_init_slow(void);
+/* The child side of fork and _Fork: forget every lock of other threads. */
+void rs_after_fork_child(void);
+void rs_fork_prepare(void);
+void rs_fork_parent(void);
 /* Our pid, refreshed in a forked child; a mismatch means a vfork child. */
 extern long rs_pid;
 

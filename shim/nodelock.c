@@ -257,7 +257,18 @@ void rs_nt_unregister(struct rs_nt *t)
 		table_unlock(t);
 		wake_all(s);
 	}
-	rs_seg_detach(&t->map);
+	/* The mapping stays: at exit, other threads may still be leaving
+	 * grants they entered.  The fd (and our liveness lock) goes. */
+	if (t->map.fd_slot) {
+		int fd = atomic_exchange(t->map.fd_slot, -1);
+
+		if (fd >= 0)
+			syscall(SYS_close, fd);
+	} else if (t->map.fd >= 0) {
+		syscall(SYS_close, t->map.fd);
+	}
+	t->map.fd = -1;
+	t->me = UINT32_MAX;
 }
 
 void rs_nt_forget(struct rs_nt *t)

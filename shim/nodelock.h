@@ -39,7 +39,8 @@ struct rs_nt_result {
 /* Attach to the segment named name (creating it) and take a process slot.
  * 0, or -1 with a one-line reason. */
 int rs_nt_register(struct rs_nt *t, const char *name, char *why, size_t whylen);
-/* Release every grant and the slot; detach. */
+/* Release every grant and the slot; close the fd.  The mapping is kept
+ * (other threads may still touch grants they hold). */
 void rs_nt_unregister(struct rs_nt *t);
 /* Forget the segment without touching it: a forked child's copy. */
 void rs_nt_forget(struct rs_nt *t);

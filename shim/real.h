@@ -26,6 +26,7 @@
 	X(int, close, (int)) \
 	X(int, close_range, (unsigned, unsigned, int)) \
 	X(void, closefrom, (int)) \
+	X(pid_t, _Fork, (void)) \
 	X(int, fclose, (FILE *)) \
 	X(int, dup, (int)) \
 	X(int, dup2, (int, int)) \

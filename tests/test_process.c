@@ -18,8 +18,8 @@
  *              child must exit 0 within 5 s.
  *  raw_fork_with_locks_held  The same with _Fork(), which runs no atfork
  *              handlers (its child may call only async-signal-safe
- *              functions, which pwrite/pread/open/close are).  Known to
- *              hang under the shim today; skipped unless RS_KNOWN_BUGS=1.
+ *              functions, which pwrite/pread/open/close are).  The shim
+ *              wraps _Fork to run its fork handlers itself.
  *  exec        With the same background threads running, 5 rounds of
  *              fork+execve, posix_spawn (with a file action opening the
  *              file as fd 20) and vfork+execve of the probe itself, which
@@ -43,9 +43,8 @@
  *              while its thread is inside the shim (stats: reentrant > 0),
  *              then fopen() (whose open the shim cannot see) reuses that
  *              number for a new file; a writer on it and a reader on a
- *              separate open of the new file must see no torn read.  Known
- *              to fail today (the close is never recorded, so the number
- *              keeps the old file's lock); skipped unless RS_KNOWN_BUGS=1.
+ *              separate open of the new file must see no torn read.  The close
+ *              is recorded without the table mutex (rs_fdt_forget).
  *  close_race  Four threads pread/pwrite/preadv/pwritev and lseek+read/
  *              write on four fd numbers while a fifth close()s and
  *              re-open()s them, close_range()s them, dup2()s/dup3()s other
@@ -226,11 +225,6 @@ Test(process, raw_fork_with_locks_held)
 {
 	struct ctx c;
 	struct rs_run *ctl, *shim;
-
-	if (!getenv("RS_KNOWN_BUGS"))
-		cr_skip_test("known shim bug: a _Fork() child deadlocks on a range lock that "
-			     "a parent thread held (no atfork handler runs); set "
-			     "RS_KNOWN_BUGS=1 to run");
 	ctx_init(&c, "rawfork", 0);
 	ctl = probe(&c, 0, "fork-raw", "20", NULL);
 	shim = probe(&c, 1, "fork-raw", "20", NULL);
@@ -311,10 +305,6 @@ Test(process, signal_close_then_fopen)
 	long long reentrant;
 	int found;
 
-	if (!getenv("RS_KNOWN_BUGS"))
-		cr_skip_test("known shim bug: close() in a signal handler that interrupted the "
-			     "shim is not recorded, so a number fopen() reuses keeps the old "
-			     "file's lock; set RS_KNOWN_BUGS=1 to run");
 	ctx_init(&c, "sigclose", 1);
 	ctl = probe(&c, 0, "signal-close", "0.5", NULL);
 	shim = probe(&c, 1, "signal-close", "0.5", NULL);
