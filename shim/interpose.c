@@ -324,6 +324,15 @@ RS_EXPORT pid_t _Fork(void)
 	return p;
 }
 
+/* A thread cancelled inside a locked call would keep its locks: see
+ * rs_cancel_wait. */
+RS_EXPORT int pthread_cancel(pthread_t t)
+{
+	if (rs_ready())
+		rs_cancel_wait((unsigned long)t);
+	return REAL(int, pthread_cancel, (t));
+}
+
 RS_EXPORT int close_range(unsigned lo, unsigned hi, int flags)
 {
 	int r;

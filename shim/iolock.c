@@ -25,6 +25,8 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -32,11 +34,85 @@
 
 #include "config.h"
 #include "futex.h"
+#include "log.h"
 #include "real.h"
 #include "stats.h"
 
 __thread int rs_depth __attribute__((tls_model("initial-exec")));
 int rs_fast;
+/* pthread_cancel has been called: locked sections disable cancellation. */
+static _Atomic int cancel_mode;
+/* This thread is in a locked section with cancellation disabled. */
+static __thread int cancel_safe __attribute__((tls_model("initial-exec")));
+
+/*
+ * Thread cancellation.  The real read or write is a cancellation point;
+ * a thread cancelled there would leave its range locks and grants held for
+ * ever.  So once the application has called pthread_cancel, every call
+ * takes the general path, which disables cancellation across its locked
+ * section and acts on a pending request (pthread_testcancel) once it has
+ * let go.  The calls already under way when cancel_mode is first set are
+ * the race: rs_cancel_wait waits for the target to leave the shim.  Its
+ * rs_depth is found from its thread pointer: on x86-64 glibc a pthread_t
+ * is the thread pointer, and an initial-exec TLS variable sits at the same
+ * offset from it in every thread.  The fast path raises rs_depth before it
+ * reads rs_fast; membarrier makes that store visible before we read it.
+ */
+void rs_cancel_wait(unsigned long t)
+{
+	long off = (char *)&rs_depth - (char *)pthread_self();
+	long off_safe = (char *)&cancel_safe - (char *)pthread_self();
+	volatile int *depth = (volatile int *)((char *)t + off);
+	volatile int *safe = (volatile int *)((char *)t + off_safe);
+	static _Atomic int registered;
+	int saved = errno;
+	uint64_t waited = 0;
+
+	if (!atomic_exchange(&cancel_mode, 1)) {
+		rs_fast = 0;
+		if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
+			atomic_store(&registered, 1);
+	}
+	if (atomic_load(&registered))
+		syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+	else
+		usleep(20000);	/* no membarrier: let in-flight checks settle */
+	if (t == (unsigned long)pthread_self())
+		goto out;
+	while (*depth > 0 && !*safe) {
+		usleep(200);
+		if ((waited += 200) == 2000000)
+			rs_log(RS_LOG_WARN, "pthread_cancel: waiting for the target thread "
+			       "to leave a locked call");
+	}
+out:
+	errno = saved;
+}
+
+static void cancel_off(struct rs_io *io)
+{
+	int old = PTHREAD_CANCEL_DISABLE;
+
+	io->cancel_off = 0;
+	if (atomic_load_explicit(&cancel_mode, memory_order_relaxed) &&
+	    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old) == 0) {
+		io->cancel_off = old == PTHREAD_CANCEL_ENABLE ? 2 : 1;
+		cancel_safe = 1;
+	}
+}
+
+static void cancel_on(struct rs_io *io)
+{
+	int old;
+
+	if (!io->cancel_off)
+		return;
+	cancel_safe = 0;
+	pthread_setcancelstate(io->cancel_off == 2 ? PTHREAD_CANCEL_ENABLE : PTHREAD_CANCEL_DISABLE,
+			       &old);
+	if (io->cancel_off == 2)
+		pthread_testcancel();
+}
 
 
 static int file_size(int fd, uint64_t *size)
@@ -347,6 +423,7 @@ void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
 			return;
 	}
 	rs_depth++;
+	atomic_signal_fence(memory_order_seq_cst);	/* see rs_cancel_wait */
 	while ((r = try_begin(io, t, n)) < 0)
 		;
 	if (r == 0) {
@@ -354,6 +431,7 @@ void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
 		RS_COUNT(passthrough, 1);
 		return;
 	}
+	cancel_off(io);
 	io->entered = 1;
 }
 
@@ -384,6 +462,7 @@ void rs_io_end_slow(struct rs_io *io, ssize_t result)
 	release(io);
 	rs_depth--;
 	errno = saved;
+	cancel_on(io);
 }
 
 void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len)
@@ -431,6 +510,7 @@ void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len)
 	}
 	errno = saved;
 	RS_COUNT(io_calls, 1);
+	cancel_off(io);
 	io->written = 1;
 	io->entered = 1;
 }

@@ -45,6 +45,7 @@ struct rs_hold {
 
 struct rs_io {
 	int fast;               /* taken by rs_io_at's fast path */
+	int cancel_off;         /* we disabled cancellation; the old state */
 	int ngrefs;
 	struct rs_gref gref[2]; /* node grants entered, in (dev, ino) order */
 	int entered;            /* this call raised rs_depth */
@@ -63,6 +64,9 @@ extern int rs_fast;
 extern __thread int rs_depth __attribute__((tls_model("initial-exec")));
 
 void rs_init_slow(void);
+/* Before pthread_cancel(t): from now on calls keep cancellation out of
+ * their locked section, and t is not inside one (iolock.c). */
+void rs_cancel_wait(unsigned long t);
 /* The child side of fork and _Fork: forget every lock of other threads. */
 void rs_after_fork_child(void);
 void rs_fork_prepare(void);
@@ -109,10 +113,16 @@ rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
 	struct rs_file *file;
 	uint64_t e, start, end;
 	uint32_t fidx;
-	int waited;
+	int waited, d;
 
+	/* Count ourselves in before reading rs_fast: rs_cancel_wait()
+	 * depends on that order (iolock.c). */
+	d = rs_depth;
+	rs_depth = d + 1;
+	atomic_signal_fence(memory_order_seq_cst);
 	/* One test for all the reasons to take the general path. */
-	if (__builtin_expect(!rs_fast || rs_depth || len == 0 || off < 0, 0)) {
+	if (__builtin_expect(d != 0 || !rs_fast || len == 0 || off < 0, 0)) {
+		rs_depth = d;
 		if (rs_state == RS_DISABLED) {
 			io->fast = 0;
 			io->entered = 0;
@@ -122,6 +132,7 @@ rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
 	}
 	e = rs_fdt_get(fd);
 	if (__builtin_expect((e & 3) != RS_FD_TRACKED, 0)) {
+		rs_depth = 0;
 		if (e != RS_FD_PASS)
 			goto general;
 		io->fast = 0;
@@ -132,13 +143,14 @@ rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
 	fidx = atomic_load_explicit(&desc->file, memory_order_acquire);
 	if (__builtin_expect(mode == RS_RL_WRITE &&
 			     (atomic_load_explicit(&desc->flags, memory_order_relaxed) &
-			      RS_DESC_APPEND), 0))
+			      RS_DESC_APPEND), 0)) {
+		rs_depth = 0;
 		goto general;
+	}
 	file = rs_fdt_file(fidx);
 	start = (uint64_t)off;
 	/* off < 2^63 and the clamped len < 2^31: no overflow. */
 	end = start + (len > RS_MAX_RW ? RS_MAX_RW : len);
-	rs_depth++;
 	/* Other processes first, then the other threads (grants.h). */
 	waited = rs_grant_enter(file, start, end, mode, &io->gref[0]);
 	waited |= rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start, end, mode);

@@ -7,6 +7,7 @@
 #ifndef RANGESHIM_REAL_H
 #define RANGESHIM_REAL_H
 
+#include <pthread.h>
 #include <stdio.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -27,6 +28,7 @@
 	X(int, close_range, (unsigned, unsigned, int)) \
 	X(void, closefrom, (int)) \
 	X(pid_t, _Fork, (void)) \
+	X(int, pthread_cancel, (pthread_t)) \
 	X(int, fclose, (FILE *)) \
 	X(int, dup, (int)) \
 	X(int, dup2, (int, int)) \

@@ -365,3 +365,28 @@ Test(process, many_threads)
 	free(ctl);
 	free(shim);
 }
+
+/* pthread_cancel of threads inside locked calls must not leave locks held
+ * (a leak shows as the probe hanging past its timeout). */
+Test(process, cancel_inside_locked_call, .timeout = 60)
+{
+	char file[128];
+	char shm[48];
+	char env_shm[96];
+	const char *env[] = { env_shm, NULL };
+	char *argv[] = { RS_HELPER("cancel_probe"), file, "20", NULL };
+	struct rs_run *r = malloc(sizeof(*r));
+
+	cr_assert(r);
+	snprintf(file, sizeof(file), "/dev/shm/rs-cancel-%d", (int)getpid());
+	snprintf(shm, sizeof(shm), "/rs-cancel-shm-%d", (int)getpid());
+	snprintf(env_shm, sizeof(env_shm), "RANGESHIM_SHM=%s", shm);
+	rs_run(r, argv, env, 0, 20);
+	cr_expect_eq(r->status, 0, "control: %s", r->out);
+	rs_run(r, argv, env, 1, 20);
+	cr_expect_eq(r->status, 0, "with the shim (status -1 is a hang): %s", r->out);
+	cr_expect(strstr(r->out, "verdict=PASS"), "%s", r->out);
+	snprintf(file, sizeof(file), "/dev/shm%s", shm);
+	unlink(file);
+	free(r);
+}
