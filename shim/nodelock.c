@@ -360,7 +360,8 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 
 			if (st == RS_G_FREE || g->owner == t->me || g->dev != r->dev || g->ino != r->ino)
 				continue;
-			if (g->owner >= RS_NPROC || g->start >= g->end) {
+			if (g->owner >= RS_NPROC || g->start >= g->end ||
+			    atomic_load(&g->users) > RS_MAX_USERS) {
 				snprintf(why, whylen, "grant %u is malformed", i);
 				table_unlock(t);
 				goto fail;

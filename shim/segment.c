@@ -83,7 +83,7 @@ int rs_seg_check(const struct rs_segment *s, char *why, size_t whylen)
 		if (st == RS_G_FREE)
 			continue;
 		if (g->owner >= RS_NPROC || (g->mode != RS_G_SHARED && g->mode != RS_G_EXSH) ||
-		    g->start >= g->end)
+		    g->start >= g->end || atomic_load(&g->users) > RS_MAX_USERS)
 			return WHY("grant %u is malformed", i), -1;
 	}
 	return 0;
@@ -114,10 +114,23 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 		fd = open_file(m->path, 0);
 	if (fd < 0)
 		return WHY("cannot open %s: %s", m->path, strerror(errno)), -1;
-	if (flock(fd, LOCK_EX) < 0 || fstat(fd, &st) < 0) {
+	/* Initialisation takes microseconds; a lock held for seconds is a
+	 * stuck or hostile holder, and we do not wait on it. */
+	for (int tries = 0; flock(fd, LOCK_EX | LOCK_NB) < 0; tries++) {
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+		err = errno;
+		if ((err != EWOULDBLOCK && err != EINTR) || tries == 200) {
+			syscall(SYS_close, fd);
+			return WHY("cannot lock %s: %s", m->path,
+				   err == EWOULDBLOCK ? "held by another process for 2 s" : strerror(err)), -1;
+		}
+		nanosleep(&ts, NULL);
+	}
+	if (fstat(fd, &st) < 0) {
 		err = errno;
 		syscall(SYS_close, fd);
-		return WHY("cannot lock %s: %s", m->path, strerror(err)), -1;
+		return WHY("cannot stat %s: %s", m->path, strerror(err)), -1;
 	}
 	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 07777) != 0600) {
 		syscall(SYS_close, fd);

@@ -22,6 +22,8 @@
  * the process dies, so a dead holder is told from a live one exactly, and
  * a reused pid cannot pass for it. */
 #define RS_LIVE_BASE   (1ull << 40)
+/* More threads than this in one grant means the count is garbage. */
+#define RS_MAX_USERS   (1u << 20)
 
 enum rs_proc_state { RS_PROC_FREE = 0, RS_PROC_LIVE = 1 };
 enum rs_grant_state { RS_G_FREE = 0, RS_G_HELD = 1, RS_G_WAIT = 2 };

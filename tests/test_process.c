@@ -375,8 +375,14 @@ Test(process, cancel_inside_locked_call, .timeout = 60)
 	char env_shm[96];
 	const char *env[] = { env_shm, NULL };
 	char *argv[] = { RS_HELPER("cancel_probe"), file, "20", NULL };
-	struct rs_run *r = malloc(sizeof(*r));
+	struct rs_run *r;
 
+	/* ASan leaves the redzones of frames a cancellation unwound poisoned
+	 * and then trips over them in its own thread teardown, with or
+	 * without the shim (a sanitizer limitation, not ours). */
+	if (strcmp(RS_SAN, "asan") == 0)
+		cr_skip_test("pthread_cancel under ASan reports its own unwinding");
+	r = malloc(sizeof(*r));
 	cr_assert(r);
 	snprintf(file, sizeof(file), "/dev/shm/rs-cancel-%d", (int)getpid());
 	snprintf(shm, sizeof(shm), "/rs-cancel-shm-%d", (int)getpid());
