@@ -3,20 +3,30 @@
  *
  *   rangeshim run [options] [--] CMD [ARGS...]   run CMD under the shim
  *   rangeshim env [options]                      print what `run` would set
- *   rangeshim locks | clean                      node lock table (not yet)
+ *   rangeshim locks [--shm NAME] [--json]        list the node lock table
+ *   rangeshim clean [--shm NAME] [--force]       remove an unused node table
  *
  * The command only prepares an environment and execs; it never loads the
  * library itself, so nothing here runs inside the application.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "rangeshim/rangelock.h"
+#include "segment.h"
 
 #ifndef RANGESHIM_VERSION
 #define RANGESHIM_VERSION "0.1.0"
@@ -74,13 +84,14 @@ struct command {
 
 static int cmd_run(const struct command *cmd, int argc, char **argv);
 static int cmd_env(const struct command *cmd, int argc, char **argv);
-static int cmd_node_table(const struct command *cmd, int argc, char **argv);
+static int cmd_locks(const struct command *cmd, int argc, char **argv);
+static int cmd_clean(const struct command *cmd, int argc, char **argv);
 
 static const struct command commands[] = {
 	{ "run", cmd_run, "run CMD with the shim preloaded" },
 	{ "env", cmd_env, "print the variables `run` would set, for eval" },
-	{ "locks", cmd_node_table, "list the node-wide lock table" },
-	{ "clean", cmd_node_table, "remove a stale node lock table" },
+	{ "locks", cmd_locks, "list the node lock table's grants, like lslocks" },
+	{ "clean", cmd_clean, "remove the node lock table if no live process uses it" },
 };
 
 static void usage(FILE *out)
@@ -105,10 +116,23 @@ static void usage(FILE *out)
 	      "The library is $RANGESHIM_LIB if set, else " LIB_NAME " next to this\n"
 	      "program, in ../lib or in ../lib/rangeshim.\n"
 	      "\n"
+	      "Options of locks and clean:\n"
+	      "  --shm NAME   node table segment (default: $RANGESHIM_SHM, else /rangeshim-UID;\n"
+	      "               the file is /dev/shm/NAME)\n"
+	      "  --json       locks: print one JSON object instead of the table\n"
+	      "  --force      clean: remove the table even while processes use it; they keep\n"
+	      "               the old one and no longer coordinate with processes started later\n"
+	      "\n"
+	      "locks shows each grant's byte range [START-END) (END excluded, EOF: to\n"
+	      "infinity), mode (EXSH: exclusive to other processes, SHARED: readers),\n"
+	      "state (HELD, or WAIT for a queued request), holder, users (calls in\n"
+	      "progress), whether another process wants it, and its age.\n"
+	      "\n"
 	      "Examples:\n"
 	      "  rangeshim run -- ./my_app\n"
 	      "  rangeshim run --stats -- dd if=/dev/zero of=out bs=1M count=10\n"
-	      "  eval \"$(rangeshim env --scope process)\"\n", out);
+	      "  eval \"$(rangeshim env --scope process)\"\n"
+	      "  rangeshim locks --json | python3 -m json.tool\n", out);
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -125,6 +149,22 @@ static bool is_one_of(const char *s, const char *const *allowed)
 		if (strcmp(s, *allowed) == 0)
 			return true;
 	return false;
+}
+
+/* The getopt errors of every command, in one shape. */
+static int getopt_error(int c, char **argv)
+{
+	if (c == ':')
+		return usage_error("option '%s' needs a value", argv[optind - 1]);
+	/* optopt: 0 for an unknown long option, 'h' for --help=X, else the
+	 * unknown short option. */
+	if (optopt == 'h')
+		return usage_error("%s", "'--help' takes no value");
+	if (optopt) {
+		char opt[3] = { '-', (char)optopt, 0 };
+		return usage_error("unknown option '%s'", opt);
+	}
+	return usage_error("unknown option '%s'", argv[optind - 1]);
 }
 
 /*
@@ -159,19 +199,8 @@ static int parse_settings(int argc, char **argv, struct settings *s)
 			usage(stdout);
 			return 0;
 		case ':':
-			return usage_error("option '%s' needs a value",
-					   argv[optind - 1]);
 		case '?':
-			/* optopt: 0 for an unknown long option, 'h' for
-			 * --help=X, else the unknown short option. */
-			if (optopt == 'h')
-				return usage_error("%s", "'--help' takes no value");
-			if (optopt) {
-				char opt[3] = { '-', (char)optopt, 0 };
-				return usage_error("unknown option '%s'", opt);
-			}
-			return usage_error("unknown option '%s'",
-					   argv[optind - 1]);
+			return getopt_error(c, argv);
 		case OPT_LIB:
 			if (!*optarg)
 				return usage_error("%s", "--lib needs a path");
@@ -409,14 +438,802 @@ static int cmd_env(const struct command *cmd, int argc, char **argv)
 	return fflush(stdout) == 0 ? 0 : 1;
 }
 
-/* `locks` and `clean` need the shared-memory node table (next milestone). */
-static int cmd_node_table(const struct command *cmd, int argc, char **argv)
+/*
+ * ---- locks and clean: the node lock table ----
+ *
+ * The segment is untrusted memory (segment.h), and these commands must work
+ * whether its processes are alive, dead or wrote garbage into it.  So they
+ * never map it and never take its mutex: they pread a private copy (a torn
+ * snapshot is fine for a listing, and a file shrunk under us gives a short
+ * read, not a SIGBUS), validate that copy with rs_seg_check and then use
+ * only the copy.  Liveness comes from the kernel: OFD lock probes through
+ * our own open file description, which holds no lock itself.
+ */
+
+/* getopt values for the options of locks and clean, clear of OPT_SET(). */
+enum { OPT_SHM = 0x200, OPT_JSON, OPT_FORCE };
+
+struct table_opts {
+	char path[300];        /* /dev/shm/NAME */
+	bool json, force;
+};
+
+/* A validated private copy of the table, and an fd to probe liveness on. */
+struct table {
+	struct rs_seg_map map;        /* only fd is used, by rs_seg_alive */
+	struct rs_segment *seg;       /* malloc'd copy, never the segment */
+	bool alive[RS_NPROC];         /* LIVE slot whose process still holds its byte */
+};
+
+/* One grant, copied out of the table with its holder resolved. */
+struct row {
+	uint32_t idx, owner, state, mode, users;
+	bool wanted, alive;
+	int32_t pid;
+	uint64_t dev, ino, start, end, since_ns;
+	char *path;                   /* malloc'd, or NULL if not found */
+};
+
+/*
+ * Options of locks and clean.  -1 when the caller should go on, otherwise
+ * the exit status.  The default name is the library's (config.c): a bad
+ * RANGESHIM_SHM falls back to it there too, so we show the table the
+ * programs really use.
+ */
+static int parse_table_opts(const struct command *cmd, int argc, char **argv,
+			    struct table_opts *o)
 {
-	(void)argc;
-	(void)argv;
-	fprintf(stderr, "rangeshim: '%s' needs node scope, which this build "
-		"does not have yet\n", cmd->name);
-	return EXIT_USAGE;
+	static const struct option longopts[] = {
+		{ "shm", required_argument, NULL, OPT_SHM },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "force", no_argument, NULL, OPT_FORCE },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	bool is_locks = !strcmp(cmd->name, "locks");
+	const char *name = NULL, *env = getenv("RANGESHIM_SHM");
+	char dflt[64], msg[96];
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	opterr = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			usage(stdout);
+			return 0;
+		case OPT_SHM:
+			name = optarg;
+			break;
+		case OPT_JSON:
+		case OPT_FORCE:
+			if (is_locks != (c == OPT_JSON)) {
+				snprintf(msg, sizeof(msg), "%s takes no option '%s'",
+					 cmd->name, argv[optind - 1]);
+				return usage_error("%s", msg);
+			}
+			o->json |= c == OPT_JSON;
+			o->force |= c == OPT_FORCE;
+			break;
+		default:
+			return getopt_error(c, argv);
+		}
+	}
+	if (optind < argc) {
+		snprintf(msg, sizeof(msg), "%s: unexpected argument '%%s'", cmd->name);
+		return usage_error(msg, argv[optind]);
+	}
+	snprintf(dflt, sizeof(dflt), "/rangeshim-%u", (unsigned)getuid());
+	if (!name && env && *env && rs_seg_path(env, o->path, sizeof(o->path)) == 0)
+		name = env;
+	else if (!name && env && *env)
+		fprintf(stderr, "rangeshim: RANGESHIM_SHM='%s' is not a name like %s; "
+			"using the default\n", env, dflt);
+	if (!name)
+		name = dflt;
+	if (rs_seg_path(name, o->path, sizeof(o->path)) < 0)
+		return usage_error("bad --shm '%s' (use a name like /rangeshim-1000)", name);
+	return -1;
+}
+
+/*
+ * Open the segment file read-only: never create it (a listing must not
+ * leave a table behind), never follow a symlink, never block on a FIFO.
+ * 0 with *fd set, 1 if there is none, -1 after printing an error.
+ */
+static int open_table(const char *path, int *fd)
+{
+	*fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (*fd >= 0)
+		return 0;
+	if (errno == ENOENT)
+		return 1;
+	if (errno == ELOOP)
+		fprintf(stderr, "rangeshim: %s is a symbolic link, not a node lock table\n", path);
+	else
+		fprintf(stderr, "rangeshim: cannot open %s: %s\n", path, strerror(errno));
+	return -1;
+}
+
+/* The file checks rs_seg_attach makes: a file the shim refuses is no table. */
+static int check_file(const struct stat *st, char *why, size_t whylen)
+{
+	if (!S_ISREG(st->st_mode))
+		snprintf(why, whylen, "not a regular file");
+	else if (st->st_uid != geteuid())
+		snprintf(why, whylen, "owned by uid %u, not by us (uid %u)",
+			 (unsigned)st->st_uid, (unsigned)geteuid());
+	else if ((st->st_mode & 07777) != 0600)
+		snprintf(why, whylen, "mode %04o, not 0600", (unsigned)(st->st_mode & 07777));
+	else if (st->st_size != (off_t)sizeof(struct rs_segment))
+		snprintf(why, whylen, "size %lld, not the %zu bytes of this version's layout",
+			 (long long)st->st_size, sizeof(struct rs_segment));
+	else
+		return 0;
+	return -1;
+}
+
+static ssize_t pread_all(int fd, void *buf, size_t len)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0)
+			break;
+		done += (size_t)n;
+	}
+	return (ssize_t)done;
+}
+
+/*
+ * Copy the table into seg and validate the copy.  A copy taken while
+ * processes update the table can be torn (a grant caught between its
+ * fields and its state word, a file being initialised), so only a failure
+ * that persists over a few reads is reported as corruption.
+ */
+static int read_table(int fd, struct rs_segment *seg, char *why, size_t whylen)
+{
+	for (int tries = 0;; tries++) {
+		const struct timespec pause = { 0, 10 * 1000 * 1000 };
+		struct stat st;
+		ssize_t n;
+
+		if (fstat(fd, &st) < 0) {
+			snprintf(why, whylen, "fstat: %s", strerror(errno));
+			return -1;
+		}
+		if (check_file(&st, why, whylen) == 0) {
+			n = pread_all(fd, seg, sizeof(*seg));
+			if (n < 0) {
+				snprintf(why, whylen, "read: %s", strerror(errno));
+				return -1;
+			}
+			if ((size_t)n != sizeof(*seg))
+				snprintf(why, whylen, "shrank to %zd bytes while being read", n);
+			else if (rs_seg_check(seg, why, whylen) == 0)
+				return 0;
+		}
+		if (tries == 4)
+			return -1;
+		nanosleep(&pause, NULL);
+	}
+}
+
+/* Open, copy and validate the table; 1 if there is none, -1 with why. */
+static int load_table(const char *path, struct table *t, char *why, size_t whylen)
+{
+	int rc;
+
+	memset(t, 0, sizeof(*t));
+	t->map.fd = -1;
+	rc = open_table(path, &t->map.fd);
+	if (rc != 0) {
+		snprintf(why, whylen, "cannot open");
+		return rc;
+	}
+	t->seg = aligned_alloc(_Alignof(struct rs_segment), sizeof(*t->seg));
+	if (!t->seg) {
+		snprintf(why, whylen, "%s", strerror(errno));
+		return -1;
+	}
+	if (read_table(t->map.fd, t->seg, why, whylen) < 0)
+		return -1;
+	for (uint32_t p = 0; p < RS_NPROC; p++)
+		t->alive[p] = atomic_load(&t->seg->procs[p].state) == RS_PROC_LIVE &&
+			      rs_seg_alive(&t->map, p);
+	return 0;
+}
+
+static void free_table(struct table *t)
+{
+	free(t->seg);
+	if (t->map.fd >= 0)
+		close(t->map.fd);
+}
+
+/* Only a plain file of ours can be something the shim made. */
+static bool ours(const struct stat *st)
+{
+	return S_ISREG(st->st_mode) && st->st_uid == geteuid();
+}
+
+/*
+ * Is any byte of the file locked by another open file description?  The
+ * shim's only byte locks on it are liveness locks, so this says "some
+ * process is attached" for any layout, even one we cannot read.
+ */
+static bool file_locked(int fd)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+
+	/* If we cannot tell, say locked: keeping a table is safe, removing
+	 * one in use is not. */
+	return fcntl(fd, F_OFD_GETLK, &fl) < 0 || fl.l_type != F_UNLCK;
+}
+
+static uint64_t realtime_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Length of the valid UTF-8 sequence at p, or 0: JSON text is Unicode,
+ * while a path is any bytes. */
+static size_t utf8_len(const unsigned char *p)
+{
+	uint32_t cp, min;
+	size_t n;
+
+	if (p[0] < 0x80)
+		return 1;
+	if (p[0] >= 0xc2 && p[0] <= 0xdf)
+		n = 2, cp = p[0] & 0x1fu, min = 0x80;
+	else if (p[0] >= 0xe0 && p[0] <= 0xef)
+		n = 3, cp = p[0] & 0x0fu, min = 0x800;
+	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+		n = 4, cp = p[0] & 0x07u, min = 0x10000;
+	else
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		if ((p[i] & 0xc0) != 0x80)   /* also stops at the terminator */
+			return 0;
+		cp = cp << 6 | (p[i] & 0x3fu);
+	}
+	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return n;
+}
+
+/* Control characters or stray bytes in a path or a command name would
+ * garble the terminal or the columns: show them as \xNN. */
+static void escape_text(const char *in, char *out, size_t len)
+{
+	size_t o = 0;
+
+	for (const unsigned char *p = (const unsigned char *)in; *p && o + 5 < len;) {
+		size_t n = utf8_len(p);
+
+		if (n == 0 || *p < 0x20 || *p == 0x7f) {
+			o += (size_t)snprintf(out + o, len - o, "\\x%02x", *p);
+			n = 1;
+		} else if (o + n + 1 < len) {
+			memcpy(out + o, p, n);
+			o += n;
+		} else {
+			break;
+		}
+		p += n;
+	}
+	out[o] = '\0';
+}
+
+/* A JSON string, or null; bytes that are not UTF-8 become U+FFFD. */
+static void json_string(const char *s)
+{
+	if (!s) {
+		fputs("null", stdout);
+		return;
+	}
+	putchar('"');
+	for (const unsigned char *p = (const unsigned char *)s; *p;) {
+		size_t n = utf8_len(p);
+
+		if (n == 0) {
+			fputs("\\ufffd", stdout);
+			n = 1;
+		} else if (*p == '"' || *p == '\\') {
+			printf("\\%c", *p);
+		} else if (*p < 0x20 || *p == 0x7f) {
+			printf("\\u%04x", *p);
+		} else {
+			fwrite(p, 1, n, stdout);
+		}
+		p += n;
+	}
+	putchar('"');
+}
+
+/* The (dev, ino) of each open fd of a process, to name grants' files. */
+struct fd_list {
+	bool loaded;
+	size_t n;
+	struct fd_ent {
+		uint64_t dev, ino;
+		int fd;
+	} *v;
+};
+
+static void load_fds(struct fd_list *l, int32_t pid)
+{
+	char dir[64];
+	struct dirent *e;
+	DIR *d;
+	size_t cap = 0;
+
+	l->loaded = true;
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	d = opendir(dir);
+	if (!d)
+		return;   /* gone, or not ours to look at: the path stays unknown */
+	while ((e = readdir(d))) {
+		struct stat st;
+		char *end;
+		long fd = strtol(e->d_name, &end, 10);
+
+		/* stat follows the magic link to the open file itself, deleted
+		 * or not, so its (dev, ino) is the one the shim recorded. */
+		if (*end || end == e->d_name || fstatat(dirfd(d), e->d_name, &st, 0) < 0)
+			continue;
+		if (l->n == cap) {
+			struct fd_ent *v = realloc(l->v, (cap = cap ? 2 * cap : 64) * sizeof(*v));
+
+			if (!v)
+				break;
+			l->v = v;
+		}
+		l->v[l->n++] = (struct fd_ent){ st.st_dev, st.st_ino, (int)fd };
+	}
+	closedir(d);
+}
+
+/* The path of (dev, ino) as process slot p has it open, or NULL. */
+static char *path_in(const struct table *t, struct fd_list *fds, uint32_t p,
+		     uint64_t dev, uint64_t ino)
+{
+	int32_t pid = t->seg->procs[p].pid;
+
+	if (pid <= 0)
+		return NULL;
+	if (!fds[p].loaded)
+		load_fds(&fds[p], pid);
+	for (size_t i = 0; i < fds[p].n; i++) {
+		char link[64], target[PATH_MAX];
+		ssize_t n;
+
+		if (fds[p].v[i].dev != dev || fds[p].v[i].ino != ino)
+			continue;
+		snprintf(link, sizeof(link), "/proc/%d/fd/%d", (int)pid, fds[p].v[i].fd);
+		n = readlink(link, target, sizeof(target) - 1);
+		if (n > 0) {
+			target[n] = '\0';
+			return strdup(target);
+		}
+	}
+	return NULL;
+}
+
+/* Name a grant's file: from its holder's fds first, else any live process's
+ * (a holder may keep a cached grant on a file it has just closed). */
+static char *find_path(const struct table *t, struct fd_list *fds, const struct row *r)
+{
+	char *path = r->alive ? path_in(t, fds, r->owner, r->dev, r->ino) : NULL;
+
+	for (uint32_t p = 0; p < RS_NPROC && !path; p++)
+		if (t->alive[p] && p != r->owner)
+			path = path_in(t, fds, p, r->dev, r->ino);
+	return path;
+}
+
+static int row_cmp(const void *a, const void *b)
+{
+	const struct row *x = a, *y = b;
+
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	if (x->start != y->start)
+		return x->start < y->start ? -1 : 1;
+	return (int)x->state - (int)y->state;
+}
+
+/* The HELD and WAIT grants of the copy, sorted by file and offset. */
+static struct row *collect_rows(const struct table *t, size_t *nrows)
+{
+	struct fd_list *fds = calloc(RS_NPROC, sizeof(*fds));
+	struct row *rows = calloc(RS_NGRANT, sizeof(*rows));
+	size_t n = 0;
+
+	if (!fds || !rows) {
+		free(fds);
+		free(rows);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < RS_NGRANT; i++) {
+		const struct rs_seg_grant *g = &t->seg->grants[i];
+		uint32_t st = atomic_load(&g->state);
+		struct row *r = &rows[n];
+
+		if (st != RS_G_HELD && st != RS_G_WAIT)
+			continue;
+		/* rs_seg_check vetted the copy; the index is checked again
+		 * where it is used, as everywhere else. */
+		if (g->owner >= RS_NPROC)
+			continue;
+		*r = (struct row){
+			.idx = i, .owner = g->owner, .state = st, .mode = g->mode,
+			.users = atomic_load(&g->users),
+			.wanted = RS_GW_WANTED(atomic_load(&g->gw)) != 0,
+			.alive = t->alive[g->owner],
+			.pid = t->seg->procs[g->owner].pid,
+			.dev = g->dev, .ino = g->ino, .start = g->start, .end = g->end,
+			.since_ns = g->since_ns,
+		};
+		r->path = find_path(t, fds, r);
+		n++;
+	}
+	for (uint32_t p = 0; p < RS_NPROC; p++)
+		free(fds[p].v);
+	free(fds);
+	qsort(rows, n, sizeof(*rows), row_cmp);
+	*nrows = n;
+	return rows;
+}
+
+static void format_age(char *buf, size_t len, uint64_t now, uint64_t since)
+{
+	uint64_t ns = now - since, s = ns / 1000000000ull;
+
+	if (since == 0 || since > now)
+		snprintf(buf, len, "-");   /* unset, or a clock step */
+	else if (s < 60)
+		snprintf(buf, len, "%.1fs", (double)ns / 1e9);
+	else if (s < 3600)
+		snprintf(buf, len, "%um%us", (unsigned)(s / 60), (unsigned)(s % 60));
+	else if (s < 86400)
+		snprintf(buf, len, "%uh%um", (unsigned)(s / 3600), (unsigned)(s / 60 % 60));
+	else
+		snprintf(buf, len, "%ud%uh", (unsigned)(s / 86400), (unsigned)(s / 3600 % 24));
+}
+
+/* /proc/PID/comm, escaped; "(dead)" for a holder that is gone, whose pid
+ * may well name some other process by now. */
+static void holder_name(char *buf, size_t len, const struct row *r)
+{
+	char file[64], comm[64] = "?";
+	FILE *f;
+
+	if (!r->alive) {
+		snprintf(buf, len, "(dead)");
+		return;
+	}
+	snprintf(file, sizeof(file), "/proc/%d/comm", (int)r->pid);
+	if (r->pid > 0 && (f = fopen(file, "re"))) {
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+	}
+	escape_text(comm, buf, len);
+}
+
+static const char *mode_name(uint32_t mode)
+{
+	return mode == RS_G_EXSH ? "EXSH" : "SHARED";
+}
+
+static const char *state_name(uint32_t state)
+{
+	return state == RS_G_WAIT ? "WAIT" : "HELD";
+}
+
+static void print_rows_text(const struct table *t, const struct row *rows, size_t n)
+{
+	uint64_t now = realtime_now_ns();
+	unsigned held = 0, waiting = 0, live = 0, dead = 0;
+
+	if (n)
+		printf("%-15s %7s %-5s %-6s %5s %-6s %7s %-23s %-14s %s\n", "COMMAND", "PID",
+		       "STATE", "MODE", "USERS", "WANTED", "AGE", "RANGE", "DEV:INO", "PATH");
+	for (size_t i = 0; i < n; i++) {
+		const struct row *r = &rows[i];
+		char name[64], pid[16], age[32], range[48], file[64], path[PATH_MAX * 4 + 1];
+
+		holder_name(name, sizeof(name), r);
+		if (r->pid > 0)
+			snprintf(pid, sizeof(pid), "%d", (int)r->pid);
+		else
+			snprintf(pid, sizeof(pid), "?");
+		format_age(age, sizeof(age), now, r->since_ns);
+		if (r->end == RS_RANGE_EOF)
+			snprintf(range, sizeof(range), "%" PRIu64 "-EOF", r->start);
+		else
+			snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, r->start, r->end);
+		snprintf(file, sizeof(file), "%u:%u:%" PRIu64, major((dev_t)r->dev),
+			 minor((dev_t)r->dev), r->ino);
+		escape_text(r->path ? r->path : "?", path, sizeof(path));
+		printf("%-15s %7s %-5s %-6s %5u %-6s %7s %-23s %-14s %s\n", name, pid,
+		       state_name(r->state), mode_name(r->mode), r->users,
+		       r->state == RS_G_WAIT ? "-" : r->wanted ? "yes" : "no", age, range,
+		       file, path);
+		if (r->state == RS_G_WAIT)
+			waiting++;
+		else
+			held++;
+	}
+	for (uint32_t p = 0; p < RS_NPROC; p++) {
+		if (atomic_load(&t->seg->procs[p].state) != RS_PROC_LIVE)
+			continue;
+		if (t->alive[p])
+			live++;
+		else
+			dead++;
+	}
+	printf("%u grants held, %u waiting, %u live processes", held, waiting, live);
+	if (dead)
+		printf(", %u dead (not yet reclaimed)", dead);
+	putchar('\n');
+}
+
+/* A slot that never recorded a pid says 0 or garbage: null, not a pid. */
+static void json_pid(int32_t pid)
+{
+	if (pid > 0)
+		printf("%d", (int)pid);
+	else
+		fputs("null", stdout);
+}
+
+/* t may be NULL: no table, so nothing in it. */
+static void print_rows_json(const char *path, const struct table *t,
+			    const struct row *rows, size_t n)
+{
+	uint64_t now = realtime_now_ns();
+	const char *sep = "";
+
+	fputs("{\"segment\": ", stdout);
+	json_string(path);
+	fputs(", \"processes\": [", stdout);
+	for (uint32_t p = 0; t && p < RS_NPROC; p++) {
+		if (atomic_load(&t->seg->procs[p].state) != RS_PROC_LIVE)
+			continue;
+		printf("%s{\"slot\": %u, \"pid\": ", sep, p);
+		json_pid(t->seg->procs[p].pid);
+		printf(", \"alive\": %s}", t->alive[p] ? "true" : "false");
+		sep = ", ";
+	}
+	fputs("], \"grants\": [", stdout);
+	for (size_t i = 0; i < n; i++) {
+		const struct row *r = &rows[i];
+
+		printf("%s{\"slot\": %u, \"dev\": \"%u:%u\", \"ino\": %" PRIu64 ", \"path\": ",
+		       i ? ", " : "", r->idx, major((dev_t)r->dev), minor((dev_t)r->dev), r->ino);
+		json_string(r->path);
+		printf(", \"start\": %" PRIu64 ", \"end\": ", r->start);
+		if (r->end == RS_RANGE_EOF)
+			fputs("null", stdout);
+		else
+			printf("%" PRIu64, r->end);
+		printf(", \"mode\": \"%s\", \"state\": \"%s\", \"owner\": %u, \"pid\": ",
+		       mode_name(r->mode), state_name(r->state), r->owner);
+		json_pid(r->pid);
+		printf(", \"alive\": %s, \"users\": %u, \"wanted\": %s, \"age_ns\": ",
+		       r->alive ? "true" : "false", r->users, r->wanted ? "true" : "false");
+		if (r->since_ns == 0 || r->since_ns > now)
+			fputs("null", stdout);
+		else
+			printf("%" PRIu64, now - r->since_ns);
+		putchar('}');
+	}
+	fputs("]}\n", stdout);
+}
+
+static int cmd_locks(const struct command *cmd, int argc, char **argv)
+{
+	struct table_opts o;
+	struct table t;
+	struct stat st;
+	struct row *rows;
+	char why[256];
+	size_t n = 0;
+	int rc = parse_table_opts(cmd, argc, argv, &o);
+
+	if (rc >= 0)
+		return rc;
+	rc = load_table(o.path, &t, why, sizeof(why));
+	if (rc == 1) {
+		/* No table, no locks: not an error. */
+		if (o.json)
+			print_rows_json(o.path, NULL, NULL, 0);
+		else
+			printf("no node lock table at %s\n", o.path);
+		free_table(&t);
+		return 0;
+	}
+	if (rc < 0) {
+		if (t.map.fd >= 0)
+			fprintf(stderr, "rangeshim: %s is not a usable node lock table: %s; "
+				"the shim refuses it too%s\n", o.path, why,
+				fstat(t.map.fd, &st) == 0 && ours(&st) ? " ('rangeshim clean' "
+				"removes it once no process has it open)" : "");
+		free_table(&t);
+		return 1;
+	}
+	rows = collect_rows(&t, &n);
+	if (!rows) {
+		perror("rangeshim");
+		free_table(&t);
+		return 1;
+	}
+	if (o.json)
+		print_rows_json(o.path, &t, rows, n);
+	else
+		print_rows_text(&t, rows, n);
+	for (size_t i = 0; i < n; i++)
+		free(rows[i].path);
+	free(rows);
+	free_table(&t);
+	return fflush(stdout) == 0 ? 0 : 1;
+}
+
+/*
+ * The pids of the processes that have the file open, from /proc: for a
+ * table whose slots cannot be read, the kernel's word is the only one.
+ */
+static void openers(const struct stat *seg, char *out, size_t len)
+{
+	size_t o = 0;
+	struct dirent *e;
+	DIR *d = opendir("/proc");
+
+	snprintf(out, len, "unknown");
+	while (d && (e = readdir(d))) {
+		struct fd_list l = { 0 };
+		char *end;
+		long pid = strtol(e->d_name, &end, 10);
+
+		/* Not us: we have it open to look at it. */
+		if (*end || end == e->d_name || pid <= 0 || pid > INT32_MAX || pid == getpid())
+			continue;
+		load_fds(&l, (int32_t)pid);
+		for (size_t i = 0; i < l.n; i++) {
+			if (l.v[i].dev != seg->st_dev || l.v[i].ino != seg->st_ino)
+				continue;
+			if (o + 12 < len)
+				o += (size_t)snprintf(out + o, len - o, "%s%ld", o ? " " : "", pid);
+			break;
+		}
+		free(l.v);
+	}
+	if (d)
+		closedir(d);
+}
+
+/*
+ * flock(LOCK_EX), as rs_seg_attach holds it while it creates and
+ * initialises a table: holding it, we never judge a table that is being
+ * set up.  Bounded: a process stuck holding it must not hang us.
+ */
+static int lock_setup(int fd)
+{
+	const struct timespec pause = { 0, 10 * 1000 * 1000 };
+
+	for (int i = 0; i < 200; i++) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+			return 0;
+		if (errno != EWOULDBLOCK && errno != EINTR)
+			return -1;
+		nanosleep(&pause, NULL);
+	}
+	return -1;
+}
+
+static int cmd_clean(const struct command *cmd, int argc, char **argv)
+{
+	struct table_opts o;
+	struct stat st, now;
+	struct rs_seg_map map = { .fd = -1 };
+	struct rs_segment *seg = NULL;
+	char why[256] = "", pids[RS_NPROC * 12 + 16] = "";
+	size_t plen = 0;
+	unsigned nlive = 0, nstale = 0, ngrants = 0;
+	bool readable, in_use;
+	int rc = parse_table_opts(cmd, argc, argv, &o);
+
+	if (rc >= 0)
+		return rc;
+	rc = open_table(o.path, &map.fd);
+	if (rc == 1) {
+		printf("nothing to clean: no node lock table at %s\n", o.path);
+		return 0;
+	}
+	if (rc < 0)
+		return 1;
+	rc = 1;
+	if (fstat(map.fd, &st) < 0 || !ours(&st)) {
+		fprintf(stderr, "rangeshim: %s is not a regular file owned by uid %u; "
+			"not removing\n", o.path, (unsigned)geteuid());
+		goto out;
+	}
+	if (lock_setup(map.fd) < 0) {
+		fprintf(stderr, "rangeshim: %s stays locked by a process setting it up; "
+			"not removing\n", o.path);
+		goto out;
+	}
+	/* Liveness locks are probed on every slot byte whatever the slots
+	 * say, because what they say is untrusted; pids come from the copy,
+	 * if it is readable. */
+	seg = aligned_alloc(_Alignof(struct rs_segment), sizeof(*seg));
+	readable = seg && read_table(map.fd, seg, why, sizeof(why)) == 0;
+	for (uint32_t p = 0; p < RS_NPROC; p++) {
+		if (rs_seg_alive(&map, p)) {
+			nlive++;
+			if (readable && seg->procs[p].pid > 0 && plen + 12 < sizeof(pids))
+				plen += (size_t)snprintf(pids + plen, sizeof(pids) - plen, "%s%d",
+							 plen ? " " : "", (int)seg->procs[p].pid);
+		} else if (readable && atomic_load(&seg->procs[p].state) == RS_PROC_LIVE) {
+			nstale++;
+		}
+	}
+	for (uint32_t i = 0; readable && i < RS_NGRANT; i++)
+		ngrants += atomic_load(&seg->grants[i].state) != RS_G_FREE;
+	in_use = nlive > 0 || file_locked(map.fd);
+	if (in_use && !plen)
+		openers(&st, pids, sizeof(pids));
+	if (in_use && !o.force) {
+		if (nlive)
+			fprintf(stderr, "rangeshim: %s is in use by %u live process(es) (pids %s); "
+				"not removing\n", o.path, nlive, pids);
+		else
+			fprintf(stderr, "rangeshim: %s is locked by another process; "
+				"not removing\n", o.path);
+		goto out;
+	}
+	/* Remove the file we examined, not one created under its name since. */
+	if (stat(o.path, &now) < 0 || now.st_dev != st.st_dev || now.st_ino != st.st_ino) {
+		fprintf(stderr, "rangeshim: %s was replaced while we looked at it; "
+			"not removing\n", o.path);
+		goto out;
+	}
+	if (unlink(o.path) < 0) {
+		fprintf(stderr, "rangeshim: cannot remove %s: %s\n", o.path, strerror(errno));
+		goto out;
+	}
+	rc = 0;
+	if (in_use)
+		fprintf(stderr, "rangeshim: removed %s although %u live process(es) use it "
+			"(pids %s); they keep the old table and do not coordinate with "
+			"processes started from now on\n", o.path, nlive, pids);
+	else if (!readable)
+		printf("removed %s: an unusable table (%s), and no process had it open\n",
+		       o.path, why);
+	else if (nstale || ngrants)
+		printf("removed %s: no live process; it still listed %u dead process(es) "
+		       "and %u grant(s)\n", o.path, nstale, ngrants);
+	else
+		printf("removed %s: no process was attached\n", o.path);
+out:
+	free(seg);
+	close(map.fd);
+	return rc;
 }
 
 int main(int argc, char **argv)

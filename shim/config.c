@@ -118,7 +118,8 @@ static void load_paths(struct rs_config *c, const char *v)
 static void load_shm(struct rs_config *c, const char *v)
 {
 	if (v && *v) {
-		if (v[0] == '/' && strlen(v) < sizeof(c->shm_name) && !strchr(v + 1, '/')) {
+		/* segment.c puts it under /dev/shm and allows 200 bytes. */
+		if (v[0] == '/' && strlen(v) <= 200 && !strchr(v + 1, '/')) {
 			strcpy(c->shm_name, v);
 			return;
 		}

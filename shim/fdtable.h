@@ -31,7 +31,7 @@
 #define RS_DESC_APPEND 1u
 #define RS_DESC_DIRECT 2u
 
-/* Node grants this process caches for a file: (index + 1) << 32 | gen. */
+/* Node grants this process caches for a file: words of grants.h. */
 #define RS_NCACHE 4
 
 struct rs_file {

@@ -40,10 +40,17 @@ void rs_grants_init(void)
 
 static void node_off(const char *why)
 {
-	rs_log(RS_LOG_ERROR, "node lock table unusable (%s); threads of this process are "
-	       "still coordinated, other processes are NOT", why);
+	static _Atomic int said;
+
 	rs_node_on = 0;
 	attach_state = 2;
+	/* Grants already entered are left through their own pointers; the
+	 * mapping stays. */
+	atomic_store_explicit((_Atomic(struct rs_segment *) *)&rs_node_seg, NULL,
+			      memory_order_release);
+	if (!atomic_exchange(&said, 1))
+		rs_log(RS_LOG_ERROR, "node lock table unusable (%s); threads of this process "
+		       "are still coordinated, other processes are NOT", why);
 }
 
 static int attach(void)
@@ -133,8 +140,10 @@ static int cache_slot(struct rs_file *f)
 		uint32_t idx = RS_GWORD_IDX(w);
 		struct rs_seg_grant *g = &rs_node_seg->grants[idx & (RS_NGRANT - 1)];
 
+		/* Dekker with a thread entering it: mark first, then look. */
+		atomic_fetch_or(&g->gw, RS_WANTED_SELF);
 		if (atomic_load(&g->users) != 0)
-			continue;
+			continue;	/* its last user releases it */
 		atomic_store(&f->grants[i], 0);
 		rs_nt_release(&table, idx, (uint32_t)w);
 		return i;
@@ -182,8 +191,7 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 		RS_COUNT(node_waits, 1);
 		RS_COUNT(node_wait_ns, res.wait_ns);
 	}
-	g = &rs_node_seg->grants[res.idx];
-	atomic_fetch_add(&g->users, 1);
+	g = &rs_node_seg->grants[res.idx];	/* users already counts us */
 	rs_mutex_lock(&f->grants_mtx);
 	slot = cache_slot(f);
 	if (slot >= 0)
@@ -211,10 +219,9 @@ void rs_grant_file_closed(struct rs_file *f)
 		if (!w)
 			continue;
 		g = &rs_node_seg->grants[idx & (RS_NGRANT - 1)];
+		atomic_fetch_or(&g->gw, RS_WANTED_SELF);
 		if (atomic_load(&g->users) == 0)
 			rs_nt_release(&table, idx, (uint32_t)w);
-		else
-			atomic_fetch_or(&g->gw, RS_WANTED_SELF);
 	}
 	rs_mutex_unlock(&f->grants_mtx);
 }

@@ -26,7 +26,7 @@
 
 struct rs_gref {
 	struct rs_seg_grant *g;     /* NULL: no grant held (node scope off) */
-	uint64_t w;                 /* the cache word: (index + 1) << 32 | gen */
+	uint64_t w;                 /* the cache word (RS_GWORD_*) */
 	struct rs_file *file;
 };
 

@@ -149,9 +149,9 @@ static void begin_copy(struct rs_io *io, int in, const off_t *in_off, int out,
 {
 	struct rs_target t[2] = {
 		{ in, RS_RL_READ, in_off ? RS_AT_OFFSET : RS_AT_CURSOR, 0,
-		  in_off ? *in_off : 0, len, 0, 0 },
+		  rs_read_off(in_off), len, 0, 0 },
 		{ out, RS_RL_WRITE, out_off ? RS_AT_OFFSET : RS_AT_CURSOR, 0,
-		  out_off ? *out_off : 0, len, 0, 0 },
+		  rs_read_off(out_off), len, 0, 0 },
 	};
 
 	rs_io_begin(io, t, 2);

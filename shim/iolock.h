@@ -37,6 +37,9 @@ struct rs_target {
 
 struct iovec;
 int rs_iov_len(const struct iovec *iov, int cnt, uint64_t *len);
+/* *p read the way the kernel would, or -1 if it faults (the real call
+ * then fails with EFAULT, and nothing is locked); 0 for NULL. */
+int64_t rs_read_off(const off_t *p);
 
 struct rs_hold {
 	struct rs_rl_node node;

@@ -64,6 +64,7 @@
 #include <linux/futex.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -134,6 +135,12 @@ static int table_lock(struct rs_nt *t, char *why, size_t whylen)
 				pthread_mutex_unlock(&s->hdr.mtx);
 				return -1;
 			}
+			/* It may have died inside free_grant, between marking a
+			 * slot free and bumping its generation: bump every free
+			 * slot's, so no holder's cached word still matches. */
+			for (uint32_t i = 0; i < RS_NGRANT; i++)
+				if (atomic_load(&s->grants[i].state) == RS_G_FREE)
+					atomic_fetch_add(&s->grants[i].gw, 1ull << 32);
 			return 0;
 		}
 		if (r != ETIMEDOUT) {
@@ -177,8 +184,12 @@ static uint32_t reclaim_locked(struct rs_nt *t)
 		for (uint32_t i = 0; i < RS_NGRANT; i++) {
 			struct rs_seg_grant *g = &s->grants[i];
 
-			if (atomic_load(&g->state) != RS_G_FREE && g->owner == p)
-				free_grant(g);
+			if (atomic_load(&g->state) == RS_G_FREE || g->owner != p)
+				continue;
+			/* Its threads died inside calls: nobody will count them
+			 * out, and no thread of a dead process can count in. */
+			atomic_store(&g->users, 0);
+			free_grant(g);
 		}
 		atomic_store(&s->procs[p].state, RS_PROC_FREE);
 		s->procs[p].gen++;
@@ -203,7 +214,34 @@ uint32_t rs_nt_reclaim(struct rs_nt *t)
 	return n;
 }
 
+static int still_named(const struct rs_nt *t)
+{
+	struct stat a, b;
+
+	return fstat(t->map.fd, &a) == 0 && stat(t->map.path, &b) == 0 &&
+	       a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+static int register_once(struct rs_nt *t, const char *name, char *why, size_t whylen);
+
+/* `rangeshim clean` may unlink the segment between our attach and our
+ * claim; then we would be alone on a table nobody else sees.  Check the
+ * name still leads to our file once we hold a slot, and start over if not. */
 int rs_nt_register(struct rs_nt *t, const char *name, char *why, size_t whylen)
+{
+	for (int tries = 0; tries < 3; tries++) {
+		if (register_once(t, name, why, whylen) < 0)
+			return -1;
+		if (still_named(t))
+			return 0;
+		rs_nt_unregister(t);
+		rs_seg_detach(&t->map);
+	}
+	snprintf(why, whylen, "the segment keeps being removed under us");
+	return -1;
+}
+
+static int register_once(struct rs_nt *t, const char *name, char *why, size_t whylen)
 {
 	struct rs_segment *s;
 
@@ -249,13 +287,31 @@ void rs_nt_unregister(struct rs_nt *t)
 	if (!s)
 		return;
 	if (table_lock(t, why, sizeof(why)) == 0) {
-		for (uint32_t i = 0; i < RS_NGRANT; i++)
-			if (atomic_load(&s->grants[i].state) != RS_G_FREE && s->grants[i].owner == t->me)
-				free_grant(&s->grants[i]);
-		atomic_store(&s->procs[t->me].state, RS_PROC_FREE);
-		s->procs[t->me].gen++;
+		uint32_t busy = 0;
+
+		for (uint32_t i = 0; i < RS_NGRANT; i++) {
+			struct rs_seg_grant *g = &s->grants[i];
+
+			if (atomic_load(&g->state) == RS_G_FREE || g->owner != t->me)
+				continue;
+			/* A thread still inside a call (exit with threads
+			 * running) keeps its grant; our death frees it. */
+			atomic_fetch_or(&g->gw, RS_WANTED_SELF);
+			if (atomic_load(&g->users) == 0)
+				free_grant(g);
+			else
+				busy++;
+		}
+		if (!busy) {
+			atomic_store(&s->procs[t->me].state, RS_PROC_FREE);
+			s->procs[t->me].gen++;
+		}
 		table_unlock(t);
 		wake_all(s);
+		if (busy) {
+			t->me = UINT32_MAX;
+			return;	/* keep the fd: its liveness lock goes when we die */
+		}
 	}
 	/* The mapping stays: at exit, other threads may still be leaving
 	 * grants they entered.  The fd (and our liveness lock) goes. */
@@ -321,11 +377,15 @@ static uint32_t evict_idle(struct rs_segment *s)
 static void fill(struct rs_nt *t, struct rs_seg_grant *g, const struct rs_nt_req *r,
 		 uint64_t start, uint64_t end, uint32_t state, uint32_t ticket)
 {
-	atomic_store(&g->users, 0);
-	atomic_store(&g->gw, (uint64_t)RS_GW_GEN(atomic_load(&g->gw)) << 32);
+	/* users is left alone: a holder of the previous incarnation may be
+	 * between its increment and its decrement (it backs off when it
+	 * sees the generation moved); resetting it would make that
+	 * decrement underflow. */
+	/* A new generation: no cached word of an earlier incarnation can
+	 * match, whatever happened to the slot before. */
+	atomic_store(&g->gw, (uint64_t)(RS_GW_GEN(atomic_load(&g->gw)) + 1) << 32);
 	g->mode = r->mode;
 	g->owner = t->me;
-	g->owner_gen = t->map.seg->procs[t->me].gen;
 	g->ticket = ticket;
 	g->dev = r->dev;
 	g->ino = r->ino;
@@ -410,6 +470,9 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 					start = ws > lo ? ws : lo;
 					end = we < hi ? we : hi;
 				}
+				/* Counted in before the table is unlocked: an idle
+				 * grant is revocable, and this one is about to be used. */
+				atomic_fetch_add(&s->grants[idx].users, 1);
 				fill(t, &s->grants[idx], r, start, end, RS_G_HELD, 0);
 				atomic_fetch_add(&s->hdr.acquires, 1);
 				table_unlock(t);

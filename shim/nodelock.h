@@ -48,7 +48,9 @@ void rs_nt_forget(struct rs_nt *t);
 /*
  * Pre:  registered; req->start < req->end.
  * Post: 0 and res->idx is a grant held by us, covering the request, with
- *       no other process holding an incompatible overlapping grant; or -1
+ *       no other process holding an incompatible overlapping grant, and
+ *       with one user counted in (the caller's; leave it with users-- as
+ *       for any grant, or rs_nt_release); or -1
  *       when the table is unusable (corrupt, lock unobtainable), with why.
  * Waits, re-checking the liveness of the holders it waits for.
  */

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define RS_SEG_MAGIC   0x31304d4853534752ull   /* "RGSSHM01" */
-#define RS_SEG_VERSION 1u
+#define RS_SEG_VERSION 2u
 #define RS_NPROC       256u
 #define RS_NGRANT      1024u
 /* Liveness: each attached process holds an OFD write lock on one byte of
@@ -45,12 +45,13 @@ struct rs_seg_proc {
 };
 
 struct rs_seg_grant {
-	/* Written by the holder only: the fast path touches this line. */
+	/* The holder's line: users is written only by the holder's threads
+	 * (the fast path touches nothing else); the rest changes only under
+	 * the table mutex, when the slot is filled or freed. */
 	_Atomic uint32_t users;
 	_Atomic uint32_t state;
 	uint32_t mode;
 	uint32_t owner;             /* proc slot */
-	uint32_t owner_gen;
 	uint32_t ticket;            /* FIFO order of waiting requests */
 	uint32_t pad0;
 	uint64_t dev, ino;
