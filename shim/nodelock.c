@@ -51,10 +51,13 @@
  * segment file (segment.h): the kernel drops it when the process dies,
  * however it dies, and a new process with the same pid does not hold it.
  * A dead process's grants and slot are freed by whoever waits on them.  The
- * table mutex is a robust pthread mutex: if its holder died inside, the
- * next locker gets EOWNERDEAD, re-validates every slot, and carries on;
- * since the table has no lists, only per-slot records whose state word is
- * written last, there is nothing to repair beyond that check.  A segment
+ * table lock word holds its holder's process slot: a waiter that finds the
+ * holder dead (by the same liveness lock) takes it over, re-validates
+ * every slot, and carries on; since the table has no lists, only
+ * per-slot records whose state word is written last, there is nothing to
+ * repair beyond that check.  (A robust pthread mutex would do the same,
+ * but its glibc internals would have to be trusted in untrusted memory: a
+ * garbage mutex kind makes glibc abort.)  A segment
  * that fails validation is refused; the caller falls back to process scope.
  */
 #include "nodelock.h"
@@ -109,55 +112,93 @@ static void wait_change(struct rs_segment *s, uint32_t seen, uint64_t ns)
 	errno = saved;
 }
 
-/* Take the table mutex.  -1: unusable (corrupt, or held for seconds). */
+static uint32_t lock_id(const struct rs_nt *t)
+{
+	return t->me < RS_NPROC ? t->me + 1 : RS_LOCK_ANON;
+}
+
+/* After taking the lock from a dead or impossible holder: it may have
+ * died anywhere inside, so every record is checked anew, and the free
+ * slots get a new generation (it may have died inside free_grant,
+ * between marking a slot free and bumping its generation). */
+static int scrub(struct rs_segment *s, char *why, size_t whylen)
+{
+	if (rs_seg_check(s, why, whylen) < 0)
+		return -1;
+	for (uint32_t i = 0; i < RS_NGRANT; i++)
+		if (atomic_load(&s->grants[i].state) == RS_G_FREE)
+			atomic_fetch_add(&s->grants[i].gw, 1ull << 32);
+	return 0;
+}
+
+/*
+ * Take the table lock.  -1: unusable (corrupt, or held for seconds).
+ * A holder that died is found by its liveness lock and the lock taken
+ * over; a value no live process could have written is taken over at once;
+ * an anonymous holder (a process registering) after a second.
+ */
 static int table_lock(struct rs_nt *t, char *why, size_t whylen)
 {
 	struct rs_segment *s = t->map.seg;
-	uint64_t deadline = rs_nt_now_ns() + LOCK_TIMEOUT_NS;
+	uint32_t me = lock_id(t), seen = 0;
+	uint64_t start = rs_nt_now_ns(), seen_since = start, last_live = start;
 
 	for (;;) {
-		struct timespec ts;
-		int r;
+		uint32_t v = 0;
+		uint64_t now;
+		int steal = 0;
 
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		r = pthread_mutex_timedlock(&s->hdr.mtx, &ts);
-		if (r == 0)
+		if (atomic_compare_exchange_strong(&s->hdr.lock, &v, me))
 			return 0;
-		if (r == EOWNERDEAD) {
-			/* Its holder died inside; every record is checked anew. */
-			pthread_mutex_consistent(&s->hdr.mtx);
-			if (rs_seg_check(s, why, whylen) < 0) {
-				pthread_mutex_unlock(&s->hdr.mtx);
-				return -1;
-			}
-			/* It may have died inside free_grant, between marking a
-			 * slot free and bumping its generation: bump every free
-			 * slot's, so no holder's cached word still matches. */
-			for (uint32_t i = 0; i < RS_NGRANT; i++)
-				if (atomic_load(&s->grants[i].state) == RS_G_FREE)
-					atomic_fetch_add(&s->grants[i].gw, 1ull << 32);
-			return 0;
+		now = rs_nt_now_ns();
+		if (v != seen) {
+			seen = v;
+			seen_since = now;
 		}
-		if (r != ETIMEDOUT) {
-			snprintf(why, whylen, "table mutex: %s", strerror(r));
+		if (me != RS_LOCK_ANON && v == me)
+			steal = 0;		/* another thread of ours */
+		else if (v == RS_LOCK_ANON)
+			steal = now - seen_since > LIVENESS_NS * 10;
+		else if (v > RS_NPROC)
+			steal = 1;		/* nobody could have written it */
+		else if (now - last_live > LIVENESS_NS) {
+			last_live = now;
+			steal = !rs_seg_alive(&t->map, v - 1);
+		}
+		if (steal && atomic_compare_exchange_strong(&s->hdr.lock, &v, me)) {
+			if (scrub(s, why, whylen) == 0)
+				return 0;
+			atomic_store(&s->hdr.lock, 0);
 			return -1;
 		}
-		if (rs_nt_now_ns() > deadline) {
-			snprintf(why, whylen, "table mutex held for over %llu s",
+		if (now - start > LOCK_TIMEOUT_NS) {
+			snprintf(why, whylen, "table lock held for over %llu s",
 				 (unsigned long long)(LOCK_TIMEOUT_NS / 1000000000ull));
 			return -1;
 		}
+		atomic_fetch_add(&s->hdr.lock_waiters, 1);
+		{
+			struct timespec ts = { 0, 10 * 1000 * 1000 };
+			int saved = errno;
+
+			syscall(SYS_futex, &s->hdr.lock, FUTEX_WAIT, v, &ts, NULL, 0);
+			errno = saved;
+		}
+		atomic_fetch_sub(&s->hdr.lock_waiters, 1);
 	}
 }
 
 static void table_unlock(struct rs_nt *t)
 {
-	pthread_mutex_unlock(&t->map.seg->hdr.mtx);
+	struct rs_segment *s = t->map.seg;
+
+	atomic_store(&s->hdr.lock, 0);
+	if (atomic_load(&s->hdr.lock_waiters)) {
+		int saved = errno;
+
+		syscall(SYS_futex, &s->hdr.lock, FUTEX_WAKE, 1, NULL, NULL, 0);
+		errno = saved;
+	}
 }
 
 static void free_grant(struct rs_seg_grant *g)

@@ -36,7 +36,6 @@ int rs_seg_path(const char *name, char *path, size_t len)
 
 static void init_segment(struct rs_segment *s)
 {
-	pthread_mutexattr_t a;
 	struct rs_seg_header *h = &s->hdr;
 
 	memset(s, 0, sizeof(*s));
@@ -47,11 +46,6 @@ static void init_segment(struct rs_segment *s)
 	h->proc_size = sizeof(struct rs_seg_proc);
 	h->grant_size = sizeof(struct rs_seg_grant);
 	h->total_size = sizeof(*s);
-	pthread_mutexattr_init(&a);
-	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-	pthread_mutex_init(&h->mtx, &a);
-	pthread_mutexattr_destroy(&a);
 	atomic_thread_fence(memory_order_release);
 	__atomic_store_n(&h->magic, RS_SEG_MAGIC, __ATOMIC_RELEASE);
 }

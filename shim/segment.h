@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define RS_SEG_MAGIC   0x31304d4853534752ull   /* "RGSSHM01" */
-#define RS_SEG_VERSION 2u
+#define RS_SEG_VERSION 3u
 #define RS_NPROC       256u
 #define RS_NGRANT      1024u
 /* Liveness: each attached process holds an OFD write lock on one byte of
@@ -22,6 +22,7 @@
  * the process dies, so a dead holder is told from a live one exactly, and
  * a reused pid cannot pass for it. */
 #define RS_LIVE_BASE   (1ull << 40)
+#define RS_LOCK_ANON   0x10000u
 /* More threads than this in one grant means the count is garbage. */
 #define RS_MAX_USERS   (1u << 20)
 
@@ -71,7 +72,12 @@ struct rs_seg_header {
 	uint32_t nproc, ngrant;
 	uint32_t proc_size, grant_size;
 	uint64_t total_size;
-	pthread_mutex_t mtx;        /* robust, process-shared: the table lock */
+	/* The table lock: 0, or the holder's process slot + 1 (RS_LOCK_ANON
+	 * while a process registers).  Our own futex lock rather than a
+	 * robust pthread mutex, whose glibc internals (kind, robust-list
+	 * pointers) would have to be trusted from untrusted memory. */
+	_Atomic uint32_t lock;
+	_Atomic uint32_t lock_waiters;
 	_Atomic uint32_t change __attribute__((aligned(64)));  /* futex: bumped on release */
 	uint32_t next_ticket;
 	_Atomic uint64_t acquires, revokes, wanted_calls, reclaims;
