@@ -236,6 +236,20 @@ static uint32_t reclaim_locked(struct rs_nt *t)
 		s->procs[p].gen++;
 		dead++;
 	}
+	/* A grant whose owner slot is free belongs to nobody who will ever
+	 * drain or release it (only corruption makes one): nobody may wait
+	 * for it forever. */
+	for (uint32_t i = 0; i < RS_NGRANT; i++) {
+		struct rs_seg_grant *g = &s->grants[i];
+		uint32_t o = g->owner;
+
+		if (atomic_load(&g->state) != RS_G_FREE && o < RS_NPROC && o != t->me &&
+		    atomic_load(&s->procs[o].state) != RS_PROC_LIVE) {
+			atomic_store(&g->users, 0);
+			free_grant(g);
+			dead++;
+		}
+	}
 	if (dead) {
 		atomic_fetch_add(&s->hdr.reclaims, dead);
 		wake_all(s);
@@ -516,9 +530,15 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 				atomic_fetch_add(&s->grants[idx].users, 1);
 				fill(t, &s->grants[idx], r, start, end, RS_G_HELD, 0);
 				atomic_fetch_add(&s->hdr.acquires, 1);
-				table_unlock(t);
-				res->idx = idx;
 				res->gen = RS_GW_GEN(atomic_load(&s->grants[idx].gw));
+				table_unlock(t);
+				/* Requests queued behind ours wait for a WAIT entry,
+				 * which marks nothing wanted; now that it is a grant,
+				 * let them mark it, instead of sleeping out their
+				 * slice while we keep it. */
+				if (wait_idx != UINT32_MAX)
+					wake_all(s);
+				res->idx = idx;
 				res->start = start;
 				res->end = end;
 				if (t0)

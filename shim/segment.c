@@ -46,7 +46,6 @@ static void init_segment(struct rs_segment *s)
 	h->proc_size = sizeof(struct rs_seg_proc);
 	h->grant_size = sizeof(struct rs_seg_grant);
 	h->total_size = sizeof(*s);
-	atomic_thread_fence(memory_order_release);
 	__atomic_store_n(&h->magic, RS_SEG_MAGIC, __ATOMIC_RELEASE);
 }
 
@@ -102,8 +101,11 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 	m->fd_slot = NULL;
 	if (rs_seg_path(name, m->path, sizeof(m->path)) < 0)
 		return WHY("bad segment name '%s'", name), -1;
-	if (create)
+	if (create) {
 		fd = open_file(m->path, 1);
+		if (fd >= 0)
+			fchmod(fd, 0600);	/* 0600 whatever the creator's umask */
+	}
 	if (fd < 0 && (!create || errno == EEXIST))
 		fd = open_file(m->path, 0);
 	if (fd < 0)

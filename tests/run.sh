@@ -27,6 +27,7 @@ for t in "$build"/tests/test_*; do
 	if "$t" --jobs 2 --timeout 120; then
 		:
 	else
+		echo "tests/run.sh: $t exited with status $?" >&2
 		status=1
 		failed=$((failed + 1))
 	fi

@@ -172,7 +172,8 @@ static void run_config(const struct cfg *c)
 		cr_assert_gt(ctl.torn, 0, "%s control saw no torn read in %lld reads: the checker "
 			     "is not shown to detect tears here", c->name, ctl.reads);
 	else if (ctl.torn == 0)
-		cr_log_warn("%s control saw no torn read in %lld reads (not asserted here)",
+		/* info, not warn: a Criterion warning makes the runner exit 1 */
+		cr_log_info("%s control saw no torn read in %lld reads (not asserted here)",
 			    c->name, ctl.reads);
 	free(r);
 }

@@ -1,0 +1,1689 @@
+/*
+ * Criterion suite for the node lock table (shim/nodelock.c, shim/segment.c),
+ * linked directly: no interposition.
+ *
+ * Several "processes" are simulated with fork(): each agent is a child of
+ * the test worker that registers on the same segment itself and then obeys
+ * commands sent over a pipe (acquire, enter/leave a grant, release, lock the
+ * table lock, die...), answering each with a reply.  The test process only
+ * maps the segment (rs_seg_attach, no slot) to look at the table, or to play
+ * the part of a corrupting writer.  An agent asked to acquire a range that
+ * must wait simply does not answer: the test polls its reply pipe with a
+ * timeout to tell "waiting" from "granted".
+ *
+ *  create_mode       register creates the segment: regular file, mode 0600,
+ *                    our uid, the layout's size; slots are LIVE with our pid,
+ *                    FREE again after unregister.  Also under umask 0277.
+ *  disjoint          disjoint requests are granted at once, expanded to the
+ *                    4 MiB window and clipped at others' grants, never
+ *                    overlapping them; nobody is revoked or waits.
+ *  busy_waits        an overlapping EXSH request waits while the holder's
+ *                    grant has users > 0 (marked wanted, a WAIT entry queued)
+ *                    and is granted once the holder drains and releases.
+ *  idle_revoked      an idle grant of another process is revoked directly:
+ *                    no wait, the holder's generation moves on.
+ *  shared_modes      SHARED+SHARED coexist (no revoke); EXSH waits for busy
+ *                    SHARED holders and SHARED for a busy EXSH holder.
+ *  sigkill_busy      a holder SIGKILLed with a busy grant is reclaimed and
+ *                    the waiter is granted within 2 s of the kill.
+ *  dead_in_lock      a process killed (by us, or by itself) while holding the
+ *                    table lock (hdr.lock = its slot + 1, taken as nodelock.c
+ *                    takes it), or while registering (RS_LOCK_ANON): the next
+ *                    acquire works within 2 s, also when the dead one held a
+ *                    busy grant, and the lock is free afterwards.
+ *  reclaimed_slot_reusable  after a busy holder is reclaimed, the slots the
+ *                    table hands out next carry no stale user count: idle
+ *                    grants in them are revoked at once.
+ *  unregister_*      unregister frees idle grants and the slot at once; a
+ *                    grant with a call still inside stays (nobody else may
+ *                    get the range) until the process dies, then is
+ *                    reclaimed within 2 s.
+ *  pid_reuse         a dead slot whose pid field names a live process (ours,
+ *                    1) is reclaimed; a live slot whose pid field names a
+ *                    dead pid is not: liveness is the OFD lock, not the pid.
+ *  corrupt_random    200 seeded corruptions of a copy of a real segment
+ *                    (header fields, slot states, grant owner/mode/range,
+ *                    random bytes) in a forked child under alarm(): every
+ *                    invalid one is refused with a reason, none crashes or
+ *                    hangs, the valid ones still work.
+ *  corrupt_orphan    a busy HELD/WAIT grant whose owner slot is FREE (only
+ *                    corruption makes one): a request for its range must not
+ *                    wait for it forever.
+ *  corrupt_lock      garbage in the table lock word (impossible values, a
+ *                    free slot's, RS_LOCK_ANON, waiters): register and
+ *                    acquire return within a few seconds, no crash.
+ *  bad_files         mode 0644/0660/0700, wrong sizes, a symlink, a FIFO, a
+ *                    directory, a garbage file: refused with a reason.
+ *  foreign_owner     a segment owned by another uid (root only): refused.
+ *  fifo              A busy; B queues; C asks later: C is not granted
+ *                    before B, and not while B holds it.  Also a newcomer
+ *                    that overlaps only B's queued request waits behind it.
+ *  table_full        1024 idle grants: a new request evicts one; all busy:
+ *                    it waits (table_full) until one is released.
+ *
+ * Every wait is bounded (reply timeouts, alarm() in forked children,
+ * .timeout on every test); agents die with their test (PR_SET_PDEATHSIG)
+ * and are killed in the fini.  Segment names are /rs-t-<pid>-<n>, removed
+ * in the fini.
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nodelock.h"
+#include "rangeshim/rangelock.h"
+#include "segment.h"
+
+/* Criterion under TSan: see the note in test_rangelock.c (Criterion
+ * issue #274); skipped if common.h provides it (RS_TSAN_RAND_R). */
+#if defined(__SANITIZE_THREAD__) && defined(__x86_64__) && !defined(RS_TSAN_RAND_R)
+#define RS_TSAN_RAND_R 1
+int rand_r(unsigned *seed);
+int rand_r(unsigned *seed)
+{
+	*seed = *seed * 1103515245u + 12345u;
+	return (int)(0x350000u + ((*seed >> 8) % 0x18000u));
+}
+#endif
+
+#define MIB (1ull << 20)
+#define KIB (1ull << 10)
+#define WINDOW (4 * MIB)
+#define DEV 7
+#define INO 4242
+/* Something that must happen: generous, for sanitizer builds. */
+#define MUST_MS 3000
+/* Something that must not happen gets this long to show itself. */
+#define MUSTNT_MS 300
+
+/* ---- agents ---- */
+
+enum op {
+	OP_REGISTER = 1, OP_ACQUIRE, OP_ENTER, OP_LEAVE, OP_RELEASE, OP_GW,
+	OP_LOCK_TABLE, OP_DIE, OP_UNREGISTER, OP_ACQUIRE_MANY, OP_ENTER_ALL,
+	OP_UMASK,
+};
+
+struct cmd {
+	int op;
+	unsigned mode;
+	int enter;              /* OP_ACQUIRE: count ourselves in afterwards */
+	uint32_t idx, gen, n;
+	uint64_t dev, ino, start, end, window;
+	char name[64];
+};
+
+struct rep {
+	int rc;
+	int lost;               /* entered a grant that was revoked meanwhile */
+	uint32_t me, idx, gen, users;
+	uint64_t start, end, wait_ns, gw, seq;
+	int waited, table_full;
+	uint32_t revoked, wanted, reclaimed;
+	char why[200];
+};
+
+struct agent {
+	pid_t pid;
+	int cmd_fd, rep_fd;
+	uint32_t me;
+};
+
+#define MAX_AGENTS 8
+#define MAX_PATHS 8
+static struct agent agents[MAX_AGENTS];
+static int nagents;
+static char seg_name[64], seg_path[128];
+static char extra_paths[MAX_PATHS][128];
+static int nextra;
+static _Atomic uint64_t *seq;    /* shared with the agents: order of grants */
+static int name_counter;
+
+static int write_full(int fd, const void *buf, size_t n)
+{
+	const char *p = buf;
+
+	while (n) {
+		ssize_t k = write(fd, p, n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -1;
+		p += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+static int read_full(int fd, void *buf, size_t n)
+{
+	char *p = buf;
+
+	while (n) {
+		ssize_t k = read(fd, p, n);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -1;
+		p += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+static uint64_t now_ns(void)
+{
+	return rs_nt_now_ns();
+}
+
+/* The agent's side. */
+static void agent_main(int cfd, int rfd) __attribute__((noreturn));
+static void agent_main(int cfd, int rfd)
+{
+	struct rs_nt t;
+	int registered = 0;
+
+	memset(&t, 0, sizeof(t));
+	for (;;) {
+		struct cmd c;
+		struct rep r;
+
+		if (read_full(cfd, &c, sizeof(c)) < 0)
+			_exit(0);
+		memset(&r, 0, sizeof(r));
+		switch (c.op) {
+		case OP_UMASK:
+			umask((mode_t)c.n);
+			break;
+		case OP_REGISTER:
+			r.rc = rs_nt_register(&t, c.name, r.why, sizeof(r.why));
+			registered = r.rc == 0;
+			r.me = t.me;
+			break;
+		case OP_ACQUIRE: {
+			struct rs_nt_req q = { .dev = c.dev, .ino = c.ino, .start = c.start, .end = c.end,
+						 .mode = c.mode, .window = c.window };
+			struct rs_nt_result res;
+
+			r.rc = rs_nt_acquire(&t, &q, &res, r.why, sizeof(r.why));
+			if (r.rc == 0) {
+				struct rs_seg_grant *g = &t.map.seg->grants[res.idx];
+
+				r.idx = res.idx;
+				r.gen = res.gen;
+				r.start = res.start;
+				r.end = res.end;
+				r.waited = res.waited;
+				r.wait_ns = res.wait_ns;
+				r.revoked = res.revoked;
+				r.wanted = res.wanted;
+				r.reclaimed = res.reclaimed;
+				r.table_full = res.table_full;
+				/* rs_nt_acquire returns the grant with the caller
+				 * counted in (nodelock.h): keep that user, or
+				 * leave at once for an idle cached grant. */
+				if (c.enter) {
+					/* Nobody may have taken it meanwhile. */
+					sleep_ms(20);
+					if (RS_GW_GEN(atomic_load(&g->gw)) != res.gen)
+						r.lost = 1;
+				} else {
+					atomic_fetch_sub(&g->users, 1);
+				}
+				r.gw = atomic_load(&g->gw);
+			}
+			r.seq = atomic_fetch_add(seq, 1);
+			break;
+		}
+		case OP_ACQUIRE_MANY:
+			/* n grants of 4 KiB, 8 KiB apart, not expanded. */
+			for (uint32_t i = 0; i < c.n && r.rc == 0; i++) {
+				struct rs_nt_req q = { .dev = c.dev, .ino = c.ino,
+						       .start = c.start + i * 8 * KIB,
+						       .end = c.start + i * 8 * KIB + 4 * KIB,
+						       .mode = c.mode, .window = 0 };
+				struct rs_nt_result res;
+
+				r.rc = rs_nt_acquire(&t, &q, &res, r.why, sizeof(r.why));
+				if (r.rc == 0)	/* idle, cached */
+					atomic_fetch_sub(&t.map.seg->grants[res.idx].users, 1);
+				r.idx = res.idx;
+				r.gen = res.gen;
+				r.table_full |= res.table_full;
+			}
+			break;
+		case OP_ENTER_ALL:
+			/* Count ourselves in on every grant we hold. */
+			for (uint32_t i = 0; i < RS_NGRANT; i++) {
+				struct rs_seg_grant *g = &t.map.seg->grants[i];
+
+				if (atomic_load(&g->state) == RS_G_HELD && g->owner == t.me) {
+					atomic_fetch_add(&g->users, 1);
+					r.users++;
+				}
+			}
+			break;
+		case OP_ENTER:
+			r.users = atomic_fetch_add(&t.map.seg->grants[c.idx].users, 1) + 1;
+			r.gw = atomic_load(&t.map.seg->grants[c.idx].gw);
+			break;
+		case OP_LEAVE:
+			r.users = atomic_fetch_sub(&t.map.seg->grants[c.idx].users, 1) - 1;
+			r.gw = atomic_load(&t.map.seg->grants[c.idx].gw);
+			break;
+		case OP_RELEASE:
+			rs_nt_release(&t, c.idx, c.gen);
+			break;
+		case OP_GW:
+			r.gw = atomic_load(&t.map.seg->grants[c.idx].gw);
+			r.users = atomic_load(&t.map.seg->grants[c.idx].users);
+			break;
+		case OP_LOCK_TABLE: {
+			/* Take the table lock as nodelock.c does: our slot + 1
+			 * (or RS_LOCK_ANON, as a process that is registering). */
+			uint32_t id = c.idx ? RS_LOCK_ANON : t.me + 1;
+			uint64_t end = now_ns() + 2000000000ull;
+
+			for (;;) {
+				uint32_t v = 0;
+
+				if (atomic_compare_exchange_strong(&t.map.seg->hdr.lock, &v, id))
+					break;
+				if (now_ns() > end) {
+					r.rc = -1;
+					break;
+				}
+				sleep_ms(1);
+			}
+			if (c.n) {	/* die inside, by our own hand */
+				write_full(rfd, &r, sizeof(r));
+				raise(SIGKILL);
+			}
+			break;
+		}
+		case OP_DIE:
+			raise(SIGKILL);
+			break;
+		case OP_UNREGISTER:
+			if (registered)
+				rs_nt_unregister(&t);
+			registered = 0;
+			break;
+		default:
+			r.rc = -1;
+		}
+		if (write_full(rfd, &r, sizeof(r)) < 0)
+			_exit(0);
+	}
+}
+
+static struct agent *agent_start(void)
+{
+	int c[2], r[2];
+	pid_t ppid = getpid();
+	struct agent *a;
+	pid_t pid;
+
+	cr_assert_lt(nagents, MAX_AGENTS);
+	cr_assert_eq(pipe(c), 0);
+	cr_assert_eq(pipe(r), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != ppid)
+			_exit(0);
+		close(c[1]);
+		close(r[0]);
+		for (int i = 0; i < nagents; i++) {
+			close(agents[i].cmd_fd);
+			close(agents[i].rep_fd);
+		}
+		agent_main(c[0], r[1]);
+	}
+	close(c[0]);
+	close(r[1]);
+	a = &agents[nagents++];
+	a->pid = pid;
+	a->cmd_fd = c[1];
+	a->rep_fd = r[0];
+	a->me = UINT32_MAX;
+	return a;
+}
+
+static void agent_send(struct agent *a, const struct cmd *c)
+{
+	cr_assert_eq(write_full(a->cmd_fd, c, sizeof(*c)), 0, "agent %d: send: %s", (int)a->pid,
+		     strerror(errno));
+}
+
+/* 1 and *r filled if the agent answered within ms, 0 if not. */
+static int agent_poll(struct agent *a, struct rep *r, int ms)
+{
+	struct pollfd p = { a->rep_fd, POLLIN, 0 };
+	int k;
+
+	do
+		k = poll(&p, 1, ms);
+	while (k < 0 && errno == EINTR);
+	if (k <= 0)
+		return 0;
+	cr_assert_eq(read_full(a->rep_fd, r, sizeof(*r)), 0, "agent %d died (reply pipe closed)",
+		     (int)a->pid);
+	return 1;
+}
+
+static struct rep agent_wait(struct agent *a, int ms, const char *what)
+{
+	struct rep r;
+
+	cr_assert(agent_poll(a, &r, ms), "agent %d: no answer to %s within %d ms", (int)a->pid,
+		  what, ms);
+	return r;
+}
+
+static struct rep agent_do(struct agent *a, const struct cmd *c, const char *what)
+{
+	agent_send(a, c);
+	return agent_wait(a, MUST_MS, what);
+}
+
+static void agent_register(struct agent *a)
+{
+	struct cmd c = { .op = OP_REGISTER };
+	struct rep r;
+
+	snprintf(c.name, sizeof(c.name), "%s", seg_name);
+	r = agent_do(a, &c, "register");
+	cr_assert_eq(r.rc, 0, "agent %d: register failed: %s", (int)a->pid, r.why);
+	cr_assert_lt(r.me, RS_NPROC);
+	a->me = r.me;
+}
+
+static struct cmd acq_cmd(uint64_t start, uint64_t end, unsigned mode, uint64_t window, int enter)
+{
+	struct cmd c = { .op = OP_ACQUIRE, .mode = mode, .enter = enter, .dev = DEV, .ino = INO,
+			 .start = start, .end = end, .window = window };
+
+	return c;
+}
+
+static struct rep acquire(struct agent *a, uint64_t start, uint64_t end, unsigned mode,
+			  uint64_t window, int enter)
+{
+	struct cmd c = acq_cmd(start, end, mode, window, enter);
+	struct rep r = agent_do(a, &c, "acquire");
+
+	cr_assert_eq(r.rc, 0, "agent %d: acquire [%llu,%llu) failed: %s", (int)a->pid,
+		     (unsigned long long)start, (unsigned long long)end, r.why);
+	cr_assert_eq(r.lost, 0, "agent %d: grant %u revoked before it could be entered",
+		     (int)a->pid, r.idx);
+	cr_assert_lt(r.idx, RS_NGRANT);
+	cr_assert_leq(r.start, start);
+	cr_assert_geq(r.end, end);
+	return r;
+}
+
+static uint32_t simple(struct agent *a, int op, uint32_t idx, uint32_t gen)
+{
+	struct cmd c = { .op = op, .idx = idx, .gen = gen };
+	struct rep r = agent_do(a, &c, "command");
+
+	return op == OP_GW ? (uint32_t)RS_GW_GEN(r.gw) : r.users;
+}
+
+static void agent_kill(struct agent *a)
+{
+	int st;
+
+	kill(a->pid, SIGKILL);
+	waitpid(a->pid, &st, 0);
+	a->pid = -1;
+}
+
+/* ---- the test's own view of the segment ---- */
+
+static struct rs_seg_map view;
+
+static struct rs_segment *view_attach(void)
+{
+	char why[300];
+
+	if (!view.seg)
+		cr_assert_eq(rs_seg_attach(&view, seg_name, 0, why, sizeof(why)), 0,
+			     "attach %s: %s", seg_name, why);
+	return view.seg;
+}
+
+/* The grants other than FREE owned by slot me: count, and find one. */
+static int grants_of(uint32_t me, uint32_t state, uint32_t *idx)
+{
+	struct rs_segment *s = view_attach();
+	int n = 0;
+
+	for (uint32_t i = 0; i < RS_NGRANT; i++) {
+		if (atomic_load(&s->grants[i].state) == state && s->grants[i].owner == me) {
+			if (idx)
+				*idx = i;
+			n++;
+		}
+	}
+	return n;
+}
+
+/* No two HELD grants of different owners overlap unless both SHARED. */
+static void assert_no_conflicting_grants(void)
+{
+	struct rs_segment *s = view_attach();
+
+	for (uint32_t i = 0; i < RS_NGRANT; i++) {
+		const struct rs_seg_grant *a = &s->grants[i];
+
+		if (atomic_load(&a->state) != RS_G_HELD)
+			continue;
+		for (uint32_t j = i + 1; j < RS_NGRANT; j++) {
+			const struct rs_seg_grant *b = &s->grants[j];
+
+			if (atomic_load(&b->state) != RS_G_HELD || a->owner == b->owner ||
+			    a->dev != b->dev || a->ino != b->ino)
+				continue;
+			if (a->mode == RS_G_SHARED && b->mode == RS_G_SHARED)
+				continue;
+			cr_assert(a->end <= b->start || b->end <= a->start,
+				  "grants %u [%llu,%llu) of slot %u and %u [%llu,%llu) of slot %u "
+				  "overlap", i, (unsigned long long)a->start,
+				  (unsigned long long)a->end, a->owner, j,
+				  (unsigned long long)b->start, (unsigned long long)b->end, b->owner);
+		}
+	}
+}
+
+/* ---- fixtures ---- */
+
+static void setup(void)
+{
+	snprintf(seg_name, sizeof(seg_name), "/rs-t-%d-%d", (int)getpid(), ++name_counter);
+	rs_seg_path(seg_name, seg_path, sizeof(seg_path));
+	unlink(seg_path);
+	seq = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(seq, MAP_FAILED);
+	nagents = 0;
+	nextra = 0;
+	memset(&view, 0, sizeof(view));
+	view.fd = -1;
+}
+
+static void teardown(void)
+{
+	for (int i = 0; i < nagents; i++) {
+		if (agents[i].pid > 0)
+			agent_kill(&agents[i]);
+		close(agents[i].cmd_fd);
+		close(agents[i].rep_fd);
+	}
+	nagents = 0;
+	if (view.seg)
+		rs_seg_detach(&view);
+	unlink(seg_path);
+	for (int i = 0; i < nextra; i++) {
+		struct stat st;
+
+		if (lstat(extra_paths[i], &st) == 0 && S_ISDIR(st.st_mode))
+			rmdir(extra_paths[i]);
+		else
+			unlink(extra_paths[i]);
+	}
+	munmap((void *)seq, 4096);
+}
+
+/* A further name, removed in the fini. */
+static const char *extra_name(char *name, size_t len, const char *tag)
+{
+	cr_assert_lt(nextra, MAX_PATHS);
+	snprintf(name, len, "/rs-t-%d-%d-%s", (int)getpid(), name_counter, tag);
+	rs_seg_path(name, extra_paths[nextra], sizeof(extra_paths[0]));
+	unlink(extra_paths[nextra]);
+	return extra_paths[nextra++];
+}
+
+TestSuite(nodelock, .init = setup, .fini = teardown, .timeout = 30);
+
+/* ---- tests ---- */
+
+static void check_created(void)
+{
+	struct stat st;
+
+	cr_assert_eq(lstat(seg_path, &st), 0, "stat %s: %s", seg_path, strerror(errno));
+	cr_assert(S_ISREG(st.st_mode), "%s is not a regular file", seg_path);
+	cr_assert_eq(st.st_mode & 07777, 0600, "%s has mode %o, not 0600", seg_path,
+		     (unsigned)(st.st_mode & 07777));
+	cr_assert_eq(st.st_uid, geteuid(), "%s owned by uid %u", seg_path, (unsigned)st.st_uid);
+	cr_assert_eq((size_t)st.st_size, sizeof(struct rs_segment), "%s has size %lld", seg_path,
+		     (long long)st.st_size);
+}
+
+Test(nodelock, create_mode)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct rs_segment *s;
+	struct cmd un = { .op = OP_UNREGISTER };
+
+	agent_register(a);
+	check_created();
+	agent_register(b);
+	cr_assert_neq(a->me, b->me, "two processes got the same slot %u", a->me);
+	s = view_attach();
+	cr_assert_eq(atomic_load(&s->procs[a->me].state), RS_PROC_LIVE);
+	cr_assert_eq(s->procs[a->me].pid, a->pid);
+	cr_assert_eq(atomic_load(&s->procs[b->me].state), RS_PROC_LIVE);
+	cr_assert_eq(s->procs[b->me].pid, b->pid);
+	cr_assert(rs_seg_alive(&view, a->me), "live agent's slot seen as dead");
+	acquire(a, 0, 4 * KIB, RS_G_EXSH, WINDOW, 0);
+	agent_do(a, &un, "unregister");
+	cr_assert_eq(atomic_load(&s->procs[a->me].state), RS_PROC_FREE,
+		     "slot still LIVE after unregister");
+	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), 0, "grants left after unregister");
+	check_created();
+}
+
+/* The creator's umask must not make the segment unusable. */
+Test(nodelock, create_mode_umask)
+{
+	struct agent *a = agent_start();
+	struct cmd c = { .op = OP_UMASK, .n = 0277 };
+
+	agent_do(a, &c, "umask");
+	agent_register(a);
+	check_created();
+}
+
+Test(nodelock, disjoint)
+{
+	struct agent *a = agent_start(), *b = agent_start(), *c = agent_start();
+	struct rep ra, rb, rc, rb2, rc2;
+
+	agent_register(a);
+	agent_register(b);
+	agent_register(c);
+
+	/* Uncontended: the whole aligned window. */
+	ra = acquire(a, 4 * KIB, 8 * KIB, RS_G_EXSH, WINDOW, 0);
+	cr_assert_eq(ra.start, 0);
+	cr_assert_eq(ra.end, WINDOW, "A's grant [%llu,%llu) not expanded to the window",
+		     (unsigned long long)ra.start, (unsigned long long)ra.end);
+	rb = acquire(b, 6 * MIB, 6 * MIB + 4 * KIB, RS_G_EXSH, WINDOW, 0);
+	cr_assert_eq(rb.start, WINDOW);
+	cr_assert_eq(rb.end, 2 * WINDOW);
+	cr_assert(!ra.waited && !rb.waited && !rb.revoked && !rb.wanted,
+		  "disjoint requests waited or revoked");
+	/* Expansion stops at others' grants, on both sides. */
+	rc = acquire(c, 9 * MIB, 9 * MIB + 4 * KIB, RS_G_EXSH, 0, 0);
+	cr_assert_eq(rc.start, 9 * MIB);
+	cr_assert_eq(rc.end, 9 * MIB + 4 * KIB, "a request with window 0 was expanded");
+	rb2 = acquire(b, 8 * MIB, 8 * MIB + 4 * KIB, RS_G_EXSH, WINDOW, 0);
+	cr_assert_eq(rb2.start, 8 * MIB);
+	cr_assert_eq(rb2.end, 9 * MIB, "B's second grant [%llu,%llu) not clipped at C's",
+		     (unsigned long long)rb2.start, (unsigned long long)rb2.end);
+	rc2 = acquire(c, 11 * MIB, 11 * MIB + 4 * KIB, RS_G_EXSH, WINDOW, 0);
+	/* Clipped at the end of B's grant; C's own grants do not count. */
+	cr_assert_eq(rc2.start, 9 * MIB, "C's grant [%llu,%llu) not clipped at B's",
+		     (unsigned long long)rc2.start, (unsigned long long)rc2.end);
+	cr_assert_eq(rc2.end, 3 * WINDOW);
+	cr_assert(!rb2.waited && !rc.waited && !rc2.waited && !rb2.revoked && !rc.revoked &&
+		  !rc2.revoked, "disjoint requests waited or revoked");
+	/* Nobody lost anything. */
+	cr_assert_eq(simple(a, OP_GW, ra.idx, 0), ra.gen, "A's grant was revoked");
+	cr_assert_eq(simple(b, OP_GW, rb.idx, 0), rb.gen, "B's grant was revoked");
+	cr_assert_eq(simple(c, OP_GW, rc.idx, 0), rc.gen, "C's grant was revoked");
+	assert_no_conflicting_grants();
+	/* Another file's grants do not get in the way at all. */
+	{
+		struct cmd q = acq_cmd(0, 4 * KIB, RS_G_EXSH, WINDOW, 0);
+		struct rep r;
+
+		q.ino = INO + 1;
+		r = agent_do(b, &q, "acquire other file");
+		cr_assert_eq(r.rc, 0, "%s", r.why);
+		cr_assert(r.start == 0 && r.end == WINDOW && !r.revoked && !r.waited);
+	}
+}
+
+/* An overlapping EXSH request waits for a busy grant, then gets it. */
+Test(nodelock, busy_waits)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct rep ra, rb;
+	struct cmd q = acq_cmd(32 * KIB, 96 * KIB, RS_G_EXSH, WINDOW, 0);
+	struct rs_segment *s;
+	uint32_t widx = 0;
+	uint64_t t0;
+
+	agent_register(a);
+	agent_register(b);
+	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+	cr_assert_eq(simple(a, OP_ENTER, ra.idx, 0), 1);
+	agent_send(b, &q);
+	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS),
+		      "B was granted [32K,96K) while A's overlapping grant was busy");
+	s = view_attach();
+	cr_assert(RS_GW_WANTED(atomic_load(&s->grants[ra.idx].gw)) & RS_WANTED,
+		  "A's busy grant was not marked wanted");
+	cr_assert_eq(RS_GW_GEN(atomic_load(&s->grants[ra.idx].gw)), ra.gen,
+		     "A's busy grant was revoked");
+	cr_assert_eq(grants_of(b->me, RS_G_WAIT, &widx), 1, "B has no WAIT entry");
+	cr_assert(s->grants[widx].start == 32 * KIB && s->grants[widx].end == 96 * KIB);
+	/* A drains and releases, as grants.c does when its last user leaves. */
+	t0 = now_ns();
+	cr_assert_eq(simple(a, OP_LEAVE, ra.idx, 0), 0);
+	simple(a, OP_RELEASE, ra.idx, ra.gen);
+	rb = agent_wait(b, MUST_MS, "acquire after release");
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+	cr_assert(rb.waited, "B's result does not say it waited");
+	cr_assert_lt(now_ns() - t0, 1000000000ull, "B granted only %.3f s after the release",
+		     (double)(now_ns() - t0) / 1e9);
+	cr_assert(rb.start <= 32 * KIB && rb.end >= 96 * KIB);
+	cr_assert_neq(simple(a, OP_GW, ra.idx, 0), ra.gen, "A's released grant kept its generation");
+	cr_assert_eq(grants_of(b->me, RS_G_WAIT, NULL), 0, "B's WAIT entry left behind");
+	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), 0);
+	assert_no_conflicting_grants();
+}
+
+Test(nodelock, idle_revoked)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct rep ra, rb;
+	uint64_t t0;
+
+	agent_register(a);
+	agent_register(b);
+	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+	cr_assert_eq(ra.end, WINDOW);
+	t0 = now_ns();
+	rb = acquire(b, 32 * KIB, 96 * KIB, RS_G_EXSH, WINDOW, 0);
+	cr_assert_not(rb.waited, "B waited for A's idle grant");
+	cr_assert_lt(now_ns() - t0, 500000000ull);
+	cr_assert_geq(rb.revoked, 1, "B's result counts no revoke");
+	cr_assert_neq(simple(a, OP_GW, ra.idx, 0), ra.gen,
+		      "A's idle grant kept its generation after being revoked");
+	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), 0);
+	/* Contended: not expanded over the window it took from A. */
+	cr_assert(rb.start == 32 * KIB && rb.end == 96 * KIB,
+		  "B's grant [%llu,%llu) was expanded although it revoked A's",
+		  (unsigned long long)rb.start, (unsigned long long)rb.end);
+	/* A asking again takes it back the same way: B is idle. */
+	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+	cr_assert_not(ra.waited);
+	cr_assert_neq(simple(b, OP_GW, rb.idx, 0), rb.gen);
+	assert_no_conflicting_grants();
+}
+
+Test(nodelock, shared_modes)
+{
+	struct agent *a = agent_start(), *b = agent_start(), *c = agent_start();
+	struct rep ra, rb, rc;
+	struct cmd q = acq_cmd(0, 64 * KIB, RS_G_EXSH, 0, 0);
+
+	agent_register(a);
+	agent_register(b);
+	agent_register(c);
+	/* SHARED + SHARED: both granted, neither revoked, even when idle. */
+	ra = acquire(a, 0, 64 * KIB, RS_G_SHARED, 0, 0);
+	rb = acquire(b, 32 * KIB, 96 * KIB, RS_G_SHARED, 0, 0);
+	cr_assert(!rb.waited && !rb.revoked && !rb.wanted, "SHARED+SHARED conflicted");
+	cr_assert_eq(simple(a, OP_GW, ra.idx, 0), ra.gen, "A's SHARED grant was revoked by B's");
+	cr_assert_eq(RS_GW_WANTED(view_attach()->grants[ra.idx].gw), 0,
+		     "A's SHARED grant was marked wanted by a SHARED request");
+	simple(a, OP_ENTER, ra.idx, 0);
+	simple(b, OP_ENTER, rb.idx, 0);
+	/* EXSH against two busy SHARED holders waits for both. */
+	agent_send(c, &q);
+	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS), "EXSH granted over busy SHARED grants");
+	simple(a, OP_LEAVE, ra.idx, 0);
+	simple(a, OP_RELEASE, ra.idx, ra.gen);
+	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS), "EXSH granted while B's SHARED was busy");
+	simple(b, OP_LEAVE, rb.idx, 0);
+	simple(b, OP_RELEASE, rb.idx, rb.gen);
+	rc = agent_wait(c, MUST_MS, "EXSH after SHARED released");
+	cr_assert_eq(rc.rc, 0, "%s", rc.why);
+	cr_assert(rc.waited);
+	simple(c, OP_ENTER, rc.idx, 0);
+	/* SHARED against a busy EXSH waits too. */
+	q = acq_cmd(16 * KIB, 20 * KIB, RS_G_SHARED, 0, 0);
+	agent_send(a, &q);
+	cr_assert_not(agent_poll(a, &ra, MUSTNT_MS), "SHARED granted over a busy EXSH grant");
+	simple(c, OP_LEAVE, rc.idx, 0);
+	simple(c, OP_RELEASE, rc.idx, rc.gen);
+	ra = agent_wait(a, MUST_MS, "SHARED after EXSH released");
+	cr_assert_eq(ra.rc, 0, "%s", ra.why);
+	/* An idle SHARED is revoked by EXSH directly, and an idle EXSH by SHARED. */
+	rc = acquire(c, 0, 32 * KIB, RS_G_EXSH, 0, 0);	/* A's [16K,20K) is idle */
+	cr_assert_geq(rc.revoked, 1);
+	rb = acquire(b, 0, 4 * KIB, RS_G_SHARED, 0, 0);
+	cr_assert(!rb.waited && rb.revoked >= 1, "SHARED did not revoke an idle EXSH");
+	assert_no_conflicting_grants();
+}
+
+Test(nodelock, sigkill_busy)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct rep ra, rb;
+	struct cmd q = acq_cmd(0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+	uint64_t t0, dt;
+
+	agent_register(a);
+	agent_register(b);
+	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+	simple(a, OP_ENTER, ra.idx, 0);
+	agent_send(b, &q);
+	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS), "B granted over A's busy grant");
+	t0 = now_ns();
+	kill(a->pid, SIGKILL);
+	rb = agent_wait(b, MUST_MS, "acquire after the holder was killed");
+	dt = now_ns() - t0;
+	waitpid(a->pid, NULL, 0);
+	a->pid = -1;
+	cr_log_info("waiter granted %.0f ms after the holder's SIGKILL", (double)dt / 1e6);
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+	cr_assert_lt(dt, 2000000000ull, "waiter granted only %.3f s after the kill",
+		     (double)dt / 1e9);
+	cr_assert_geq(rb.reclaimed, 1, "B's result counts no reclaim");
+	cr_assert_eq(atomic_load(&view_attach()->procs[a->me].state), RS_PROC_FREE,
+		     "dead holder's slot not freed");
+	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), 0, "dead holder's grants not freed");
+}
+
+/*
+ * The slot of a grant reclaimed from a holder killed while busy is used
+ * again: the dead holder's user count must not come with it.  Every grant
+ * acquired afterwards must be revocable once idle.
+ */
+Test(nodelock, reclaimed_slot_reusable)
+{
+	struct agent *a = agent_start(), *b = agent_start(), *c = agent_start();
+	struct cmd q = acq_cmd(0, 64 * KIB, RS_G_EXSH, 0, 0);
+	struct rs_segment *s;
+	struct rep ra, rb, rc;
+
+	agent_register(a);
+	agent_register(b);
+	agent_register(c);
+	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, 0, 1);	/* busy: a call in progress */
+	agent_send(b, &q);
+	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS));
+	agent_kill(a);
+	rb = agent_wait(b, MUST_MS, "acquire after the busy holder was killed");
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+	/* Many grants, idle, in every slot the table hands out next. */
+	s = view_attach();
+	for (int i = 0; i < 4; i++) {
+		uint64_t off = (uint64_t)(i + 1) * MIB;
+		uint32_t users;
+		uint64_t t0;
+
+		rc = acquire(c, off, off + 4 * KIB, RS_G_EXSH, 0, 0);
+		users = (uint32_t)atomic_load(&s->grants[rc.idx].users);
+		cr_assert_eq(users, 0, "C's idle grant %u (slot of A's was %u) has users=%u",
+			     rc.idx, ra.idx, users);
+		t0 = now_ns();
+		rb = acquire(b, off, off + 4 * KIB, RS_G_EXSH, 0, 0);
+		cr_assert_not(rb.waited, "B waited %.0f ms for C's idle grant %u",
+			      (double)(now_ns() - t0) / 1e6, rc.idx);
+	}
+}
+
+static void dead_in_lock(int self, int with_grant, int anon)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct cmd lk = { .op = OP_LOCK_TABLE, .n = (uint32_t)self, .idx = (uint32_t)anon };
+	struct rep ra, rb;
+	uint64_t t0, dt;
+
+	agent_register(a);
+	agent_register(b);
+	if (with_grant) {
+		ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+		simple(a, OP_ENTER, ra.idx, 0);
+	}
+	ra = agent_do(a, &lk, "take the table lock");
+	cr_assert_eq(ra.rc, 0, "could not take the table lock");
+	if (self) {
+		int st;
+
+		cr_assert_eq(waitpid(a->pid, &st, 0), a->pid);
+		cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+		a->pid = -1;
+	} else {
+		agent_kill(a);
+	}
+	t0 = now_ns();
+	rb = acquire(b, 32 * KIB, 96 * KIB, RS_G_EXSH, WINDOW, 0);
+	dt = now_ns() - t0;
+	if (with_grant)
+		cr_assert_geq(rb.reclaimed, 1, "the dead holder's busy grant was not reclaimed");
+	/* (Checked before anyone else registers: a newcomer may reuse the slot.) */
+	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), 0, "dead process's grants not freed");
+	cr_log_info("acquire after a death in the table lock took %.0f ms", (double)dt / 1e6);
+	cr_assert_lt(dt, 2000000000ull, "acquire took %.3f s", (double)dt / 1e9);
+	/* And the lock is usable afterwards: again, and by a newcomer. */
+	acquire(b, 8 * MIB, 8 * MIB + 1, RS_G_EXSH, WINDOW, 0);
+	{
+		struct agent *c = agent_start();
+		struct rep rc;
+
+		agent_register(c);
+		rc = acquire(c, 16 * MIB, 16 * MIB + 1, RS_G_EXSH, WINDOW, 0);
+		cr_assert_not(rc.waited);
+	}
+	cr_assert_eq(atomic_load(&view_attach()->hdr.lock), 0,
+		     "table lock still taken after the recovery");
+}
+
+Test(nodelock, dead_in_lock_killed)
+{
+	dead_in_lock(0, 0, 0);
+}
+
+Test(nodelock, dead_in_lock_self)
+{
+	dead_in_lock(1, 0, 0);
+}
+
+Test(nodelock, dead_in_lock_busy_grant)
+{
+	dead_in_lock(0, 1, 0);
+}
+
+/* Died while registering: the lock word names no slot. */
+Test(nodelock, dead_in_lock_anonymous)
+{
+	dead_in_lock(0, 0, 1);
+}
+
+/* Unregister gives back idle grants and the slot at once. */
+Test(nodelock, unregister_frees)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct cmd un = { .op = OP_UNREGISTER };
+	struct rs_segment *s;
+	struct rep rb;
+
+	agent_register(a);
+	agent_register(b);
+	acquire(a, 0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+	acquire(a, 8 * MIB, 8 * MIB + 1, RS_G_SHARED, WINDOW, 0);
+	agent_do(a, &un, "unregister");
+	s = view_attach();
+	cr_assert_eq(atomic_load(&s->procs[a->me].state), RS_PROC_FREE, "slot kept");
+	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), 0, "idle grants kept after unregister");
+	rb = acquire(b, 0, 16 * MIB, RS_G_EXSH, WINDOW, 0);
+	cr_assert(!rb.waited && !rb.revoked && !rb.reclaimed);
+}
+
+/*
+ * Unregister while a call is still inside a grant (exit with threads
+ * running): that grant must stay, and the waiter must not get it, until
+ * the process is gone; then it is reclaimed within about a second.
+ */
+Test(nodelock, unregister_busy_kept_until_death)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct cmd q = acq_cmd(0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+	struct cmd un = { .op = OP_UNREGISTER };
+	struct rep ra, rb;
+	uint64_t t0;
+
+	agent_register(a);
+	agent_register(b);
+	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, WINDOW, 1);	/* a call inside */
+	agent_send(b, &q);
+	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS));
+	agent_do(a, &un, "unregister");
+	cr_assert_not(agent_poll(b, &rb, 2 * MUSTNT_MS),
+		      "B was granted a range while A's call was still inside it");
+	cr_assert_eq(simple(a, OP_GW, ra.idx, 0), ra.gen, "A's busy grant was freed by unregister");
+	t0 = now_ns();
+	agent_kill(a);
+	rb = agent_wait(b, MUST_MS, "acquire after the unregistered holder died");
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+	cr_assert_lt(now_ns() - t0, 2000000000ull);
+}
+
+/*
+ * pid reuse.  A dead process's slot whose pid field now names a live
+ * process (the pid was reused) must still be reclaimed; a live process
+ * whose pid field names a dead pid must not be.
+ */
+static void pid_reuse_dead(int32_t fake_pid)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct cmd q = acq_cmd(0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+	struct rs_segment *s;
+	struct rep ra, rb;
+	uint64_t t0, dt;
+
+	agent_register(a);
+	agent_register(b);
+	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+	simple(a, OP_ENTER, ra.idx, 0);
+	s = view_attach();
+	agent_kill(a);
+	s->procs[a->me].pid = fake_pid;
+	t0 = now_ns();
+	agent_send(b, &q);
+	rb = agent_wait(b, MUST_MS, "acquire from a dead holder whose pid is reused");
+	dt = now_ns() - t0;
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+	cr_assert_lt(dt, 2000000000ull);
+	cr_assert_geq(rb.reclaimed, 1);
+	cr_assert_eq(atomic_load(&s->procs[a->me].state), RS_PROC_FREE,
+		     "dead slot with live pid %d kept", (int)fake_pid);
+	/* A newcomer's register reclaims too: same thing through another path. */
+}
+
+Test(nodelock, pid_reuse_dead_slot_live_pid)
+{
+	pid_reuse_dead((int32_t)getpid());
+}
+
+Test(nodelock, pid_reuse_dead_slot_pid1)
+{
+	pid_reuse_dead(1);
+}
+
+Test(nodelock, pid_reuse_register_path)
+{
+	struct agent *a = agent_start(), *b;
+	struct rep ra, rb;
+	struct rs_segment *s;
+
+	agent_register(a);
+	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+	simple(a, OP_ENTER, ra.idx, 0);
+	s = view_attach();
+	agent_kill(a);
+	s->procs[a->me].pid = (int32_t)getpid();
+	b = agent_start();
+	agent_register(b);
+	cr_assert_eq(atomic_load(&s->procs[a->me].state) == RS_PROC_FREE ||
+		     s->procs[a->me].pid == b->pid, 1, "dead slot with a live pid kept at register");
+	rb = acquire(b, 0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+	cr_assert_not(rb.waited, "waited for the grants of a dead process already reclaimed");
+}
+
+Test(nodelock, pid_reuse_live_slot_dead_pid)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct cmd q = acq_cmd(0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+	struct rs_segment *s;
+	struct rep ra, rb;
+	pid_t dead = fork();
+
+	if (dead == 0)
+		_exit(0);
+	cr_assert_gt(dead, 0);
+	waitpid(dead, NULL, 0);
+	agent_register(a);
+	agent_register(b);
+	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+	simple(a, OP_ENTER, ra.idx, 0);
+	s = view_attach();
+	s->procs[a->me].pid = (int32_t)dead;
+	agent_send(b, &q);
+	/* Several liveness checks (every 100 ms of waiting) pass meanwhile. */
+	cr_assert_not(agent_poll(b, &rb, 3 * MUSTNT_MS),
+		      "B took a live holder's busy grant because its pid field names a dead pid");
+	cr_assert_eq(atomic_load(&s->procs[a->me].state), RS_PROC_LIVE, "live holder reclaimed");
+	cr_assert_eq(simple(a, OP_GW, ra.idx, 0), ra.gen);
+	simple(a, OP_LEAVE, ra.idx, 0);
+	simple(a, OP_RELEASE, ra.idx, ra.gen);
+	rb = agent_wait(b, MUST_MS, "acquire after release");
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+	cr_assert_eq(rb.reclaimed, 0);
+}
+
+/* ---- corrupted segments ---- */
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void)
+{
+	/* xorshift64* */
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return rng_state * 2685821657736338717ull;
+}
+
+/* A value of the field's width, different from bad. */
+static uint32_t rnd_not(uint32_t good)
+{
+	uint32_t v;
+
+	do
+		v = (uint32_t)rnd() >> (rnd() % 32);
+	while (v == good);
+	return v;
+}
+
+/* A real segment with live-looking processes and grants, copied. */
+static struct rs_segment *template_segment(void)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct rs_segment *copy;
+	struct rep r;
+
+	agent_register(a);
+	agent_register(b);
+	r = acquire(a, 0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+	simple(a, OP_ENTER, r.idx, 0);
+	acquire(b, 8 * MIB, 8 * MIB + 64 * KIB, RS_G_SHARED, WINDOW, 0);
+	{
+		struct cmd q = acq_cmd(0, 64 * KIB, RS_G_EXSH, 0, 0);
+
+		agent_send(b, &q);	/* leaves a WAIT entry */
+		cr_assert_not(agent_poll(b, &r, 100));
+	}
+	copy = aligned_alloc(4096, sizeof(*copy));
+	cr_assert_not_null(copy);
+	memcpy(copy, view_attach(), sizeof(*copy));
+	/* The lock may be taken right now by the waiter: the copy's must
+	 * look free. */
+	atomic_store(&copy->hdr.lock, 0);
+	atomic_store(&copy->hdr.lock_waiters, 0);
+	agent_kill(a);
+	agent_kill(b);
+	return copy;
+}
+
+static int write_segment(const char *path, const void *buf, size_t len, mode_t mode)
+{
+	int fd;
+
+	unlink(path);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL, mode);
+	if (fd < 0)
+		return -1;
+	if (fchmod(fd, mode) < 0 || write_full(fd, buf, len) < 0) {
+		close(fd);
+		return -1;
+	}
+	return close(fd);
+}
+
+/* Corrupt copy in place; returns 1 if the result must be refused. */
+static int corrupt(struct rs_segment *s, int kind, char *what, size_t len)
+{
+	uint32_t i;
+	struct rs_seg_grant *g;
+
+	switch (kind) {
+	case 0:
+		s->hdr.magic = ((uint64_t)rnd_not(0) << 32 | rnd()) ^ RS_SEG_MAGIC;
+		if (s->hdr.magic == RS_SEG_MAGIC)
+			s->hdr.magic = 0x1;
+		snprintf(what, len, "magic=0x%llx", (unsigned long long)s->hdr.magic);
+		return 1;
+	case 1:
+		s->hdr.version = rnd_not(RS_SEG_VERSION);
+		snprintf(what, len, "version=%u", s->hdr.version);
+		return 1;
+	case 2: {
+		uint32_t *f[] = { &s->hdr.header_size, &s->hdr.nproc, &s->hdr.ngrant,
+				  &s->hdr.proc_size, &s->hdr.grant_size };
+		int k = (int)(rnd() % 6);
+
+		if (k == 5) {
+			s->hdr.total_size = rnd_not((uint32_t)sizeof(*s)) ^ ((uint64_t)rnd() << 32);
+			if (s->hdr.total_size == sizeof(*s))
+				s->hdr.total_size++;
+			snprintf(what, len, "total_size=%llu", (unsigned long long)s->hdr.total_size);
+		} else {
+			*f[k] = rnd_not(*f[k]);
+			snprintf(what, len, "header field %d=%u", k, *f[k]);
+		}
+		return 1;
+	}
+	case 3:
+		i = (uint32_t)(rnd() % RS_NPROC);
+		atomic_store(&s->procs[i].state, RS_PROC_LIVE + 1 + (uint32_t)(rnd() % 0xfffffff0u));
+		snprintf(what, len, "proc %u state=%u", i, atomic_load(&s->procs[i].state));
+		return 1;
+	case 4:
+		i = (uint32_t)(rnd() % RS_NGRANT);
+		atomic_store(&s->grants[i].state, RS_G_WAIT + 1 + (uint32_t)(rnd() % 0xfffffff0u));
+		snprintf(what, len, "grant %u state=%u", i, atomic_load(&s->grants[i].state));
+		return 1;
+	case 5:
+	case 6:
+	case 7:
+		i = (uint32_t)(rnd() % RS_NGRANT);
+		g = &s->grants[i];
+		atomic_store(&g->state, rnd() & 1 ? RS_G_HELD : RS_G_WAIT);
+		g->owner = (uint32_t)(rnd() % RS_NPROC);
+		g->mode = rnd() & 1 ? RS_G_SHARED : RS_G_EXSH;
+		g->start = rnd() % (64 * MIB);
+		g->end = g->start + 1 + rnd() % MIB;
+		g->dev = DEV;
+		g->ino = INO;
+		if (kind == 5) {
+			g->owner = RS_NPROC + (uint32_t)(rnd() % 0xfffff000u);
+			snprintf(what, len, "grant %u owner=%u", i, g->owner);
+		} else if (kind == 6) {
+			g->mode = rnd_not(RS_G_SHARED);
+			if (g->mode == RS_G_EXSH)
+				g->mode = 0;
+			snprintf(what, len, "grant %u mode=%u", i, g->mode);
+		} else {
+			g->end = g->start - rnd() % (g->start + 1);
+			snprintf(what, len, "grant %u [%llu,%llu)", i, (unsigned long long)g->start,
+				 (unsigned long long)g->end);
+		}
+		return 1;
+	default: {
+		/* Random bytes anywhere in the slot arrays: may or may not be
+		 * valid; must not crash or hang either way. */
+		unsigned char *p = (unsigned char *)s->procs;
+		size_t span = sizeof(s->procs) + sizeof(s->grants);
+		int n = 1 + (int)(rnd() % 64);
+
+		for (int k = 0; k < n; k++)
+			p[rnd() % span] = (unsigned char)rnd();
+		snprintf(what, len, "%d random bytes in the slots", n);
+		return 0;
+	}
+	}
+}
+
+#define NCORRUPT 200
+#define NKINDS 9
+
+/* Runs in a forked child: 0 if all went well, else prints why. */
+static int corruption_run(const struct rs_segment *tmpl, const char *name, const char *path)
+{
+	struct rs_segment *s = aligned_alloc(4096, sizeof(*s));
+	int bad = 0, refused = 0, accepted = 0;
+
+	if (!s)
+		return 1;
+	rng_state = 0x9e3779b97f4a7c15ull;
+	for (int i = 0; i < NCORRUPT; i++) {
+		char what[200], why[300] = "";
+		struct rs_seg_map m;
+		struct rs_nt t;
+		int must_refuse, r;
+
+		memcpy(s, tmpl, sizeof(*s));
+		must_refuse = corrupt(s, i % NKINDS, what, sizeof(what));
+		if (write_segment(path, s, sizeof(*s), 0600) < 0) {
+			printf("write %s: %s\n", path, strerror(errno));
+			return 1;
+		}
+		r = rs_seg_attach(&m, name, 0, why, sizeof(why));
+		if (r == 0)
+			rs_seg_detach(&m);
+		if (r < 0 && !why[0]) {
+			printf("#%d (%s): refused without a reason\n", i, what);
+			bad++;
+		}
+		if (must_refuse && r == 0) {
+			printf("#%d (%s): accepted by rs_seg_attach\n", i, what);
+			bad++;
+		}
+		why[0] = '\0';
+		r = rs_nt_register(&t, name, why, sizeof(why));
+		if (must_refuse && r == 0) {
+			printf("#%d (%s): accepted by rs_nt_register\n", i, what);
+			bad++;
+		}
+		if (r < 0 && !why[0]) {
+			printf("#%d (%s): register refused without a reason\n", i, what);
+			bad++;
+		}
+		if (r == 0) {
+			struct rs_nt_req q = { .dev = DEV, .ino = INO, .start = 0, .end = 64 * KIB,
+				       .mode = RS_G_EXSH, .window = WINDOW };
+			struct rs_nt_result res;
+
+			accepted++;
+			/* Whatever it says, it must say it. */
+			if (rs_nt_acquire(&t, &q, &res, why, sizeof(why)) == 0) {
+				atomic_fetch_sub(&t.map.seg->grants[res.idx].users, 1);
+				rs_nt_release(&t, res.idx, res.gen);
+			}
+			q.start = 8 * MIB;
+			q.end = 8 * MIB + 4096;
+			q.mode = RS_G_SHARED;
+			if (rs_nt_acquire(&t, &q, &res, why, sizeof(why)) == 0) {
+				atomic_fetch_sub(&t.map.seg->grants[res.idx].users, 1);
+				rs_nt_release(&t, res.idx, res.gen);
+			}
+			rs_nt_unregister(&t);
+		} else {
+			refused++;
+		}
+		unlink(path);
+	}
+	printf("corruptions=%d refused=%d accepted=%d bad=%d\n", NCORRUPT, refused, accepted, bad);
+	free(s);
+	return bad != 0;
+}
+
+/* Fork, run fn under alarm(secs); assert it exited 0.  Its stdout goes to
+ * a pipe and into the log. */
+static void run_guarded(int secs, int (*fn)(const struct rs_segment *, const char *, const char *),
+			const struct rs_segment *tmpl, const char *name, const char *path)
+{
+	int p[2], st;
+	pid_t pid;
+	static char out[16384];
+	size_t used = 0;
+	ssize_t k;
+
+	cr_assert_eq(pipe(p), 0);
+	fflush(NULL);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(p[1], 1);
+		close(p[0]);
+		alarm((unsigned)secs);
+		st = fn(tmpl, name, path);
+		fflush(stdout);
+		_exit(st);
+	}
+	close(p[1]);
+	while ((k = read(p[0], out + used, sizeof(out) - 1 - used)) > 0)
+		used += (size_t)k;
+	out[used] = '\0';
+	close(p[0]);
+	waitpid(pid, &st, 0);
+	cr_log_info("%s", out);
+	cr_assert_not(WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM,
+		      "hung: still running after %d s: %s", secs, out);
+	cr_assert_not(WIFSIGNALED(st), "crashed with signal %d: %s",
+		      WIFSIGNALED(st) ? WTERMSIG(st) : 0, out);
+	cr_assert_eq(WEXITSTATUS(st), 0, "%s", out);
+}
+
+Test(nodelock, corrupt_random, .timeout = 60)
+{
+	struct rs_segment *tmpl = template_segment();
+	char name[80];
+	const char *path = extra_name(name, sizeof(name), "c");
+
+	run_guarded(40, corruption_run, tmpl, name, path);
+	free(tmpl);
+}
+
+/*
+ * A busy grant whose owner slot is FREE: no live process will ever drain
+ * it, and the liveness check looks only at LIVE slots.  Only corruption
+ * (or a bug) makes one, and a request for its range must not wait for it
+ * forever: the brief wants every wait to end with liveness re-checked.
+ */
+static int orphan_run(const struct rs_segment *tmpl, const char *name, const char *path)
+{
+	struct rs_segment *s = aligned_alloc(4096, sizeof(*s));
+	int bad = 0;
+
+	if (!s)
+		return 1;
+	for (int variant = 0; variant < 2; variant++) {
+		uint32_t state = variant == 0 ? RS_G_HELD : RS_G_WAIT;
+		struct rs_nt t;
+		struct rs_nt_req q = { .dev = DEV, .ino = INO, .start = 0, .end = 64 * KIB,
+				       .mode = RS_G_EXSH, .window = WINDOW };
+		struct rs_nt_result res;
+		char why[300] = "";
+		uint32_t free_slot = RS_NPROC - 1;
+		uint64_t t0;
+		int r;
+
+		memcpy(s, tmpl, sizeof(*s));
+		for (uint32_t i = 0; i < RS_NGRANT; i++)
+			atomic_store(&s->grants[i].state, RS_G_FREE);
+		atomic_store(&s->procs[free_slot].state, RS_PROC_FREE);
+		atomic_store(&s->grants[5].state, state);
+		atomic_store(&s->grants[5].users, 3);
+		s->grants[5].owner = free_slot;
+		s->grants[5].mode = RS_G_EXSH;
+		s->grants[5].ticket = 0;
+		s->grants[5].dev = DEV;
+		s->grants[5].ino = INO;
+		s->grants[5].start = 0;
+		s->grants[5].end = MIB;
+		if (write_segment(path, s, sizeof(*s), 0600) < 0)
+			return 1;
+		if (rs_nt_register(&t, name, why, sizeof(why)) < 0) {
+			printf("%s orphan: refused at register (%s): fine\n",
+			       variant ? "WAIT" : "HELD", why);
+			continue;
+		}
+		printf("%s orphan: register accepted, acquiring its range...\n",
+		       variant ? "WAIT" : "HELD");
+		fflush(stdout);
+		t0 = rs_nt_now_ns();
+		r = rs_nt_acquire(&t, &q, &res, why, sizeof(why));
+		printf("  acquire returned %d after %.0f ms (%s)\n", r,
+		       (double)(rs_nt_now_ns() - t0) / 1e6, r ? why : "granted");
+		if (rs_nt_now_ns() - t0 > 3000000000ull) {
+			printf("  too slow\n");
+			bad++;
+		}
+		rs_nt_unregister(&t);
+		unlink(path);
+	}
+	free(s);
+	return bad != 0;
+}
+
+Test(nodelock, corrupt_orphan, .timeout = 30)
+{
+	struct rs_segment *tmpl = template_segment();
+	char name[80];
+	const char *path = extra_name(name, sizeof(name), "o");
+
+	run_guarded(10, orphan_run, tmpl, name, path);
+	free(tmpl);
+}
+
+/* Garbage in the table lock word: impossible holders, a free slot's,
+ * an anonymous (registering) holder that never finishes, garbage waiters.
+ * Each must be taken over within a few seconds, or the table refused. */
+static int lock_run(const struct rs_segment *tmpl, const char *name, const char *path)
+{
+	struct rs_segment *s = aligned_alloc(4096, sizeof(*s));
+	const uint32_t locks[] = { RS_NPROC + 1, RS_NPROC + 7, 0xdeadbeefu, 0xffffffffu,
+				   RS_NPROC, 17, 1, RS_LOCK_ANON, RS_LOCK_ANON + 1 };
+	int bad = 0;
+
+	if (!s)
+		return 1;
+	for (size_t v = 0; v < sizeof(locks) / sizeof(locks[0]) + 1; v++) {
+		struct rs_nt t;
+		struct rs_nt_req q = { .dev = DEV, .ino = INO, .start = 0, .end = 64 * KIB,
+				       .mode = RS_G_EXSH, .window = WINDOW };
+		struct rs_nt_result res;
+		char why[300] = "";
+		uint64_t t0 = rs_nt_now_ns(), dt;
+		int r;
+
+		memcpy(s, tmpl, sizeof(*s));
+		if (v < sizeof(locks) / sizeof(locks[0])) {
+			atomic_store(&s->hdr.lock, locks[v]);
+			printf("lock=0x%x: ", locks[v]);
+		} else {
+			atomic_store(&s->hdr.lock_waiters, 0xfffffff0u);
+			printf("lock_waiters=0xfffffff0: ");
+		}
+		if (write_segment(path, s, sizeof(*s), 0600) < 0)
+			return 1;
+		fflush(stdout);
+		r = rs_nt_register(&t, name, why, sizeof(why));
+		if (r == 0) {
+			r = rs_nt_acquire(&t, &q, &res, why, sizeof(why));
+			if (r == 0)
+				atomic_fetch_sub(&t.map.seg->grants[res.idx].users, 1);
+			rs_nt_unregister(&t);
+		}
+		dt = rs_nt_now_ns() - t0;
+		printf("%d after %.0f ms (%s)\n", r, (double)dt / 1e6, r ? why : "ok");
+		if (dt > 3000000000ull) {
+			printf("  too slow\n");
+			bad++;
+		}
+		fflush(stdout);
+		unlink(path);
+	}
+	free(s);
+	return bad != 0;
+}
+
+Test(nodelock, corrupt_lock, .timeout = 60)
+{
+	struct rs_segment *tmpl = template_segment();
+	char name[80];
+	const char *path = extra_name(name, sizeof(name), "m");
+
+	run_guarded(45, lock_run, tmpl, name, path);
+	free(tmpl);
+}
+
+static void expect_refused(const char *name, const char *what)
+{
+	struct rs_seg_map m;
+	struct rs_nt t;
+	char why[300] = "";
+	int r;
+
+	r = rs_seg_attach(&m, name, 0, why, sizeof(why));
+	if (r == 0)
+		rs_seg_detach(&m);
+	cr_assert_eq(r, -1, "%s: accepted by rs_seg_attach", what);
+	cr_assert_neq(why[0], '\0', "%s: refused without a reason", what);
+	cr_log_info("%s: refused: %s", what, why);
+	why[0] = '\0';
+	r = rs_seg_attach(&m, name, 1, why, sizeof(why));
+	if (r == 0)
+		rs_seg_detach(&m);
+	cr_assert_eq(r, -1, "%s: accepted by rs_seg_attach(create)", what);
+	why[0] = '\0';
+	r = rs_nt_register(&t, name, why, sizeof(why));
+	if (r == 0)
+		rs_nt_unregister(&t);
+	cr_assert_eq(r, -1, "%s: accepted by rs_nt_register", what);
+	cr_assert_neq(why[0], '\0');
+}
+
+Test(nodelock, bad_files)
+{
+	struct rs_seg_map m;
+	struct rs_segment *good;
+	char why[300], other[80];
+	const char *other_path;
+	static const mode_t modes[] = { 0644, 0660, 0700, 0400, 0604, 04600 };
+	const long seg = (long)sizeof(struct rs_segment);
+	const long sizes[] = { 1, 4096, seg - 4096, seg - 1, seg + 1, seg + 4096, 2 * seg };
+
+	cr_assert_eq(rs_seg_attach(&m, seg_name, 1, why, sizeof(why)), 0, "%s", why);
+	good = aligned_alloc(4096, sizeof(*good));
+	cr_assert_not_null(good);
+	memcpy(good, m.seg, sizeof(*good));
+	rs_seg_detach(&m);
+
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		char what[64];
+
+		cr_assert_eq(chmod(seg_path, modes[i]), 0);
+		snprintf(what, sizeof(what), "mode %04o", (unsigned)modes[i]);
+		expect_refused(seg_name, what);
+	}
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		char what[64];
+		long sz = sizes[i];
+
+		cr_assert_eq(write_segment(seg_path, good, sizeof(*good), 0600), 0);
+		cr_assert_eq(truncate(seg_path, sz), 0);
+		snprintf(what, sizeof(what), "size %ld", sz);
+		expect_refused(seg_name, what);
+	}
+	/* Garbage of the right size. */
+	{
+		unsigned char *junk = aligned_alloc(4096, sizeof(*good));
+
+		cr_assert_not_null(junk);
+		rng_state = 12345;
+		for (size_t i = 0; i < sizeof(*good); i++)
+			junk[i] = (unsigned char)rnd();
+		cr_assert_eq(write_segment(seg_path, junk, sizeof(*good), 0600), 0);
+		expect_refused(seg_name, "random bytes");
+		free(junk);
+	}
+	/* A symlink to a good segment. */
+	other_path = extra_name(other, sizeof(other), "target");
+	cr_assert_eq(write_segment(other_path, good, sizeof(*good), 0600), 0);
+	unlink(seg_path);
+	cr_assert_eq(symlink(other_path, seg_path), 0, "symlink: %s", strerror(errno));
+	expect_refused(seg_name, "symlink");
+	unlink(seg_path);
+	/* A FIFO (opening it O_RDWR does not block) and a directory. */
+	cr_assert_eq(mkfifo(seg_path, 0600), 0);
+	alarm(10);
+	expect_refused(seg_name, "fifo");
+	alarm(0);
+	unlink(seg_path);
+	cr_assert_eq(mkdir(seg_path, 0700), 0);
+	expect_refused(seg_name, "directory");
+	rmdir(seg_path);
+	free(good);
+}
+
+Test(nodelock, foreign_owner)
+{
+	struct rs_seg_map m;
+	char why[300];
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to chown the segment to another uid");
+	cr_assert_eq(rs_seg_attach(&m, seg_name, 1, why, sizeof(why)), 0, "%s", why);
+	rs_seg_detach(&m);
+	cr_assert_eq(chown(seg_path, 65534, 65534), 0, "chown: %s", strerror(errno));
+	expect_refused(seg_name, "owned by uid 65534");
+}
+
+/*
+ * FIFO: A holds a busy grant; B asks and queues; then C asks for an
+ * overlapping range.  B must be granted first, and C not while B holds it.
+ */
+Test(nodelock, fifo)
+{
+	struct agent *a = agent_start(), *b = agent_start(), *c = agent_start();
+	struct cmd qb = acq_cmd(0, 64 * KIB, RS_G_EXSH, 0, 1);
+	struct cmd qc = acq_cmd(32 * KIB, 48 * KIB, RS_G_EXSH, 0, 1);
+	struct rep ra, rb, rc;
+	uint32_t widx;
+
+	agent_register(a);
+	agent_register(b);
+	agent_register(c);
+	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+	simple(a, OP_ENTER, ra.idx, 0);
+	agent_send(b, &qb);
+	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS));
+	cr_assert_eq(grants_of(b->me, RS_G_WAIT, &widx), 1, "B did not queue");
+	agent_send(c, &qc);
+	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS));
+	cr_assert_eq(grants_of(c->me, RS_G_WAIT, NULL), 1, "C did not queue");
+	/* A drains and lets go: B is next, and enters the grant. */
+	simple(a, OP_LEAVE, ra.idx, 0);
+	simple(a, OP_RELEASE, ra.idx, ra.gen);
+	rb = agent_wait(b, MUST_MS, "B's acquire after A released");
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+	cr_assert_eq(rb.lost, 0, "B's fresh grant was revoked before B could use it");
+	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS), "C granted while B holds its busy grant");
+	simple(b, OP_LEAVE, rb.idx, 0);
+	simple(b, OP_RELEASE, rb.idx, rb.gen);
+	rc = agent_wait(c, MUST_MS, "C's acquire after B released");
+	cr_assert_eq(rc.rc, 0, "%s", rc.why);
+	cr_assert_eq(rc.lost, 0);
+	cr_assert_lt(rb.seq, rc.seq, "C (seq %llu) was granted before B (seq %llu)",
+		     (unsigned long long)rc.seq, (unsigned long long)rb.seq);
+}
+
+/* A newcomer overlapping only a waiter (not the holder) queues behind it. */
+Test(nodelock, fifo_newcomer_behind_waiter)
+{
+	struct agent *a = agent_start(), *b = agent_start(), *c = agent_start();
+	struct cmd qb = acq_cmd(0, 128 * KIB, RS_G_EXSH, 0, 1);
+	struct cmd qc = acq_cmd(96 * KIB, 112 * KIB, RS_G_EXSH, 0, 1);
+	struct rep ra, rb, rc;
+
+	agent_register(a);
+	agent_register(b);
+	agent_register(c);
+	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, 0, 0);
+	simple(a, OP_ENTER, ra.idx, 0);
+	agent_send(b, &qb);	/* B: [0,128K) waits for A's [0,64K) */
+	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS));
+	agent_send(c, &qc);	/* C: [96K,112K), free, but B asked first */
+	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS),
+		      "C overtook B's earlier overlapping request");
+	simple(a, OP_LEAVE, ra.idx, 0);
+	simple(a, OP_RELEASE, ra.idx, ra.gen);
+	rb = agent_wait(b, MUST_MS, "B after A released");
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+	cr_assert_eq(rb.lost, 0);
+	simple(b, OP_LEAVE, rb.idx, 0);
+	simple(b, OP_RELEASE, rb.idx, rb.gen);
+	rc = agent_wait(c, MUST_MS, "C after B released");
+	cr_assert_eq(rc.rc, 0, "%s", rc.why);
+	cr_assert_lt(rb.seq, rc.seq);
+}
+
+Test(nodelock, table_full)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct cmd many = { .op = OP_ACQUIRE_MANY, .mode = RS_G_EXSH, .dev = DEV, .ino = INO,
+			    .start = 0, .n = RS_NGRANT };
+	struct cmd all = { .op = OP_ENTER_ALL };
+	struct cmd q = acq_cmd(64 * MIB, 64 * MIB + 4096, RS_G_EXSH, 0, 0);
+	struct rep r, rb;
+	uint32_t held;
+
+	agent_register(a);
+	agent_register(b);
+	r = agent_do(a, &many, "1024 acquires");
+	cr_assert_eq(r.rc, 0, "%s", r.why);
+	held = (uint32_t)grants_of(a->me, RS_G_HELD, NULL);
+	cr_assert_eq(held, RS_NGRANT, "A holds %u grants", held);
+	/* All idle: one is evicted, no wait. */
+	rb = acquire(b, 64 * MIB, 64 * MIB + 4096, RS_G_EXSH, 0, 0);
+	cr_assert_not(rb.waited, "waited although idle grants could be evicted");
+	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), RS_NGRANT - 1);
+	simple(b, OP_RELEASE, rb.idx, rb.gen);
+	/* Fill the free slot again, make all of A's busy: B must wait. */
+	many.start = 32 * MIB;
+	many.n = 1;
+	r = agent_do(a, &many, "one more acquire");
+	cr_assert_eq(r.rc, 0, "%s", r.why);
+	r = agent_do(a, &all, "enter all");
+	cr_assert_eq(r.users, RS_NGRANT);
+	agent_send(b, &q);
+	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS), "granted although the table is full of busy grants");
+	/* One of A's grants drains and is released: B gets its slot. */
+	simple(a, OP_LEAVE, 7, 0);
+	simple(a, OP_RELEASE, 7, simple(a, OP_GW, 7, 0));
+	rb = agent_wait(b, MUST_MS, "acquire after a slot was freed");
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+	cr_assert(rb.table_full, "result does not report the full table");
+	cr_assert_eq(rb.idx, 7u);
+}
