@@ -19,12 +19,10 @@
 #include "real.h"
 #include "stats.h"
 
-#define MAX_FDS     (1u << 22)
 #define MAX_DESCS   (1u << 20)
 #define MAX_FILES   (1u << 20)
 #define HASH_SIZE   (1u << 16)
 
-unsigned rs_fd_cap;
 _Atomic uint64_t *rs_fd_entries;
 struct rs_desc *rs_descs;
 struct rs_file *rs_files;
@@ -37,15 +35,45 @@ static unsigned fd_high;           /* highest fd ever given an entry + 1 */
 
 _Atomic int rs_private_fd[RS_NPRIVATE] = { -1, -1 };
 
-int rs_fd_hide(int fd)
+static long hide_low(void)
 {
 	struct rlimit rl;
 	long low = 1000;
-	int saved = errno, nfd;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
 	    (rlim_t)low >= rl.rlim_cur)
 		low = rl.rlim_cur > 64 ? (long)rl.rlim_cur - 32 : 3;
+	return low;
+}
+
+/*
+ * Growing a shared fd table past its size makes the kernel wait for an RCU
+ * grace period (expand_fdtable), 10 ms or more, but only once the process
+ * has threads.  Grow it now, at start-up, while there is usually one
+ * thread, so that the later move of the segment fd costs nothing.  The
+ * table never shrinks, so the temporary descriptor is closed at once.
+ */
+void rs_fd_grow_table(void)
+{
+	int saved = errno;
+	long low = hide_low();
+
+	for (int fd = 0; fd < 3; fd++) {
+		long nfd = syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, low);
+
+		if (nfd >= 0) {
+			syscall(SYS_close, nfd);
+			break;
+		}
+	}
+	errno = saved;
+}
+
+int rs_fd_hide(int fd)
+{
+	long low = hide_low();
+	int saved = errno, nfd;
+
 	nfd = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, low);
 	if (nfd < 0)
 		nfd = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 3);
@@ -76,18 +104,12 @@ static void *reserve(size_t bytes)
 
 int rs_fdt_init(void)
 {
-	struct rlimit rl;
-	unsigned cap = 65536;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max > cap)
-		cap = rl.rlim_max > MAX_FDS ? MAX_FDS : (unsigned)rl.rlim_max;
-	rs_fd_entries = reserve(cap * sizeof(*rs_fd_entries));
+	rs_fd_entries = reserve(RS_FD_CAP * sizeof(*rs_fd_entries));
 	rs_descs = reserve(MAX_DESCS * sizeof(*rs_descs));
 	rs_files = reserve(MAX_FILES * sizeof(*rs_files));
 	buckets = reserve(HASH_SIZE * sizeof(*buckets));
 	if (!rs_fd_entries || !rs_descs || !rs_files || !buckets)
 		return -1;
-	rs_fd_cap = cap;
 	return 0;
 }
 

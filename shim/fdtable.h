@@ -51,7 +51,9 @@ struct rs_desc {
 	uint32_t refs;              /* fds using it (table mutex) */
 };
 
-extern unsigned rs_fd_cap;
+/* A fixed size, reserved but not committed, so the bound is a constant. */
+#define RS_FD_CAP (1u << 22)
+#define rs_fd_cap RS_FD_CAP
 extern _Atomic uint64_t *rs_fd_entries;
 extern struct rs_desc *rs_descs;
 extern struct rs_file *rs_files;
@@ -66,6 +68,8 @@ int rs_fdt_init(void);
  */
 #define RS_NPRIVATE 2
 extern _Atomic int rs_private_fd[RS_NPRIVATE];
+/* Make room for the high numbers while the process has one thread. */
+void rs_fd_grow_table(void);
 /* Duplicate fd to a high number (close-on-exec) and close fd; -1 on error. */
 int rs_fd_hide(int fd);
 static inline int rs_fd_private(int fd)

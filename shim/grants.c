@@ -35,19 +35,18 @@ static int attach_state;   /* 0 not tried, 1 attached, 2 failed */
 
 void rs_grants_init(void)
 {
-	rs_node_on = rs_cfg.effective == RS_SCOPE_NODE;
+	__atomic_store_n(&rs_node_on, rs_cfg.effective == RS_SCOPE_NODE, __ATOMIC_RELAXED);
 }
 
 static void node_off(const char *why)
 {
 	static _Atomic int said;
 
-	rs_node_on = 0;
+	__atomic_store_n(&rs_node_on, 0, __ATOMIC_RELAXED);
 	attach_state = 2;
 	/* Grants already entered are left through their own pointers; the
 	 * mapping stays. */
-	atomic_store_explicit((_Atomic(struct rs_segment *) *)&rs_node_seg, NULL,
-			      memory_order_release);
+	__atomic_store_n(&rs_node_seg, NULL, __ATOMIC_RELEASE);
 	if (!atomic_exchange(&said, 1))
 		rs_log(RS_LOG_ERROR, "node lock table unusable (%s); threads of this process "
 		       "are still coordinated, other processes are NOT", why);
@@ -66,8 +65,7 @@ static int attach(void)
 			atomic_store(&rs_private_fd[0], table.map.fd);
 			table.map.fd_slot = &rs_private_fd[0];
 			rs_node_me = table.me;
-			atomic_store_explicit((_Atomic(struct rs_segment *) *)&rs_node_seg,
-					      table.map.seg, memory_order_release);
+			__atomic_store_n(&rs_node_seg, table.map.seg, __ATOMIC_RELEASE);
 			attach_state = 1;
 		} else {
 			node_off(why);
@@ -156,16 +154,20 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 {
 	struct rs_nt_req req;
 	struct rs_nt_result res;
+	struct rs_segment *seg;
 	struct rs_seg_grant *g;
 	char why[256];
 	int slot, saved = errno;
 
 	ref->g = NULL;
-	if (!rs_node_seg && attach() < 0)
+	if (!__atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE) && attach() < 0)
 		return 0;
+	seg = __atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE);
+	if (!seg)
+		return 0;	/* node scope was turned off meanwhile */
 	/* Another thread may have just acquired what we need.  (Two threads
 	 * may also both acquire: a process's own grants never conflict.) */
-	if (rs_grant_enter_cached(f, start, end, rlmode, ref)) {
+	if (rs_grant_enter_cached(seg, f, start, end, rlmode, ref)) {
 		errno = saved;
 		return 1;
 	}
@@ -191,7 +193,7 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 		RS_COUNT(node_waits, 1);
 		RS_COUNT(node_wait_ns, res.wait_ns);
 	}
-	g = &rs_node_seg->grants[res.idx];	/* users already counts us */
+	g = &seg->grants[res.idx];	/* users already counts us */
 	rs_mutex_lock(&f->grants_mtx);
 	slot = cache_slot(f);
 	if (slot >= 0)
@@ -208,7 +210,7 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 
 void rs_grant_file_closed(struct rs_file *f)
 {
-	if (!rs_node_seg)
+	if (!__atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE))
 		return;
 	rs_mutex_lock(&f->grants_mtx);
 	for (int i = 0; i < RS_NCACHE; i++) {
@@ -234,7 +236,7 @@ void rs_grants_fork_child(void)
 		rs_nt_forget(&table);
 		atomic_store(&rs_private_fd[0], -1);
 	}
-	rs_node_seg = NULL;
+	__atomic_store_n(&rs_node_seg, NULL, __ATOMIC_RELAXED);
 	attach_state = 0;
 	atomic_store(&attach_mtx, 0);
 	rs_grants_init();
@@ -244,9 +246,8 @@ void rs_grants_fork_child(void)
  * node grants first, then ours are given back. */
 void rs_grants_exit(void)
 {
-	rs_node_on = 0;
-	atomic_store_explicit((_Atomic(struct rs_segment *) *)&rs_node_seg, NULL,
-			      memory_order_release);
+	__atomic_store_n(&rs_node_on, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&rs_node_seg, NULL, __ATOMIC_RELEASE);
 	if (attach_state == 1)
 		rs_nt_unregister(&table);
 	attach_state = 2;

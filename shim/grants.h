@@ -51,8 +51,8 @@ void rs_grants_exit(void);
 /* Look in f's cache for a grant covering [start, end) in a mode that
  * serves rlmode; enter it.  1 on success; 0: use the slow path. */
 static inline __attribute__((always_inline)) int
-rs_grant_enter_cached(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
-		      struct rs_gref *ref)
+rs_grant_enter_cached(struct rs_segment *seg, struct rs_file *f, uint64_t start,
+		      uint64_t end, unsigned rlmode, struct rs_gref *ref)
 {
 	for (int i = 0; i < RS_NCACHE; i++) {
 		uint64_t w = atomic_load_explicit(&f->grants[i], memory_order_acquire);
@@ -60,8 +60,11 @@ rs_grant_enter_cached(struct rs_file *f, uint64_t start, uint64_t end, unsigned 
 
 		if (!w)
 			continue;
-		g = (struct rs_seg_grant *)((char *)rs_node_seg + (w >> 32));
-		if (g->start > start || end > g->end || (rlmode == 2 && g->mode != RS_G_EXSH))
+		g = (struct rs_seg_grant *)((char *)seg + (w >> 32));
+		/* Racy reads, checked by the generation below. */
+		if (__atomic_load_n(&g->start, __ATOMIC_RELAXED) > start ||
+		    end > __atomic_load_n(&g->end, __ATOMIC_RELAXED) ||
+		    (rlmode == 2 && __atomic_load_n(&g->mode, __ATOMIC_RELAXED) != RS_G_EXSH))
 			continue;
 		/* Dekker with the revoker: it sets wanted, then reads users.
 		 * The same generation means the same incarnation of the slot,
@@ -85,10 +88,12 @@ static inline __attribute__((always_inline)) int
 rs_grant_enter(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
 	       struct rs_gref *ref)
 {
-	if (__builtin_expect(rs_node_seg != 0, 1)) {
-		if (__builtin_expect(rs_grant_enter_cached(f, start, end, rlmode, ref), 1))
+	struct rs_segment *seg = __atomic_load_n(&rs_node_seg, __ATOMIC_RELAXED);
+
+	if (__builtin_expect(seg != 0, 1)) {
+		if (__builtin_expect(rs_grant_enter_cached(seg, f, start, end, rlmode, ref), 1))
 			return 0;
-	} else if (!rs_node_on) {
+	} else if (!__atomic_load_n(&rs_node_on, __ATOMIC_RELAXED)) {
 		ref->g = 0;
 		return 0;
 	}

@@ -82,6 +82,8 @@ void rs_init_slow(void)
 		final = RS_DISABLED;
 	} else {
 		pthread_atfork(rs_fork_prepare, rs_fork_parent, rs_after_fork_child);
+		if (rs_cfg.effective == RS_SCOPE_NODE || rs_cfg.stats == RS_STATS_STDERR)
+			rs_fd_grow_table();
 	}
 	if (rs_cfg.stats == RS_STATS_STDERR) {
 		stats_fd = (int)syscall(SYS_fcntl, 2, F_DUPFD_CLOEXEC, 3);
@@ -93,7 +95,7 @@ void rs_init_slow(void)
 	}
 	rs_grants_init();
 	initializing_here = 0;
-	rs_fast = final == RS_READY && rs_cfg.lock == RS_LOCK_RANGE && !rs_stats_on;
+	RS_STORE(rs_fast, final == RS_READY && rs_cfg.lock == RS_LOCK_RANGE && !rs_stats_on);
 	atomic_store(&rs_state, final);
 	errno = saved;
 }

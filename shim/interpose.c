@@ -240,7 +240,7 @@ static void closed(int fd, uint64_t old)
 		if (enter_fd_slow()) {
 			rs_fdt_closed(fd, old);
 			rs_leave_slow();
-		} else if (rs_depth && syscall(SYS_getpid) == rs_pid) {
+		} else if (RS_LOAD(rs_depth) && syscall(SYS_getpid) == rs_pid) {
 			/* A signal handler inside the shim: the number is free
 			 * now and fopen/socket/pipe may reuse it unseen. */
 			rs_fdt_forget(fd, old);
@@ -311,7 +311,7 @@ static int close_range_around(unsigned lo, unsigned hi, int flags)
 pid_t _Fork(void);
 RS_EXPORT pid_t _Fork(void)
 {
-	int locked = rs_ready() && !rs_depth;
+	int locked = rs_ready() && !RS_LOAD(rs_depth);
 	pid_t p;
 
 	if (locked)
@@ -364,7 +364,7 @@ static int duped(int oldfd, int newfd)
 	if (newfd >= 0 && newfd != oldfd && enter_fd_slow()) {
 		rs_fdt_duped(oldfd, newfd);
 		rs_leave_slow();
-	} else if (newfd >= 0 && newfd != oldfd && rs_depth && syscall(SYS_getpid) == rs_pid) {
+	} else if (newfd >= 0 && newfd != oldfd && RS_LOAD(rs_depth) && syscall(SYS_getpid) == rs_pid) {
 		/* From a handler inside the shim: classify newfd on first use. */
 		rs_fdt_forget(newfd, rs_fdt_get(newfd));
 	}

@@ -69,7 +69,7 @@ void rs_cancel_wait(unsigned long t)
 	uint64_t waited = 0;
 
 	if (!atomic_exchange(&cancel_mode, 1)) {
-		rs_fast = 0;
+		RS_STORE(rs_fast, 0);
 		if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
 			atomic_store(&registered, 1);
 	}
@@ -79,7 +79,8 @@ void rs_cancel_wait(unsigned long t)
 		usleep(20000);	/* no membarrier: let in-flight checks settle */
 	if (t == (unsigned long)pthread_self())
 		goto out;
-	while (*depth > 0 && !*safe) {
+	while (__atomic_load_n(depth, __ATOMIC_RELAXED) > 0 &&
+	       !__atomic_load_n(safe, __ATOMIC_RELAXED)) {
 		usleep(200);
 		if ((waited += 200) == 2000000)
 			rs_log(RS_LOG_WARN, "pthread_cancel: waiting for the target thread "
@@ -97,7 +98,7 @@ static void cancel_off(struct rs_io *io)
 	if (atomic_load_explicit(&cancel_mode, memory_order_relaxed) &&
 	    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old) == 0) {
 		io->cancel_off = old == PTHREAD_CANCEL_ENABLE ? 2 : 1;
-		cancel_safe = 1;
+		RS_STORE(cancel_safe, 1);
 	}
 }
 
@@ -107,7 +108,7 @@ static void cancel_on(struct rs_io *io)
 
 	if (!io->cancel_off)
 		return;
-	cancel_safe = 0;
+	RS_STORE(cancel_safe, 0);
 	pthread_setcancelstate(io->cancel_off == 2 ? PTHREAD_CANCEL_ENABLE : PTHREAD_CANCEL_DISABLE,
 			       &old);
 	if (io->cancel_off == 2)
@@ -429,7 +430,7 @@ void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
 	io->ngrefs = 0;
 	if (!rs_ready())
 		return;
-	if (rs_depth) {
+	if (RS_LOAD(rs_depth)) {
 		RS_COUNT(reentrant, 1);
 		return;
 	}
@@ -444,12 +445,12 @@ void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
 		if (t[i].where != RS_AT_CURSOR && t[i].off < 0)
 			return;
 	}
-	rs_depth++;
+	rs_depth_add(1);
 	atomic_signal_fence(memory_order_seq_cst);	/* see rs_cancel_wait */
 	while ((r = try_begin(io, t, n)) < 0)
 		;
 	if (r == 0) {
-		rs_depth--;
+		rs_depth_add(-1);
 		RS_COUNT(passthrough, 1);
 		return;
 	}
@@ -462,7 +463,7 @@ void rs_io_at_slow(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_
 	struct rs_target t = { fd, mode, RS_AT_OFFSET, 0, off, len, 0, 0 };
 
 	io->fast = 0;
-	if (rs_fast && !rs_depth && (rs_fdt_get(fd) & 3) == RS_FD_PASS) {
+	if (RS_LOAD(rs_fast) && !RS_LOAD(rs_depth) && (rs_fdt_get(fd) & 3) == RS_FD_PASS) {
 		RS_COUNT(passthrough, 1);
 		io->entered = 0;
 		io->nholds = 0;
@@ -482,7 +483,7 @@ void rs_io_end_slow(struct rs_io *io, ssize_t result)
 	saved = errno;
 	(void)result;
 	release(io);
-	rs_depth--;
+	rs_depth_add(-1);
 	errno = saved;
 	cancel_on(io);
 }
@@ -500,15 +501,15 @@ void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len)
 	io->nholds = 0;
 	io->npos = 0;
 	io->ngrefs = 0;
-	if (!rs_ready() || rs_depth || len < 0 || !path)
+	if (!rs_ready() || RS_LOAD(rs_depth) || len < 0 || !path)
 		return;
-	rs_depth++;
+	rs_depth_add(1);
 	for (;;) {
 		if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) ||
 		    (idx = rs_fdt_find(st.st_dev, st.st_ino)) < 0) {
 			/* Not open in this process: no thread here can race it. */
 			errno = saved;
-			rs_depth--;
+			rs_depth_add(-1);
 			return;
 		}
 		f = rs_fdt_file((uint32_t)idx);

@@ -66,6 +66,17 @@ extern int rs_fast;
  * handler interrupted the shim, and its calls pass straight through. */
 extern __thread int rs_depth __attribute__((tls_model("initial-exec")));
 
+/* Plain accesses TSan can see: rs_depth is read by pthread_cancel's
+ * caller on another thread, rs_fast and the node globals change while
+ * other threads read them.  Relaxed loads and stores cost nothing extra. */
+#define RS_LOAD(x)     __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define RS_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+
+static inline void rs_depth_add(int n)
+{
+	RS_STORE(rs_depth, RS_LOAD(rs_depth) + n);
+}
+
 void rs_init_slow(void);
 /* Before pthread_cancel(t): from now on calls keep cancellation out of
  * their locked section, and t is not inside one (iolock.c). */
@@ -120,12 +131,14 @@ rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
 
 	/* Count ourselves in before reading rs_fast: rs_cancel_wait()
 	 * depends on that order (iolock.c). */
-	d = rs_depth;
-	rs_depth = d + 1;
+	d = RS_LOAD(rs_depth);
+	RS_STORE(rs_depth, d + 1);
 	atomic_signal_fence(memory_order_seq_cst);
 	/* One test for all the reasons to take the general path. */
-	if (__builtin_expect(d != 0 || !rs_fast || len == 0 || off < 0, 0)) {
-		rs_depth = d;
+	/* (off | (len - 1)) < 0: a negative offset or a zero length. */
+	if (__builtin_expect(d != 0 || !RS_LOAD(rs_fast) ||
+			     ((int64_t)off | (int64_t)(len - 1)) < 0, 0)) {
+		RS_STORE(rs_depth, d);
 		if (rs_state == RS_DISABLED) {
 			io->fast = 0;
 			io->entered = 0;
@@ -135,7 +148,7 @@ rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
 	}
 	e = rs_fdt_get(fd);
 	if (__builtin_expect((e & 3) != RS_FD_TRACKED, 0)) {
-		rs_depth = 0;
+		RS_STORE(rs_depth, 0);
 		if (e != RS_FD_PASS)
 			goto general;
 		io->fast = 0;
@@ -147,7 +160,7 @@ rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
 	if (__builtin_expect(mode == RS_RL_WRITE &&
 			     (atomic_load_explicit(&desc->flags, memory_order_relaxed) &
 			      RS_DESC_APPEND), 0)) {
-		rs_depth = 0;
+		RS_STORE(rs_depth, 0);
 		goto general;
 	}
 	file = rs_fdt_file(fidx);
@@ -165,7 +178,7 @@ rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
 	     atomic_load_explicit(&desc->file, memory_order_relaxed) != fidx)) {
 		rs_rangelock_unlock(&file->rl, &io->hold[0].node);
 		rs_grant_leave(&io->gref[0], file);
-		rs_depth--;
+		RS_STORE(rs_depth, 0);
 		goto general;
 	}
 	io->hold[0].file = file;
@@ -182,7 +195,7 @@ rs_io_end(struct rs_io *io, ssize_t result)
 		/* unlock saves errno itself on its (contended) wake path. */
 		rs_rangelock_unlock_fast(&io->hold[0].file->rl, &io->hold[0].node);
 		rs_grant_leave(&io->gref[0], io->hold[0].file);
-		rs_depth--;
+		RS_STORE(rs_depth, 0);	/* the fast path runs only from depth 0 */
 		return;
 	}
 	if (io->entered)
@@ -219,15 +232,15 @@ void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len);
  * signal handler on the same thread: the table mutex is not recursive. */
 static inline int rs_enter_slow(void)
 {
-	if (!rs_ready() || rs_depth)
+	if (!rs_ready() || RS_LOAD(rs_depth))
 		return 0;
-	rs_depth++;
+	rs_depth_add(1);
 	return 1;
 }
 
 static inline void rs_leave_slow(void)
 {
-	rs_depth--;
+	rs_depth_add(-1);
 }
 
 #endif

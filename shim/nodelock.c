@@ -439,13 +439,14 @@ static void fill(struct rs_nt *t, struct rs_seg_grant *g, const struct rs_nt_req
 	/* A new generation: no cached word of an earlier incarnation can
 	 * match, whatever happened to the slot before. */
 	atomic_store(&g->gw, (uint64_t)(RS_GW_GEN(atomic_load(&g->gw)) + 1) << 32);
-	g->mode = r->mode;
+	__atomic_store_n(&g->mode, r->mode, __ATOMIC_RELAXED);
 	g->owner = t->me;
 	g->ticket = ticket;
 	g->dev = r->dev;
 	g->ino = r->ino;
-	g->start = start;
-	g->end = end;
+	/* Read racily by holders' fast paths, which check the generation. */
+	__atomic_store_n(&g->start, start, __ATOMIC_RELAXED);
+	__atomic_store_n(&g->end, end, __ATOMIC_RELAXED);
 	g->since_ns = realtime_ns();
 	atomic_store(&g->state, state);
 }
