@@ -254,11 +254,10 @@ RS_EXPORT int close(int fd)
 	uint64_t old;
 	int r;
 
-	rs_ready();
 	/* Ours: to the application it was open, and now it is closed. */
 	if (rs_fd_private(fd))
 		return 0;
-	old = rs_fdt_get(fd);
+	old = rs_ready() ? rs_fdt_get(fd) : RS_FD_UNKNOWN;
 	r = REAL(int, close, (fd));
 	closed(fd, old);
 	return r;
@@ -270,9 +269,8 @@ RS_EXPORT int fclose(FILE *fp)
 	uint64_t old;
 	int fd, r;
 
-	rs_ready();
 	fd = fileno(fp);
-	old = rs_fdt_get(fd);
+	old = rs_ready() ? rs_fdt_get(fd) : RS_FD_UNKNOWN;
 	r = REAL(int, fclose, (fp));
 	closed(fd, old);
 	return r;
