@@ -100,3 +100,5 @@ clean:
 $(BUILD)/tests/bench/%: tests/bench/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lpthread
+include tests/bench/bench.mk
+include tests/compat/compat.mk

@@ -95,8 +95,10 @@ static void load_paths(struct rs_config *c, const char *v)
 	strcpy(c->paths_buf, v);
 	for (char *p = strtok_r(c->paths_buf, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
 		if (p[0] != '/') {
-			nbad += (size_t)snprintf(bad + nbad, nbad < sizeof(bad) ? sizeof(bad) - nbad : 0,
-						 "%s'%s'", nbad ? ", " : "", p);
+			/* The list is cut short at sizeof(bad); the count is not. */
+			if (nbad < sizeof(bad))
+				nbad += (size_t)snprintf(bad + nbad, sizeof(bad) - nbad, "%s'%s'",
+							 nbad ? ", " : "", p);
 			continue;
 		}
 		if (c->npaths == RS_MAX_PATHS) {

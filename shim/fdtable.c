@@ -294,8 +294,14 @@ static uint64_t install(int fd, int oflags, int fresh)
 		errno = saved;
 		return RS_FD_UNKNOWN;
 	}
-	if (!fresh && w)
+	if (!fresh && w) {
 		oflags = rs_real.fcntl(fd, F_GETFL);
+		if (oflags < 0) {
+			/* Closed under us: -1 would read as O_APPEND|O_DIRECT. */
+			errno = saved;
+			return RS_FD_UNKNOWN;
+		}
+	}
 	errno = saved;
 	rs_mutex_lock(&tbl_mtx);
 	e = RS_FD_PASS;
@@ -458,6 +464,7 @@ void rs_fdt_fork_child(void)
 		for (int k = 0; k < RS_NCACHE; k++)
 			atomic_store_explicit(&rs_files[i].grants[k], 0, memory_order_relaxed);
 		atomic_store_explicit(&rs_files[i].grants_mtx, 0, memory_order_relaxed);
+		atomic_store_explicit(&rs_files[i].acquire_mtx, 0, memory_order_relaxed);
 	}
 	for (uint32_t i = 0; i < descs_used; i++)
 		atomic_store_explicit(&rs_descs[i].pos_mtx, 0, memory_order_relaxed);

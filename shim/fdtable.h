@@ -42,6 +42,7 @@ struct rs_file {
 	uint32_t hnext;         /* hash chain or free list, index + 1 */
 	_Atomic uint64_t grants[RS_NCACHE];   /* see grants.c */
 	_Atomic uint32_t grants_mtx;
+	_Atomic uint32_t acquire_mtx;         /* one acquisition at a time */
 } __attribute__((aligned(64)));
 
 struct rs_desc {

@@ -165,9 +165,17 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	seg = __atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE);
 	if (!seg)
 		return 0;	/* node scope was turned off meanwhile */
-	/* Another thread may have just acquired what we need.  (Two threads
-	 * may also both acquire: a process's own grants never conflict.) */
+	/*
+	 * One acquisition per file at a time in this process: threads that
+	 * miss the cache together would otherwise each take a slot of the
+	 * table for the same range (2000 threads filled all 1024).  The
+	 * holder waits only for other processes, which never wait for this
+	 * lock; our own grants are given back under grants_mtx instead.
+	 */
+	rs_mutex_lock(&f->acquire_mtx);
+	/* Another thread may have just acquired what we need. */
 	if (rs_grant_enter_cached(seg, f, start, end, rlmode, ref)) {
+		rs_mutex_unlock(&f->acquire_mtx);
 		errno = saved;
 		return 1;
 	}
@@ -180,6 +188,7 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	/* No lock of ours is held while we wait for other processes: their
 	 * holders may need one to give back what we wait for. */
 	if (rs_nt_acquire(&table, &req, &res, why, sizeof(why)) < 0) {
+		rs_mutex_unlock(&f->acquire_mtx);
 		node_off(why);
 		errno = saved;
 		return 0;
@@ -201,6 +210,7 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	else
 		atomic_fetch_or(&g->gw, RS_WANTED_SELF);
 	rs_mutex_unlock(&f->grants_mtx);
+	rs_mutex_unlock(&f->acquire_mtx);
 	ref->g = g;
 	ref->w = word(res.idx, res.gen);
 	ref->file = f;
