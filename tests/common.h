@@ -6,19 +6,44 @@
 #ifndef RANGESHIM_TESTS_COMMON_H
 #define RANGESHIM_TESTS_COMMON_H
 
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <mntent.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #ifndef RS_BUILD_DIR
 #define RS_BUILD_DIR "build"
+#endif
+
+/*
+ * Criterion under TSan: BoxFort picks its arena addresses with rand_r()
+ * inside TSan's shadow window, so the runner usually dies at start
+ * ("Could not initialize inheritable arena"; Criterion issue #274).  This
+ * rand_r steers those addresses into application memory.  TSan builds of
+ * the suites only.
+ */
+#if defined(__SANITIZE_THREAD__) && defined(__x86_64__) && !defined(RS_TSAN_RAND_R)
+#define RS_TSAN_RAND_R 1
+int rand_r(unsigned *seed);
+int rand_r(unsigned *seed)
+{
+	*seed = *seed * 1103515245u + 12345u;
+	return (int)(0x350000u + ((*seed >> 8) % 0x18000u));
+}
 #endif
 
 #define RS_LIB RS_BUILD_DIR "/librangeshim.so"
@@ -103,6 +128,185 @@ static inline long long rs_field(const char *s, const char *key)
 			return strtoll(p + k + 1, NULL, 10);
 	}
 	return -1;
+}
+
+/* ---- files and directories --------------------------------------------- */
+
+static inline int rs_rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(p);
+	return 0;
+}
+
+/* rm -rf dir, ignoring errors. */
+static inline void rs_rm_rf(const char *dir)
+{
+	nftw(dir, rs_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* The whole file, NUL-terminated (malloc'd), or NULL; its length in *len. */
+static inline char *rs_read_file(const char *path, long *len)
+{
+	FILE *f = fopen(path, "r");
+	char *s;
+	long n;
+
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	s = calloc(1, (size_t)n + 1);
+	if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+		free(s);
+		s = NULL;
+	}
+	fclose(f);
+	if (len)
+		*len = n;
+	return s;
+}
+
+/* "key": N in a flat JSON object, or -1. */
+static inline long long rs_json_num(const char *js, const char *key)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = js ? strstr(js, pat) : NULL;
+	if (!p)
+		return -1;
+	return strtoll(p + strlen(pat), NULL, 10);
+}
+
+/*
+ * Every directory a test makes with rs_make_base(), removed by the suite's
+ * .fini (rs_remove_bases) even when an assertion ends the test early (each
+ * test runs in its own process).  add == NULL removes them all.
+ */
+#define RS_MAX_BASES 8
+static inline void rs_bases(const char *add)
+{
+	static char bases[RS_MAX_BASES][PATH_MAX];
+	static int nbases;
+
+	if (add) {
+		if (nbases < RS_MAX_BASES)
+			strcpy(bases[nbases++], add);
+		return;
+	}
+	for (int i = 0; i < nbases; i++)
+		rs_rm_rf(bases[i]);
+	nbases = 0;
+}
+
+static inline void rs_remove_bases(void)
+{
+	rs_bases(NULL);
+}
+
+/* A new directory PARENT/PREFIXXXXXXX (malloc'd), removed at the suite's end. */
+static inline char *rs_make_base(const char *parent, const char *prefix)
+{
+	char *b = malloc(PATH_MAX);
+
+	snprintf(b, PATH_MAX, "%s/%sXXXXXX", parent, prefix);
+	cr_assert_not_null(mkdtemp(b), "mkdtemp under %s: %s", parent, strerror(errno));
+	rs_bases(b);
+	return b;
+}
+
+/*
+ * "key": N in the stats JSON file at path (its first 8 KiB), or -1; *found
+ * (if not NULL) says whether the file could be opened.
+ */
+static inline long long rs_stats_file_num(const char *path, const char *key, int *found)
+{
+	char buf[8192];
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	if (found)
+		*found = f != NULL;
+	if (!f)
+		return -1;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	return rs_json_num(buf, key);
+}
+
+/* ---- skipping tests the file system cannot run ------------------------- */
+
+#define RS_EXT4_MAGIC 0xEF53
+
+/* Is dir on ext4?  The statfs magic is shared by ext2/3/4, so also look
+ * the mount up (longest mount point that is a prefix of dir). */
+static inline int rs_on_ext4(const char *dir, char *why, size_t whylen)
+{
+	struct statfs sfs;
+	FILE *m;
+	struct mntent *e;
+	size_t best = 0;
+	char fstype[64] = "";
+
+	if (statfs(dir, &sfs) < 0) {
+		snprintf(why, whylen, "statfs %s: %s", dir, strerror(errno));
+		return 0;
+	}
+	if (sfs.f_type != RS_EXT4_MAGIC) {
+		snprintf(why, whylen, "%s is not ext4 (f_type 0x%lx)", dir, (unsigned long)sfs.f_type);
+		return 0;
+	}
+	m = setmntent("/proc/self/mounts", "r");
+	while (m && (e = getmntent(m)) != NULL) {
+		size_t k = strlen(e->mnt_dir);
+
+		if (strncmp(dir, e->mnt_dir, k) == 0 &&
+		    (dir[k] == '\0' || dir[k] == '/' || k == 1) && k >= best) {
+			best = k;
+			snprintf(fstype, sizeof(fstype), "%s", e->mnt_type);
+		}
+	}
+	if (m)
+		endmntent(m);
+	if (fstype[0] && strcmp(fstype, "ext4") != 0) {
+		snprintf(why, whylen, "%s is on %s, not ext4", dir, fstype);
+		return 0;
+	}
+	return 1;
+}
+
+/* Skip the test unless dir is on ext4. */
+static inline void rs_require_ext4(const char *dir)
+{
+	char why[300];
+
+	if (!rs_on_ext4(dir, why, sizeof(why))) {
+		cr_log_info("skipping: %s", why);
+		cr_skip_test("%s", why);
+	}
+}
+
+/* Skip the test unless files under dir can be opened with O_DIRECT. */
+static inline void rs_require_direct(const char *dir)
+{
+	char path[300];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/rs-test-%d-direct-probe", dir, (int)getpid());
+	fd = open(path, O_RDWR | O_CREAT | O_DIRECT, 0600);
+	if (fd < 0 && errno == EINVAL) {
+		cr_log_info("skipping: O_DIRECT is not supported on %s", dir);
+		cr_skip_test("O_DIRECT is not supported on %s", dir);
+	}
+	cr_assert_geq(fd, 0, "open %s: %s", path, strerror(errno));
+	close(fd);
+	unlink(path);
 }
 
 #endif

@@ -44,53 +44,6 @@
 
 /* ---- small utilities ---------------------------------------------------- */
 
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(p);
-	return 0;
-}
-
-static void rm_rf(const char *dir)
-{
-	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static char *read_file(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *s;
-	long n;
-
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	s = calloc(1, (size_t)n + 1);
-	if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-		free(s);
-		s = NULL;
-	}
-	fclose(f);
-	return s;
-}
-
-/* "key": N in a flat JSON object, or -1. */
-static long long json_num(const char *js, const char *key)
-{
-	char pat[64];
-	const char *p;
-
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	p = js ? strstr(js, pat) : NULL;
-	if (!p)
-		return -1;
-	return strtoll(p + strlen(pat), NULL, 10);
-}
-
 /* Split into lines (in place); returns the count. */
 static int split_lines(char *s, char **lines, int max)
 {
@@ -133,30 +86,6 @@ struct outcome {
 	int nlines;
 	int ncases;
 };
-
-/* Every directory a test makes, removed by the suite's .fini even when an
- * assertion ends the test early (each test runs in its own process). */
-#define MAX_BASES 8
-static char bases[MAX_BASES][PATH_MAX];
-static int nbases;
-
-static void remove_bases(void)
-{
-	for (int i = 0; i < nbases; i++)
-		rm_rf(bases[i]);
-	nbases = 0;
-}
-
-static char *make_base(const char *parent)
-{
-	char *b = malloc(PATH_MAX);
-
-	snprintf(b, PATH_MAX, "%s/rs-errno-XXXXXX", parent);
-	cr_assert_not_null(mkdtemp(b), "mkdtemp under %s: %s", parent, strerror(errno));
-	if (nbases < MAX_BASES)
-		strcpy(bases[nbases++], b);
-	return b;
-}
 
 static void run_probe(struct outcome *o, const char *base, const char *tag,
 		      const char *const extra_env[], int preload)
@@ -295,7 +224,7 @@ static void compare(struct outcome *a, struct outcome *b, const char *tag, int i
 /* Baseline, then the shim with cfg; iov selects which family is compared. */
 static void equivalence(const char *parent, const char *cfg_env, const char *tag, int iov)
 {
-	char *base = make_base(parent);
+	char *base = rs_make_base(parent, "rs-errno-");
 	char stats_env[PATH_MAX + 32], stats_path[PATH_MAX];
 	const char *env[4] = { NULL, NULL, NULL, NULL };
 	struct outcome *plain = calloc(1, sizeof(*plain));
@@ -313,27 +242,27 @@ static void equivalence(const char *parent, const char *cfg_env, const char *tag
 	if (!iov)
 		check_expected(shim, tag);
 
-	js = read_file(stats_path);
+	js = rs_read_file(stats_path, NULL);
 	cr_assert_not_null(js, "%s: the shim wrote no stats file %s", tag, stats_path);
-	cr_assert_geq(json_num(js, "io_calls"), 24000,
+	cr_assert_geq(rs_json_num(js, "io_calls"), 24000,
 		      "%s: io_calls=%lld: the shim did not lock the probe's calls (%s)",
-		      tag, json_num(js, "io_calls"), js);
+		      tag, rs_json_num(js, "io_calls"), js);
 	free(js);
 
 	compare(plain, shim, tag, iov);
-	rm_rf(base);
+	rs_rm_rf(base);
 	free(base);
 	free(plain);
 	free(shim);
 }
 
-TestSuite(errno_equiv, .fini = remove_bases);
+TestSuite(errno_equiv, .fini = rs_remove_bases);
 
 /* The probe itself, without the shim: it runs, prints every case, and the
  * kernel answers what the case names claim. */
 Test(errno_equiv, probe_sane, .timeout = 30)
 {
-	char *base = make_base("/tmp");
+	char *base = rs_make_base("/tmp", "rs-errno-");
 	struct outcome *o = calloc(1, sizeof(*o));
 
 	run_probe(o, base, "plain", NULL, 0);
@@ -342,7 +271,7 @@ Test(errno_equiv, probe_sane, .timeout = 30)
 	for (int i = 0; i < o->nlines; i++)
 		cr_expect(strstr(o->lines[i], "ret=signal") == NULL &&
 			  strstr(o->lines[i], "ret=exit") == NULL, "%s", o->lines[i]);
-	rm_rf(base);
+	rs_rm_rf(base);
 	free(base);
 	free(o);
 }

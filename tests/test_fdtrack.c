@@ -74,42 +74,6 @@
 
 /* ---- files and JSON ------------------------------------------------------ */
 
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(p);
-	return 0;
-}
-
-static void rm_rf(const char *dir)
-{
-	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static char *read_all(const char *path, long *len)
-{
-	FILE *f = fopen(path, "r");
-	char *s;
-	long n;
-
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	s = calloc(1, (size_t)n + 1);
-	if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-		free(s);
-		s = NULL;
-	}
-	fclose(f);
-	if (len)
-		*len = n;
-	return s;
-}
-
 static const char *js_ws(const char *p)
 {
 	while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
@@ -221,19 +185,6 @@ static int json_valid_object(const char *s)
 	return p && *js_ws(p) == '\0';
 }
 
-/* "key": N in a flat JSON object, or -1. */
-static long long json_num(const char *js, const char *key)
-{
-	char pat[64];
-	const char *p;
-
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	p = js ? strstr(js, pat) : NULL;
-	if (!p)
-		return -1;
-	return strtoll(p + strlen(pat), NULL, 10);
-}
-
 /* ---- running the probe --------------------------------------------------- */
 
 struct res {
@@ -241,30 +192,6 @@ struct res {
 	char stats_path[PATH_MAX];
 	char *js;               /* the stats JSON, or NULL */
 };
-
-/* Every directory a test makes, removed by the suite's .fini even when an
- * assertion ends the test early (each test runs in its own process). */
-#define MAX_BASES 8
-static char bases[MAX_BASES][PATH_MAX];
-static int nbases;
-
-static void remove_bases(void)
-{
-	for (int i = 0; i < nbases; i++)
-		rm_rf(bases[i]);
-	nbases = 0;
-}
-
-static char *make_base(const char *parent)
-{
-	char *b = malloc(PATH_MAX);
-
-	snprintf(b, PATH_MAX, "%s/rs-fdt-XXXXXX", parent);
-	cr_assert_not_null(mkdtemp(b), "mkdtemp under %s: %s", parent, strerror(errno));
-	if (nbases < MAX_BASES)
-		strcpy(bases[nbases++], b);
-	return b;
-}
 
 /*
  * Run fd_probe MODE ARGS... (NULL-terminated) with env (NULL-terminated,
@@ -300,7 +227,7 @@ static struct res *probe(const char *base, const char *tag, const char *const *e
 	cr_assert_eq(r->run.status, 0, "[%s] fd_probe %s exited with %d:\n%s", tag, mode,
 		     r->run.status, r->run.out);
 	if (preload) {
-		r->js = read_all(r->stats_path, NULL);
+		r->js = rs_read_file(r->stats_path, NULL);
 		cr_assert_not_null(r->js, "[%s] no stats file %s", tag, r->stats_path);
 		cr_assert(json_valid_object(r->js), "[%s] stats file is not valid JSON: %s",
 			  tag, r->js);
@@ -317,7 +244,7 @@ static void res_free(struct res *r)
 
 static long long stat_of(const struct res *r, const char *key)
 {
-	long long v = json_num(r->js, key);
+	long long v = rs_json_num(r->js, key);
 
 	cr_assert_geq(v, 0, "stats have no %s: %s", key, r->js);
 	return v;
@@ -365,7 +292,7 @@ static const char *check_records(const char *path, long prefix_len, int nletters
 				 int per_letter, char *why, size_t size)
 {
 	long len;
-	char *s = read_all(path, &len);
+	char *s = rs_read_file(path, &len);
 	int counts[52] = { 0 };
 	long want = prefix_len + (long)REC * nletters * per_letter;
 
@@ -417,13 +344,13 @@ static char *path_in(const char *base, const char *name)
 	return p;
 }
 
-TestSuite(fdtrack, .fini = remove_bases);
+TestSuite(fdtrack, .fini = rs_remove_bases);
 
 /* ---- (a) passthrough ------------------------------------------------------ */
 
 static void passthrough_on(const char *parent)
 {
-	char *base = make_base(parent), *file = path_in(base, "data");
+	char *base = rs_make_base(parent, "rs-fdt-"), *file = path_in(base, "data");
 	struct res *r = probe(base, "pass", NULL, 1, "passthrough", file, "50", NULL);
 
 	cr_assert_eq(rs_field(r->run.out, "expect_io"), 50, "%s", r->run.out);
@@ -435,7 +362,7 @@ static void passthrough_on(const char *parent)
 	cr_expect_eq(stat_of(r, "files_opened"), 1, "files_opened: %s", r->js);
 	cr_expect_eq(stat_of(r, "appends"), 0, "appends: %s", r->js);
 	res_free(r);
-	rm_rf(base);
+	rs_rm_rf(base);
 	free(file);
 	free(base);
 }
@@ -492,7 +419,7 @@ static void sharing_case(const char *base, const char *tag, const char *a, const
 
 Test(fdtrack, two_opens_share_one_lock, .timeout = 30)
 {
-	char *base = make_base("/dev/shm");
+	char *base = rs_make_base("/dev/shm", "rs-fdt-");
 	char *f = path_in(base, "shared"), *g = path_in(base, "other"), *h = path_in(base, "link");
 	int fd = open(f, O_WRONLY | O_CREAT, 0644);
 
@@ -502,7 +429,7 @@ Test(fdtrack, two_opens_share_one_lock, .timeout = 30)
 	sharing_case(base, "same", f, f, 1);
 	sharing_case(base, "hardlink", f, h, 1);
 	sharing_case(base, "different", f, g, 0);
-	rm_rf(base);
+	rs_rm_rf(base);
 	free(f);
 	free(g);
 	free(h);
@@ -518,7 +445,7 @@ struct paths_fixture {
 
 static void paths_setup(struct paths_fixture *p)
 {
-	p->base = make_base("/dev/shm");
+	p->base = rs_make_base("/dev/shm", "rs-fdt-");
 	p->inc = path_in(p->base, "inc");
 	p->exc = path_in(p->base, "exc");
 	p->incx = path_in(p->base, "incx");
@@ -533,7 +460,7 @@ static void paths_setup(struct paths_fixture *p)
 
 static void paths_teardown(struct paths_fixture *p)
 {
-	rm_rf(p->base);
+	rs_rm_rf(p->base);
 	free(p->base);
 	free(p->inc);
 	free(p->exc);
@@ -586,10 +513,10 @@ Test(fdtrack, paths_prefix, .timeout = 30)
 	res_free(paths_run(&p, "multi_out", v, p.exc_dat, 0, 0));
 	/* A file under /tmp is not under a /dev/shm entry. */
 	{
-		char *base2 = make_base("/tmp"), *f2 = path_in(base2, "f.dat");
+		char *base2 = rs_make_base("/tmp", "rs-fdt-"), *f2 = path_in(base2, "f.dat");
 
 		res_free(paths_run(&p, "tmp_out", p.inc, f2, 0, 0));
-		rm_rf(base2);
+		rs_rm_rf(base2);
 		free(base2);
 		free(f2);
 	}
@@ -671,7 +598,7 @@ static struct res *cfg_run(const char *base, const char *tag, const char *settin
 
 static void bad_value(const char *var, const char *value, const char *dflt)
 {
-	char *base = make_base("/dev/shm");
+	char *base = rs_make_base("/dev/shm", "rs-fdt-");
 	char setting[256], line[1024];
 	struct res *r;
 
@@ -682,7 +609,7 @@ static void bad_value(const char *var, const char *value, const char *dflt)
 	cr_expect(strstr(line, value) != NULL, "the line names the value %s: %s", value, line);
 	cr_expect(strstr(line, dflt) != NULL, "the line names the replacement %s: %s", dflt, line);
 	res_free(r);
-	rm_rf(base);
+	rs_rm_rf(base);
 	free(base);
 }
 
@@ -692,7 +619,7 @@ Test(fdtrack, bad_log, .timeout = 30) { bad_value("RANGESHIM_LOG", "bogus-log", 
 
 Test(fdtrack, all_bad_at_once, .timeout = 30)
 {
-	char *base = make_base("/dev/shm"), *file = path_in(base, "f");
+	char *base = rs_make_base("/dev/shm", "rs-fdt-"), *file = path_in(base, "f");
 	const char *env[] = { "RANGESHIM_SCOPE=xx1", "RANGESHIM_LOCK=xx2", "RANGESHIM_LOG=xx3", NULL };
 	struct res *r = probe(base, "allbad", env, 1, "write", file, "5", NULL);
 
@@ -702,14 +629,14 @@ Test(fdtrack, all_bad_at_once, .timeout = 30)
 	cr_expect_eq(count_lines(r->run.out, "RANGESHIM_LOCK='xx2'"), 1, "%s", r->run.out);
 	cr_expect_eq(count_lines(r->run.out, "RANGESHIM_LOG='xx3'"), 1, "%s", r->run.out);
 	res_free(r);
-	rm_rf(base);
+	rs_rm_rf(base);
 	free(file);
 	free(base);
 }
 
 Test(fdtrack, good_values_are_quiet, .timeout = 30)
 {
-	char *base = make_base("/dev/shm");
+	char *base = rs_make_base("/dev/shm", "rs-fdt-");
 
 	res_free(cfg_run(base, "off", "RANGESHIM_SCOPE=off", 0, 0));
 	res_free(cfg_run(base, "process", "RANGESHIM_SCOPE=process", 10, 0));
@@ -718,7 +645,7 @@ Test(fdtrack, good_values_are_quiet, .timeout = 30)
 	res_free(cfg_run(base, "range", "RANGESHIM_LOCK=range", 10, 0));
 	res_free(cfg_run(base, "log", "RANGESHIM_LOG=error", 10, 0));
 	res_free(cfg_run(base, "log2", "RANGESHIM_LOG=2", 10, 0));
-	rm_rf(base);
+	rs_rm_rf(base);
 	free(base);
 }
 
@@ -726,7 +653,7 @@ Test(fdtrack, good_values_are_quiet, .timeout = 30)
 
 static void appenders(const char *setting)
 {
-	char *base = make_base("/dev/shm"), *file = path_in(base, "log");
+	char *base = rs_make_base("/dev/shm", "rs-fdt-"), *file = path_in(base, "log");
 	const char *env[2] = { setting, NULL };
 	struct res *r = probe(base, "append", env, 1, "append", file, "4", "150", NULL);
 	char why[256];
@@ -739,7 +666,7 @@ static void appenders(const char *setting)
 	cr_expect_eq(stat_of(r, "io_calls"), 1200, "%s", r->js);
 	cr_expect_eq(stat_of(r, "bytes_written"), 1200 * REC, "%s", r->js);
 	res_free(r);
-	rm_rf(base);
+	rs_rm_rf(base);
 	free(file);
 	free(base);
 }
@@ -750,7 +677,7 @@ Test(fdtrack, append_threads_mutex, .timeout = 30) { appenders("RANGESHIM_LOCK=m
 Test(fdtrack, append_without_shim_same_layout, .timeout = 30)
 {
 	/* The checker itself, on the same scenario without the shim. */
-	char *base = make_base("/dev/shm"), *file = path_in(base, "log");
+	char *base = rs_make_base("/dev/shm", "rs-fdt-"), *file = path_in(base, "log");
 	struct res *r = probe(base, "append0", NULL, 0, "append", file, "3", "50", NULL);
 	char why[256];
 
@@ -758,14 +685,14 @@ Test(fdtrack, append_without_shim_same_layout, .timeout = 30)
 	cr_expect_not_null(check_records(file, 0, 6, 49, why, sizeof(why)),
 			   "the record checker accepts a wrong count");
 	res_free(r);
-	rm_rf(base);
+	rs_rm_rf(base);
 	free(file);
 	free(base);
 }
 
 Test(fdtrack, setfl_append, .timeout = 30)
 {
-	char *base = make_base("/dev/shm"), *file = path_in(base, "s");
+	char *base = rs_make_base("/dev/shm", "rs-fdt-"), *file = path_in(base, "s");
 	struct res *r = probe(base, "setfl", NULL, 1, "setfl", file, "7", NULL);
 
 	cr_assert_eq(rs_field(r->run.out, "expect_appends"), 8, "%s", r->run.out);
@@ -773,7 +700,7 @@ Test(fdtrack, setfl_append, .timeout = 30)
 		     "after F_SETFL O_APPEND exactly the 7 + 1 appending writes lock from EOF: %s",
 		     r->js);
 	res_free(r);
-	rm_rf(base);
+	rs_rm_rf(base);
 	free(file);
 	free(base);
 }
@@ -791,7 +718,7 @@ static const char *const dup_expect[] = {
 
 Test(fdtrack, dup_shares_description, .timeout = 30)
 {
-	char *base = make_base("/dev/shm");
+	char *base = rs_make_base("/dev/shm", "rs-fdt-");
 	char *f1 = path_in(base, "f1"), *f2 = path_in(base, "f2"), *f3 = path_in(base, "f3");
 	struct res *plain = probe(base, "dup0", NULL, 0, "dup", f1, f2, f3, NULL);
 	struct res *shim = probe(base, "dup1", NULL, 1, "dup", f1, f2, f3, NULL);
@@ -815,7 +742,7 @@ Test(fdtrack, dup_shares_description, .timeout = 30)
 	res_free(plain);
 	res_free(shim);
 	res_free(mutex);
-	rm_rf(base);
+	rs_rm_rf(base);
 	free(f1);
 	free(f2);
 	free(f3);
@@ -824,7 +751,7 @@ Test(fdtrack, dup_shares_description, .timeout = 30)
 
 Test(fdtrack, close_range_and_closefrom_forget, .timeout = 30)
 {
-	char *base = make_base("/dev/shm"), *file = path_in(base, "c");
+	char *base = rs_make_base("/dev/shm", "rs-fdt-"), *file = path_in(base, "c");
 	struct res *r = probe(base, "cr", NULL, 1, "closerange", file, NULL);
 
 	cr_assert_eq(rs_field(r->run.out, "expect_io"), 7, "%s", r->run.out);
@@ -832,7 +759,7 @@ Test(fdtrack, close_range_and_closefrom_forget, .timeout = 30)
 		     "pwrite/pread on pipes that reuse closed numbers must not lock: %s", r->js);
 	cr_expect_geq(stat_of(r, "passthrough"), 8, "%s", r->js);
 	res_free(r);
-	rm_rf(base);
+	rs_rm_rf(base);
 	free(file);
 	free(base);
 }
@@ -884,7 +811,7 @@ static int run_redirected(const char *out_path, const char *err_path, char *cons
 
 static void inherited_stdout(const char *parent, const char *setting)
 {
-	char *base = make_base(parent);
+	char *base = rs_make_base(parent, "rs-fdt-");
 	char *out = path_in(base, "out"), *err = path_in(base, "err"), *st = path_in(base, "st.json");
 	char stats_env[PATH_MAX + 32], why[256];
 	const char *env[3] = { stats_env, setting, NULL };
@@ -900,29 +827,29 @@ static void inherited_stdout(const char *parent, const char *setting)
 	close(fd);
 
 	status = run_redirected(out, err, argv, env, 15);
-	errtext = read_all(err, NULL);
+	errtext = rs_read_file(err, NULL);
 	cr_assert_eq(status, 0, "helper exited with %d; stderr:\n%s", status,
 		     errtext ? errtext : "");
 	cr_expect(errtext && errtext[0] == '\0', "unexpected stderr: %s", errtext);
 	cr_expect_null(check_records(out, (long)strlen(header), 6, 200, why, sizeof(why)),
 		       "%s", why);
 	{
-		char *s = read_all(out, NULL);
+		char *s = rs_read_file(out, NULL);
 
 		cr_expect(s && strncmp(s, header, strlen(header)) == 0,
 			  "the appends overwrote what the file held");
 		free(s);
 	}
-	js = read_all(st, NULL);
+	js = rs_read_file(st, NULL);
 	cr_assert_not_null(js, "no stats file");
 	cr_assert(json_valid_object(js), "%s", js);
-	cr_expect_eq(json_num(js, "io_calls"), 1200,
+	cr_expect_eq(rs_json_num(js, "io_calls"), 1200,
 		     "writes to an inherited regular-file stdout are coordinated: %s", js);
-	cr_expect_eq(json_num(js, "appends"), 1200,
+	cr_expect_eq(rs_json_num(js, "appends"), 1200,
 		     "the inherited fd's O_APPEND is honoured: %s", js);
 	free(js);
 	free(errtext);
-	rm_rf(base);
+	rs_rm_rf(base);
 	free(out);
 	free(err);
 	free(st);
@@ -940,7 +867,7 @@ Test(fdtrack, inherited_append_stdout_mutex, .timeout = 30)
 
 Test(fdtrack, stats_summary_on_stderr, .timeout = 30)
 {
-	char *base = make_base("/dev/shm"), *file = path_in(base, "f");
+	char *base = rs_make_base("/dev/shm", "rs-fdt-"), *file = path_in(base, "f");
 	const char *env[] = { "RANGESHIM_STATS=1", NULL };
 	char *argv[] = { (char *)HELPER, (char *)"write", file, (char *)"5", NULL };
 	struct rs_run *r = calloc(1, sizeof(*r));
@@ -955,14 +882,14 @@ Test(fdtrack, stats_summary_on_stderr, .timeout = 30)
 	cr_expect_eq(strtoll(p, NULL, 10), 10, "summary line: %s", line);
 	cr_expect_eq(count_lines(r->out, "lock_waits"), 1, "%s", r->out);
 	free(r);
-	rm_rf(base);
+	rs_rm_rf(base);
 	free(file);
 	free(base);
 }
 
 Test(fdtrack, stats_file_with_pid, .timeout = 30)
 {
-	char *base = make_base("/dev/shm"), *file = path_in(base, "f");
+	char *base = rs_make_base("/dev/shm", "rs-fdt-"), *file = path_in(base, "f");
 	char env0[PATH_MAX + 32], path[PATH_MAX], literal[PATH_MAX];
 	const char *env[] = { env0, NULL };
 	char *argv[] = { (char *)HELPER, (char *)"pid", file, (char *)"4", NULL };
@@ -980,13 +907,13 @@ Test(fdtrack, stats_file_with_pid, .timeout = 30)
 	snprintf(path, sizeof(path), "%s/stats.%lld.json", base, pid);
 	snprintf(literal, sizeof(literal), "%s/stats.%%p.json", base);
 	cr_expect_neq(access(literal, F_OK), 0, "%%p was not replaced");
-	js = read_all(path, NULL);
+	js = rs_read_file(path, NULL);
 	cr_assert_not_null(js, "no stats file %s", path);
 	cr_expect(json_valid_object(js), "not valid JSON: %s", js);
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
-		cr_expect_geq(json_num(js, keys[i]), 0, "key %s missing: %s", keys[i], js);
-	cr_expect_eq(json_num(js, "io_calls"), 8, "%s", js);
-	cr_expect_eq(json_num(js, "pid"), pid, "%s", js);
+		cr_expect_geq(rs_json_num(js, keys[i]), 0, "key %s missing: %s", keys[i], js);
+	cr_expect_eq(rs_json_num(js, "io_calls"), 8, "%s", js);
+	cr_expect_eq(rs_json_num(js, "pid"), pid, "%s", js);
 	/* The validator rejects what it should. */
 	cr_expect(!json_valid_object("{\"a\": 1,}"));
 	cr_expect(!json_valid_object("{\"a\": 01}"));
@@ -994,7 +921,7 @@ Test(fdtrack, stats_file_with_pid, .timeout = 30)
 	cr_expect(json_valid_object("{\"a\": [1, -2.5e3, \"x\\n\", true, null, {}]}"));
 	free(js);
 	free(r);
-	rm_rf(base);
+	rs_rm_rf(base);
 	free(file);
 	free(base);
 }

@@ -72,24 +72,12 @@
 #include "nodelock.h"
 #include "segment.h"
 
-/* Criterion under TSan: see the note in test_rangelock.c (Criterion
- * issue #274); skipped if common.h provides it (RS_TSAN_RAND_R). */
-#if defined(__SANITIZE_THREAD__) && defined(__x86_64__) && !defined(RS_TSAN_RAND_R)
-#define RS_TSAN_RAND_R 1
-int rand_r(unsigned *seed);
-int rand_r(unsigned *seed)
-{
-	*seed = *seed * 1103515245u + 12345u;
-	return (int)(0x350000u + ((*seed >> 8) % 0x18000u));
-}
-#endif
 
 #ifndef RS_SAN
 #define RS_SAN ""
 #endif
 
 #define PROBE RS_HELPER("node_probe")
-#define EXT4_MAGIC 0xEF53
 /* Sanitized probes run several times slower. */
 #define MIN_READS (RS_SAN[0] ? 10 : 50)
 
@@ -186,21 +174,10 @@ static int warnings(const char *out)
 
 static long long stats_of(long long pid, const char *key)
 {
-	char path[300], buf[8192], pat[80];
-	FILE *f;
-	size_t n;
-	const char *p;
+	char path[300];
 
 	snprintf(path, sizeof(path), "%s/%lld.json", stats_dir, pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	p = strstr(buf, pat);
-	return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+	return rs_stats_file_num(path, key, NULL);
 }
 
 /* Grants in the table: state (or any non-FREE if state is 0), of the file
@@ -267,63 +244,6 @@ static void check_table_empty(const char *what)
 	cr_assert_eq(n, 0, "%s: %d grants left in the table after every process exited", what, n);
 	cr_assert_eq(live_slots(), 0, "%s: process slots still LIVE after every process exited",
 		     what);
-}
-
-static int on_ext4(const char *dir, char *why, size_t whylen)
-{
-	struct statfs sfs;
-	FILE *m;
-	struct mntent *e;
-	size_t best = 0;
-	char fstype[64] = "";
-
-	if (statfs(dir, &sfs) < 0) {
-		snprintf(why, whylen, "statfs %s: %s", dir, strerror(errno));
-		return 0;
-	}
-	if (sfs.f_type != EXT4_MAGIC) {
-		snprintf(why, whylen, "%s is not ext4 (f_type 0x%lx)", dir, (unsigned long)sfs.f_type);
-		return 0;
-	}
-	m = setmntent("/proc/self/mounts", "r");
-	while (m && (e = getmntent(m)) != NULL) {
-		size_t k = strlen(e->mnt_dir);
-
-		if (strncmp(dir, e->mnt_dir, k) == 0 &&
-		    (dir[k] == '\0' || dir[k] == '/' || k == 1) && k >= best) {
-			best = k;
-			snprintf(fstype, sizeof(fstype), "%s", e->mnt_type);
-		}
-	}
-	if (m)
-		endmntent(m);
-	if (fstype[0] && strcmp(fstype, "ext4") != 0) {
-		snprintf(why, whylen, "%s is on %s, not ext4", dir, fstype);
-		return 0;
-	}
-	return 1;
-}
-
-static void require_ext4(const char *dir)
-{
-	char why[300];
-
-	if (!on_ext4(dir, why, sizeof(why)))
-		cr_skip_test("%s", why);
-}
-
-static void require_direct(const char *dir)
-{
-	char path[300];
-	int fd;
-
-	snprintf(path, sizeof(path), "%s/rs-t-%d-direct-probe", dir, (int)getpid());
-	fd = open(path, O_RDWR | O_CREAT | O_DIRECT, 0600);
-	if (fd < 0 && errno == EINVAL)
-		cr_skip_test("O_DIRECT is not supported on %s", dir);
-	cr_assert_geq(fd, 0, "open %s: %s", path, strerror(errno));
-	close(fd);
-	unlink(path);
 }
 
 /* ---- (a) torn reads across processes ---- */
@@ -410,7 +330,7 @@ Test(node, torn_ext4)
 {
 	static const struct tcfg c = { "torn_ext4", "/tmp", "overlap=0", "direct=0", "rw=0", 0 };
 
-	require_ext4(c.dir);
+	rs_require_ext4(c.dir);
 	run_torn(&c);
 }
 
@@ -419,8 +339,8 @@ Test(node, torn_ext4_direct)
 	static const struct tcfg c = { "torn_ext4_direct", "/tmp", "overlap=0", "direct=1", "rw=0",
 				       0 };
 
-	require_ext4(c.dir);
-	require_direct(c.dir);
+	rs_require_ext4(c.dir);
+	rs_require_direct(c.dir);
 	run_torn(&c);
 }
 
@@ -429,8 +349,8 @@ Test(node, torn_ext4_direct_overlap)
 	static const struct tcfg c = { "torn_ext4_direct_overlap", "/tmp", "overlap=1", "direct=1",
 				       "rw=0", 0 };
 
-	require_ext4(c.dir);
-	require_direct(c.dir);
+	rs_require_ext4(c.dir);
+	rs_require_direct(c.dir);
 	run_torn(&c);
 }
 
@@ -472,8 +392,8 @@ Test(node, mixed_tmpfs)
 
 Test(node, mixed_ext4_direct)
 {
-	require_ext4("/tmp");
-	require_direct("/tmp");
+	rs_require_ext4("/tmp");
+	rs_require_direct("/tmp");
 	run_mixed("mixed_ext4_direct", "/tmp", "direct=1");
 }
 

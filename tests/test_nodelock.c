@@ -67,6 +67,8 @@
  * in the fini.
  */
 #include <criterion/criterion.h>
+
+#include "common.h"
 #include <criterion/logging.h>
 
 #include <errno.h>
@@ -91,17 +93,6 @@
 #include "rangeshim/rangelock.h"
 #include "segment.h"
 
-/* Criterion under TSan: see the note in test_rangelock.c (Criterion
- * issue #274); skipped if common.h provides it (RS_TSAN_RAND_R). */
-#if defined(__SANITIZE_THREAD__) && defined(__x86_64__) && !defined(RS_TSAN_RAND_R)
-#define RS_TSAN_RAND_R 1
-int rand_r(unsigned *seed);
-int rand_r(unsigned *seed)
-{
-	*seed = *seed * 1103515245u + 12345u;
-	return (int)(0x350000u + ((*seed >> 8) % 0x18000u));
-}
-#endif
 
 #define MIB (1ull << 20)
 #define KIB (1ull << 10)
@@ -1296,11 +1287,15 @@ static int corruption_run(const struct rs_segment *tmpl, const char *name, const
 	return bad != 0;
 }
 
-/* Fork, run fn under alarm(secs); assert it exited 0.  Its stdout goes to
- * a pipe and into the log. */
+/* Fork, run fn(template, name, path) under alarm(secs), with a fresh
+ * template segment and the extra segment name ending in tag; assert it
+ * exited 0.  Its stdout goes to a pipe and into the log. */
 static void run_guarded(int secs, int (*fn)(const struct rs_segment *, const char *, const char *),
-			const struct rs_segment *tmpl, const char *name, const char *path)
+			const char *tag)
 {
+	struct rs_segment *tmpl = template_segment();
+	char name[80];
+	const char *path = extra_name(name, sizeof(name), tag);
 	int p[2], st;
 	pid_t pid;
 	static char out[16384];
@@ -1332,16 +1327,12 @@ static void run_guarded(int secs, int (*fn)(const struct rs_segment *, const cha
 	cr_assert_not(WIFSIGNALED(st), "crashed with signal %d: %s",
 		      WIFSIGNALED(st) ? WTERMSIG(st) : 0, out);
 	cr_assert_eq(WEXITSTATUS(st), 0, "%s", out);
+	free(tmpl);
 }
 
 Test(nodelock, corrupt_random, .timeout = 60)
 {
-	struct rs_segment *tmpl = template_segment();
-	char name[80];
-	const char *path = extra_name(name, sizeof(name), "c");
-
-	run_guarded(40, corruption_run, tmpl, name, path);
-	free(tmpl);
+	run_guarded(40, corruption_run, "c");
 }
 
 /*
@@ -1408,12 +1399,7 @@ static int orphan_run(const struct rs_segment *tmpl, const char *name, const cha
 
 Test(nodelock, corrupt_orphan, .timeout = 30)
 {
-	struct rs_segment *tmpl = template_segment();
-	char name[80];
-	const char *path = extra_name(name, sizeof(name), "o");
-
-	run_guarded(10, orphan_run, tmpl, name, path);
-	free(tmpl);
+	run_guarded(10, orphan_run, "o");
 }
 
 /* Garbage in the table lock word: impossible holders, a free slot's,
@@ -1470,12 +1456,7 @@ static int lock_run(const struct rs_segment *tmpl, const char *name, const char 
 
 Test(nodelock, corrupt_lock, .timeout = 60)
 {
-	struct rs_segment *tmpl = template_segment();
-	char name[80];
-	const char *path = extra_name(name, sizeof(name), "m");
-
-	run_guarded(45, lock_run, tmpl, name, path);
-	free(tmpl);
+	run_guarded(45, lock_run, "m");
 }
 
 static void expect_refused(const char *name, const char *what)

@@ -60,6 +60,8 @@
  * Criterion test that caused it.
  */
 #include <criterion/criterion.h>
+
+#include "common.h"
 #include <criterion/logging.h>
 
 #include <errno.h>
@@ -77,29 +79,6 @@
 #include "rangeshim/rangelock.h"
 #include "rangelock_fast.h"
 
-/*
- * Criterion under ThreadSanitizer.  Criterion's sandbox library (BoxFort)
- * places its shared arenas at addresses drawn with rand_r() from
- * [0x2000'0000'0000, 0x6000'0000'0000), mapping one only where mincore()
- * says nothing is mapped.  TSan reserves nearly all of that window for its
- * shadow and metadata, so with 10 tries per arena the runner usually dies
- * at start ("Could not initialize inheritable arena: Resource temporarily
- * unavailable", or a SEGV when a later per-test arena fails): Criterion
- * issue #274.  Interposing rand_r() in the test binary steers BoxFort into
- * [0x5500'0000'0000, 0x5680'0000'0000), which is application memory in
- * every TSan x86_64 layout (PIE binaries); collisions with real mappings
- * are still caught by BoxFort's mincore() check and retried.  Only under
- * TSan, and nothing else in this binary calls rand_r().
- */
-#if defined(__SANITIZE_THREAD__) && defined(__x86_64__) && !defined(RS_TSAN_RAND_R)
-#define RS_TSAN_RAND_R 1
-int rand_r(unsigned *seed);
-int rand_r(unsigned *seed)
-{
-	*seed = *seed * 1103515245u + 12345u;
-	return (int)(0x350000u + ((*seed >> 8) % 0x18000u));
-}
-#endif
 
 #define R RS_RL_READ
 #define W RS_RL_WRITE

@@ -39,22 +39,6 @@
 
 #include "common.h"
 
-/*
- * Criterion under TSan: BoxFort picks its arena addresses with rand_r()
- * inside TSan's shadow window, so the runner dies at start (Criterion
- * issue #274; see the longer note in test_rangelock.c, whose workaround
- * this copies).  Steer it into application memory.  Belongs in common.h;
- * skipped if common.h provides it (RS_TSAN_RAND_R).
- */
-#if defined(__SANITIZE_THREAD__) && defined(__x86_64__) && !defined(RS_TSAN_RAND_R)
-#define RS_TSAN_RAND_R 1
-int rand_r(unsigned *seed);
-int rand_r(unsigned *seed)
-{
-	*seed = *seed * 1103515245u + 12345u;
-	return (int)(0x350000u + ((*seed >> 8) % 0x18000u));
-}
-#endif
 
 #ifndef RS_SAN
 #define RS_SAN ""
@@ -62,7 +46,6 @@ int rand_r(unsigned *seed)
 
 #define TORN RS_EXAMPLE("torn_read")
 #define RUN_TIMEOUT 20
-#define EXT4_MAGIC 0xEF53
 
 /* A sanitized checker runs several times slower. */
 #define MIN_READS (RS_SAN[0] ? 10 : 50)
@@ -112,23 +95,6 @@ static void run_torn(const struct cfg *c, const char *file, int preload, const c
 	res->writes = rs_field(r->out, "writes");
 }
 
-static long long stats_field(const char *path, const char *key)
-{
-	char buf[8192], pat[80];
-	FILE *f = fopen(path, "r");
-	size_t n;
-	const char *p;
-
-	if (!f)
-		return -1;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	p = strstr(buf, pat);
-	return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
-}
-
 static void run_config(const struct cfg *c)
 {
 	char file[300], stats[300];
@@ -151,7 +117,7 @@ static void run_config(const struct cfg *c)
 	unlink(stats);
 	run_torn(c, file, 1, stats, &shim, r);
 	unlink(file);
-	io_calls = stats_field(stats, "io_calls");
+	io_calls = rs_stats_file_num(stats, "io_calls", NULL);
 	unlink(stats);
 	cr_log_info("%s shim: status=%d reads=%lld torn=%lld writes=%lld io_calls=%lld",
 		    c->name, shim.status, shim.reads, shim.torn, shim.writes, io_calls);
@@ -178,69 +144,6 @@ static void run_config(const struct cfg *c)
 	free(r);
 }
 
-/* Is dir on ext4?  The statfs magic is shared by ext2/3/4, so also look
- * the mount up (longest mount point that is a prefix of dir). */
-static int on_ext4(const char *dir, char *why, size_t whylen)
-{
-	struct statfs sfs;
-	FILE *m;
-	struct mntent *e;
-	size_t best = 0;
-	char fstype[64] = "";
-
-	if (statfs(dir, &sfs) < 0) {
-		snprintf(why, whylen, "statfs %s: %s", dir, strerror(errno));
-		return 0;
-	}
-	if (sfs.f_type != EXT4_MAGIC) {
-		snprintf(why, whylen, "%s is not ext4 (f_type 0x%lx)", dir, (unsigned long)sfs.f_type);
-		return 0;
-	}
-	m = setmntent("/proc/self/mounts", "r");
-	while (m && (e = getmntent(m)) != NULL) {
-		size_t k = strlen(e->mnt_dir);
-
-		if (strncmp(dir, e->mnt_dir, k) == 0 &&
-		    (dir[k] == '\0' || dir[k] == '/' || k == 1) && k >= best) {
-			best = k;
-			snprintf(fstype, sizeof(fstype), "%s", e->mnt_type);
-		}
-	}
-	if (m)
-		endmntent(m);
-	if (fstype[0] && strcmp(fstype, "ext4") != 0) {
-		snprintf(why, whylen, "%s is on %s, not ext4", dir, fstype);
-		return 0;
-	}
-	return 1;
-}
-
-static void require_ext4(const char *dir)
-{
-	char why[300];
-
-	if (!on_ext4(dir, why, sizeof(why))) {
-		cr_log_info("skipping: %s", why);
-		cr_skip_test("%s", why);
-	}
-}
-
-static void require_direct(const char *dir)
-{
-	char path[300];
-	int fd;
-
-	snprintf(path, sizeof(path), "%s/rs-test-torn-%d-probe", dir, (int)getpid());
-	fd = open(path, O_RDWR | O_CREAT | O_DIRECT, 0600);
-	if (fd < 0 && errno == EINVAL) {
-		cr_log_info("skipping: O_DIRECT is not supported on %s", dir);
-		cr_skip_test("O_DIRECT is not supported on %s", dir);
-	}
-	cr_assert_geq(fd, 0, "open %s: %s", path, strerror(errno));
-	close(fd);
-	unlink(path);
-}
-
 TestSuite(torn, .timeout = 60);
 
 Test(torn, tmpfs_pread)
@@ -254,7 +157,7 @@ Test(torn, ext4_pread)
 {
 	static const struct cfg c = { "ext4_pread", "/tmp", { NULL }, 0 };
 
-	require_ext4(c.dir);
+	rs_require_ext4(c.dir);
 	run_config(&c);
 }
 
@@ -262,8 +165,8 @@ Test(torn, ext4_direct)
 {
 	static const struct cfg c = { "ext4_direct", "/tmp", { "--direct", NULL }, 0 };
 
-	require_ext4(c.dir);
-	require_direct(c.dir);
+	rs_require_ext4(c.dir);
+	rs_require_direct(c.dir);
 	run_config(&c);
 }
 

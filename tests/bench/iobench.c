@@ -54,6 +54,7 @@
 
 #include "rangeshim/rangelock.h"
 #include "rangelock_fast.h"
+#include "../../examples/util.h"
 
 #define PROG "iobench"
 #define ALIGN 4096
@@ -155,30 +156,6 @@ static void *xalloc(size_t len)
 	return p;
 }
 
-/* Accepts 4096, 64k, 1M, 2g (binary multiples); rejects 0 and overflow. */
-static bool parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	uint64_t v, mult = 1;
-
-	if (*s < '0' || *s > '9')
-		return false;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno)
-		return false;
-	switch (*end) {
-	case 'k': case 'K': mult = 1ULL << 10; end++; break;
-	case 'm': case 'M': mult = 1ULL << 20; end++; break;
-	case 'g': case 'G': mult = 1ULL << 30; end++; break;
-	default: break;
-	}
-	if (*end != '\0' || v == 0 || v > UINT64_MAX / mult)
-		return false;
-	*out = v * mult;
-	return true;
-}
-
 static bool parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
 {
 	char *end;
@@ -208,18 +185,6 @@ static bool parse_list(const char *s, struct opts *o)
 		o->nlist++;
 	}
 	return o->nlist > 0;
-}
-
-static void fmt_size(char *buf, size_t n, uint64_t v)
-{
-	if (v % (1ULL << 30) == 0)
-		snprintf(buf, n, "%" PRIu64 " GiB", v >> 30);
-	else if (v % (1ULL << 20) == 0)
-		snprintf(buf, n, "%" PRIu64 " MiB", v >> 20);
-	else if (v % (1ULL << 10) == 0)
-		snprintf(buf, n, "%" PRIu64 " KiB", v >> 10);
-	else
-		snprintf(buf, n, "%" PRIu64 " B", v);
 }
 
 static const char *fs_name(const char *dir)

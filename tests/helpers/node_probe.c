@@ -62,6 +62,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "probe.h"
+
 #define KIB 1024ull
 #define MIB (1024ull * 1024ull)
 #define PAGE 4096ull
@@ -83,22 +85,6 @@ static struct args A = {
 static char self_exe[4096];
 
 /* ---- small utilities ---- */
-
-static int shim_cb(struct dl_phdr_info *info, size_t size, void *data)
-{
-	(void)size;
-	if (info->dlpi_name && strstr(info->dlpi_name, "librangeshim"))
-		*(int *)data = 1;
-	return 0;
-}
-
-static int shim_loaded(void)
-{
-	int found = 0;
-
-	dl_iterate_phdr(shim_cb, &found);
-	return found;
-}
 
 static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 static void die(const char *fmt, ...)
@@ -470,6 +456,23 @@ static int torn_check(const unsigned char *b, size_t block, int overlap)
 	return b[h] != b[0] && b[h] != b[2 * h];
 }
 
+/* Wait for the workers' common start; returns the end of the timed window. */
+static uint64_t timed_window(void)
+{
+	sleep_until((uint64_t)A.start_ns);
+	return now_ns() + (uint64_t)(A.seconds * 1e9);
+}
+
+/* A timed writer's last words: its counts; exit status 1 if a write failed. */
+static void writer_exit(int fd, uint64_t writes, uint64_t errs) __attribute__((noreturn));
+static void writer_exit(int fd, uint64_t writes, uint64_t errs)
+{
+	close(fd);
+	printf("writes=%llu write_errors=%llu\n", (unsigned long long)writes,
+	       (unsigned long long)errs);
+	exit(errs ? 1 : 0);
+}
+
 static void role_torn_writer(void)
 {
 	size_t block = (size_t)A.block;
@@ -478,18 +481,14 @@ static void role_torn_writer(void)
 	off_t off = A.overlap && (A.id & 1) ? (off_t)(block / 2) : 0;
 	uint64_t end, writes = 0, errs = 0;
 
-	sleep_until((uint64_t)A.start_ns);
-	end = now_ns() + (uint64_t)(A.seconds * 1e9);
+	end = timed_window();
 	while (now_ns() < end) {
 		memset(buf, 1 + (int)((writes * (uint64_t)A.nw + (uint64_t)A.id) % 255), block);
 		if (full_pwrite(fd, buf, block, off) != (ssize_t)block)
 			errs++;
 		writes++;
 	}
-	close(fd);
-	printf("writes=%llu write_errors=%llu\n", (unsigned long long)writes,
-	       (unsigned long long)errs);
-	exit(errs ? 1 : 0);
+	writer_exit(fd, writes, errs);
 }
 
 static void role_torn_reader(void)
@@ -499,8 +498,7 @@ static void role_torn_reader(void)
 	int fd = open_data(A.direct);
 	uint64_t end, reads = 0, torn = 0, errs = 0;
 
-	sleep_until((uint64_t)A.start_ns);
-	end = now_ns() + (uint64_t)(A.seconds * 1e9);
+	end = timed_window();
 	while (now_ns() < end) {
 		if (full_pread(fd, buf, len, 0) != (ssize_t)len) {
 			errs++;
@@ -570,8 +568,7 @@ static void role_mixed_writer(void)
 
 	rnd_state = 0x9e3779b97f4a7c15ull ^ ((uint64_t)getpid() << 20) ^ (uint64_t)A.id;
 	memset(buf, A.id + 1, block);
-	sleep_until((uint64_t)A.start_ns);
-	end = now_ns() + (uint64_t)(A.seconds * 1e9);
+	end = timed_window();
 	while (now_ns() < end) {
 		off_t off = (off_t)((rnd() % (nchunks - 1)) * CHUNK);
 
@@ -579,10 +576,7 @@ static void role_mixed_writer(void)
 			errs++;
 		writes++;
 	}
-	close(fd);
-	printf("writes=%llu write_errors=%llu\n", (unsigned long long)writes,
-	       (unsigned long long)errs);
-	exit(errs ? 1 : 0);
+	writer_exit(fd, writes, errs);
 }
 
 static void cmd_mixed(void)

@@ -42,6 +42,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "probe.h"
+
 extern char **environ;
 
 #define MIB (1u << 20)
@@ -63,22 +65,6 @@ static void die(const char *what, const char *arg)
 	unlink(path_b);
 	unlink(path_c);
 	exit(2);
-}
-
-static int shim_cb(struct dl_phdr_info *info, size_t size, void *data)
-{
-	(void)size;
-	if (info->dlpi_name && strstr(info->dlpi_name, "librangeshim"))
-		*(int *)data = 1;
-	return 0;
-}
-
-static int shim_loaded(void)
-{
-	int found = 0;
-
-	dl_iterate_phdr(shim_cb, &found);
-	return found;
 }
 
 static double now_s(void)

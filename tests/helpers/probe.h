@@ -1,0 +1,28 @@
+/*
+ * Shared by the helper programs the suites run (each built as a single
+ * file; the Makefile rebuilds them when a header here changes).
+ */
+#ifndef RANGESHIM_TESTS_HELPERS_PROBE_H
+#define RANGESHIM_TESTS_HELPERS_PROBE_H
+
+#include <link.h>
+#include <string.h>
+
+static inline int probe_shim_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+	(void)size;
+	if (info->dlpi_name && strstr(info->dlpi_name, "librangeshim"))
+		*(int *)data = 1;
+	return 0;
+}
+
+/* Is the shim loaded into this process? */
+static inline int shim_loaded(void)
+{
+	int found = 0;
+
+	dl_iterate_phdr(probe_shim_cb, &found);
+	return found;
+}
+
+#endif
