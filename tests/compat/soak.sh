@@ -99,7 +99,8 @@ while [ "$(date +%s)" -lt "$deadline" ]; do
 			command -v fio >/dev/null || continue
 			timeout 120 fio --name=soak --filename="$d/fio.dat" --ioengine=psync --rw=randwrite \
 			    --bs=16k --size=4m --offset_increment=4m --numjobs=4 --verify=crc32c \
-			    --do_verify=1 --verify_fatal=1 --group_reporting >"$log" 2>&1 ;;
+			    --do_verify=1 --verify_fatal=1 --verify_state_save=0 \
+			    --group_reporting >"$log" 2>&1 ;;
 		sqlite)
 			command -v sqlite3 >/dev/null || continue
 			(
