@@ -33,9 +33,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#define PROG "shared_writer"
 #include "util.h"
 
-#define PROG "shared_writer"
 #define ALIGN 4096
 #define SECTOR 512
 #define MAX_THREADS 1024
@@ -72,38 +72,10 @@ struct stamp {
  */
 static char *cleanup_path;
 
-static void die(const char *what, const char *path)
-	__attribute__((noreturn));
-static void usage_error(const char *fmt, ...)
-	__attribute__((noreturn, format(printf, 1, 2)));
-
 static void remove_file(void)
 {
 	if (cleanup_path)
 		unlink(cleanup_path);
-}
-
-static void die(const char *what, const char *path)
-{
-	int e = errno;
-
-	if (path)
-		fprintf(stderr, PROG ": %s %s: %s\n", what, path, strerror(e));
-	else
-		fprintf(stderr, PROG ": %s: %s\n", what, strerror(e));
-	exit(2);
-}
-
-static void usage_error(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	fprintf(stderr, PROG ": ");
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\nTry '" PROG " --help' for more information.\n");
-	exit(2);
 }
 
 static void usage(FILE *f)

@@ -41,6 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#define PROG "torn_read"
 #include "util.h"
 
 /*
@@ -49,7 +50,6 @@
  */
 extern ssize_t __pread_chk(int, void *, size_t, off_t, size_t);
 
-#define PROG "torn_read"
 #define ALIGN 4096
 #define MAX_READERS 1024
 
@@ -95,34 +95,6 @@ static void remove_file(void)
 {
 	if (cleanup_path)
 		unlink(cleanup_path);
-}
-
-static void die(const char *what, const char *path)
-	__attribute__((noreturn));
-static void usage_error(const char *fmt, ...)
-	__attribute__((noreturn, format(printf, 1, 2)));
-
-static void die(const char *what, const char *path)
-{
-	int e = errno;
-
-	if (path)
-		fprintf(stderr, PROG ": %s %s: %s\n", what, path, strerror(e));
-	else
-		fprintf(stderr, PROG ": %s: %s\n", what, strerror(e));
-	exit(2);
-}
-
-static void usage_error(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	fprintf(stderr, PROG ": ");
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\nTry '" PROG " --help' for more information.\n");
-	exit(2);
 }
 
 static void usage(FILE *f)

@@ -62,4 +62,35 @@ static inline void fmt_size(char *buf, size_t n, uint64_t v)
 		snprintf(buf, n, "%" PRIu64 " B", v);
 }
 
+#ifdef PROG
+#include <stdarg.h>
+#include <string.h>
+
+/* Report a failed system call (errno) and exit 2. */
+static inline __attribute__((noreturn)) void die(const char *what, const char *path)
+{
+	int e = errno;
+
+	if (path)
+		fprintf(stderr, PROG ": %s %s: %s\n", what, path, strerror(e));
+	else
+		fprintf(stderr, PROG ": %s: %s\n", what, strerror(e));
+	exit(2);
+}
+
+/* A bad command line: one line, a pointer to --help, exit 2. */
+static inline __attribute__((noreturn, format(printf, 1, 2))) void
+usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fprintf(stderr, PROG ": ");
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry '" PROG " --help' for more information.\n");
+	exit(2);
+}
+#endif
+
 #endif

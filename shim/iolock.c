@@ -421,15 +421,21 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 	return 1;
 }
 
-void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
+/* Nothing held: what rs_io_end needs to see for a call passed through. */
+static void io_clear(struct rs_io *io)
 {
-	int r;
-
 	io->fast = 0;
 	io->entered = 0;
 	io->nholds = 0;
 	io->npos = 0;
 	io->ngrefs = 0;
+}
+
+void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
+{
+	int r;
+
+	io_clear(io);
 	if (!rs_ready())
 		return;
 	if (RS_LOAD(rs_depth)) {
@@ -464,13 +470,9 @@ void rs_io_at_slow(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_
 {
 	struct rs_target t = { fd, mode, RS_AT_OFFSET, 0, off, len, 0, 0 };
 
-	io->fast = 0;
 	if (RS_LOAD(rs_fast) && !RS_LOAD(rs_depth) && (rs_fdt_get(fd) & 3) == RS_FD_PASS) {
 		RS_COUNT(passthrough, 1);
-		io->entered = 0;
-		io->nholds = 0;
-		io->npos = 0;
-		io->ngrefs = 0;
+		io_clear(io);
 		return;
 	}
 	rs_io_begin(io, &t, 1);
@@ -498,11 +500,7 @@ void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len)
 	struct rs_file *f;
 	uint64_t start;
 
-	io->fast = 0;
-	io->entered = 0;
-	io->nholds = 0;
-	io->npos = 0;
-	io->ngrefs = 0;
+	io_clear(io);
 	if (!rs_ready() || RS_LOAD(rs_depth) || len < 0 || !path)
 		return;
 	rs_depth_add(1);
