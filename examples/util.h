@@ -2,8 +2,8 @@
  * Option helpers shared by the examples and tests/bench/iobench.c, each
  * built as a single file: include this header by relative path.
  */
-#ifndef RANGESHIM_EXAMPLES_UTIL_H
-#define RANGESHIM_EXAMPLES_UTIL_H
+#ifndef RS_EXAMPLES_UTIL_H
+#define RS_EXAMPLES_UTIL_H
 
 #include <errno.h>
 #include <inttypes.h>

@@ -28,8 +28,8 @@
 #include "rangeshim/rangelock.h"
 #include "segment.h"
 
-#ifndef RANGESHIM_VERSION
-#define RANGESHIM_VERSION "0.1.0"
+#ifndef RS_VERSION
+#define RS_VERSION "0.1.0"
 #endif
 
 #define LIB_NAME "librangeshim.so"
@@ -1250,7 +1250,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(name, "--version")) {
-		puts("rangeshim " RANGESHIM_VERSION);
+		puts("rangeshim " RS_VERSION);
 		return 0;
 	}
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

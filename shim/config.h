@@ -1,7 +1,7 @@
 /* RANGESHIM_* environment variables, parsed once at start-up.
  * docs/configuration.md lists every variable and its default. */
-#ifndef RANGESHIM_CONFIG_H
-#define RANGESHIM_CONFIG_H
+#ifndef RS_CONFIG_H
+#define RS_CONFIG_H
 
 #include <stddef.h>
 

@@ -15,8 +15,8 @@
  * after locking (see iolock.c).  All changes go through one mutex on the
  * slow path (open, close, dup, first use of an inherited fd).
  */
-#ifndef RANGESHIM_FDTABLE_H
-#define RANGESHIM_FDTABLE_H
+#ifndef RS_FDTABLE_H
+#define RS_FDTABLE_H
 
 #include <stdatomic.h>
 #include <stdint.h>

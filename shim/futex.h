@@ -6,8 +6,8 @@
  * The mutex is the three-state futex mutex of Drepper, "Futexes Are
  * Tricky" (2011), §5: 0 free, 1 locked, 2 locked with possible sleepers.
  */
-#ifndef RANGESHIM_FUTEX_H
-#define RANGESHIM_FUTEX_H
+#ifndef RS_FUTEX_H
+#define RS_FUTEX_H
 
 #include <errno.h>
 #include <limits.h>

@@ -7,8 +7,8 @@
  * happen only while a thread holds nothing, and grants of several files
  * are entered in (dev, ino) order: no cycle can form.
  */
-#ifndef RANGESHIM_GRANTS_H
-#define RANGESHIM_GRANTS_H
+#ifndef RS_GRANTS_H
+#define RS_GRANTS_H
 
 #include <stdatomic.h>
 #include <stddef.h>

@@ -52,7 +52,7 @@ ssize_t __pread64_chk(int, void *, size_t, off_t, size_t);
 		begin;                                                       \
 		/* On the fast path everything is resolved already. */       \
 		r = io.fast ? rs_real.name args : REAL(ret, name, args);     \
-		rs_io_end(&io, r);                                           \
+		rs_io_end(&io);                                              \
 		return r;                                                    \
 	}
 

@@ -121,12 +121,9 @@ static void cancel_on(struct rs_io *io)
 static int file_size(int fd, uint64_t *size)
 {
 	struct stat st;
-	int saved = errno;
 
-	if (fstat(fd, &st) < 0) {
-		errno = saved;
+	if (fstat(fd, &st) < 0)
 		return -1;
-	}
 	*size = (uint64_t)st.st_size;
 	return 0;
 }
@@ -417,7 +414,6 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 			RS_COUNT_BYTES(p[i].mode == RS_RL_WRITE, t[i].len);
 		}
 	}
-	io->written = t[n - 1].mode == RS_RL_WRITE;
 	return 1;
 }
 
@@ -433,7 +429,7 @@ static void io_clear(struct rs_io *io)
 
 void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
 {
-	int r;
+	int r, saved;
 
 	io_clear(io);
 	if (!rs_ready())
@@ -455,8 +451,12 @@ void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
 	}
 	rs_depth_add(1);
 	atomic_signal_fence(memory_order_seq_cst);	/* see rs_cancel_wait */
+	/* Our lseek and fstat calls must not leave their errno behind (the
+	 * real call may succeed): one save here covers them all. */
+	saved = errno;
 	while ((r = try_begin(io, t, n)) < 0)
 		;
+	errno = saved;
 	if (r == 0) {
 		rs_depth_add(-1);
 		RS_COUNT(passthrough, 1);
@@ -478,14 +478,13 @@ void rs_io_at_slow(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_
 	rs_io_begin(io, &t, 1);
 }
 
-void rs_io_end_slow(struct rs_io *io, ssize_t result)
+void rs_io_end_slow(struct rs_io *io)
 {
 	int saved;
 
 	if (!io->entered)
 		return;
 	saved = errno;
-	(void)result;
 	release(io);
 	rs_depth_add(-1);
 	errno = saved;
@@ -534,6 +533,5 @@ void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len)
 	errno = saved;
 	RS_COUNT(io_calls, 1);
 	cancel_off(io);
-	io->written = 1;
 	io->entered = 1;
 }

@@ -3,8 +3,8 @@
  * call locks").  A wrapper describes its call as one or two targets, calls
  * rs_io_begin, makes the real call, and calls rs_io_end.
  */
-#ifndef RANGESHIM_IOLOCK_H
-#define RANGESHIM_IOLOCK_H
+#ifndef RS_IOLOCK_H
+#define RS_IOLOCK_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -53,7 +53,6 @@ struct rs_io {
 	struct rs_gref gref[2]; /* node grants entered, in (dev, ino) order */
 	int entered;            /* this call raised rs_depth */
 	int nholds, npos;
-	int written;            /* for stats: bytes written rather than read */
 	struct rs_desc *pos[2];
 	struct rs_hold hold[2];
 };
@@ -101,7 +100,7 @@ static inline int rs_ready(void)
 
 void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n);
 void rs_io_at_slow(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len);
-void rs_io_end_slow(struct rs_io *io, ssize_t result);
+void rs_io_end_slow(struct rs_io *io);
 
 /* The kernel never moves more than this in one call (MAX_RW_COUNT). */
 #define RS_MAX_RW 0x7ffff000ull
@@ -189,7 +188,7 @@ general:
 }
 
 static inline __attribute__((always_inline)) void
-rs_io_end(struct rs_io *io, ssize_t result)
+rs_io_end(struct rs_io *io)
 {
 	if (__builtin_expect(io->fast, 1)) {
 		/* unlock saves errno itself on its (contended) wake path. */
@@ -199,7 +198,7 @@ rs_io_end(struct rs_io *io, ssize_t result)
 		return;
 	}
 	if (io->entered)
-		rs_io_end_slow(io, result);
+		rs_io_end_slow(io);
 }
 
 /* One fd, one range. */

@@ -1,7 +1,7 @@
 /* Diagnostics on stderr, written with the raw syscall so that the shim's
  * own output never goes through its wrappers or through stdio buffers. */
-#ifndef RANGESHIM_LOG_H
-#define RANGESHIM_LOG_H
+#ifndef RS_LOG_H
+#define RS_LOG_H
 
 enum rs_log_level {
 	RS_LOG_ERROR = 0,

@@ -3,8 +3,8 @@
  * no interposition, so it is tested on its own (tests/test_nodelock.c).
  * grants.c is the process side: which grants this process caches.
  */
-#ifndef RANGESHIM_NODELOCK_H
-#define RANGESHIM_NODELOCK_H
+#ifndef RS_NODELOCK_H
+#define RS_NODELOCK_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -5,8 +5,8 @@
  * else.  Every other case is the out-of-line code in rangelock.c, under
  * the same mutex, so the two paths cannot disagree.
  */
-#ifndef RANGESHIM_RANGELOCK_FAST_H
-#define RANGESHIM_RANGELOCK_FAST_H
+#ifndef RS_RANGELOCK_FAST_H
+#define RS_RANGELOCK_FAST_H
 
 #include "futex.h"
 #include "rangeshim/rangelock.h"

@@ -4,8 +4,8 @@
  * resolver are generated from (Darshan's darshan-posix.c keeps the same
  * shape).
  */
-#ifndef RANGESHIM_REAL_H
-#define RANGESHIM_REAL_H
+#ifndef RS_REAL_H
+#define RS_REAL_H
 
 #include <pthread.h>
 #include <stdio.h>

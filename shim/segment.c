@@ -34,7 +34,7 @@ int rs_seg_path(const char *name, char *path, size_t len)
 	return 0;
 }
 
-static void init_segment(struct rs_segment *s)
+void rs_seg_init(struct rs_segment *s)
 {
 	struct rs_seg_header *h = &s->hdr;
 
@@ -155,7 +155,7 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 		for (size_t i = 0; i < sizeof(s->hdr) && zero; i++)
 			zero = ((const unsigned char *)&s->hdr)[i] == 0;
 		if (zero)
-			init_segment(s);
+			rs_seg_init(s);
 	}
 	flock(fd, LOCK_UN);
 	if (rs_seg_check(s, why, whylen) < 0) {

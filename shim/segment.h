@@ -6,8 +6,8 @@
  * write anything into it.  Nothing in it is a pointer; every index read
  * from it is bounds-checked before use; every wait on it has a timeout.
  */
-#ifndef RANGESHIM_SEGMENT_H
-#define RANGESHIM_SEGMENT_H
+#ifndef RS_SEGMENT_H
+#define RS_SEGMENT_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -105,6 +105,8 @@ struct rs_seg_map {
  */
 int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why, size_t whylen);
 void rs_seg_detach(struct rs_seg_map *m);
+/* An empty, valid table: what a creator writes (magic last). */
+void rs_seg_init(struct rs_segment *s);
 /* Full consistency check of the slots; 0 if every field is in range. */
 int rs_seg_check(const struct rs_segment *s, char *why, size_t whylen);
 /* Path of the file behind a segment name, under /dev/shm. */

@@ -1,7 +1,7 @@
 /* Counters for RANGESHIM_STATS.  Only touched when stats are on, so the
  * default fast path pays one predictable branch. */
-#ifndef RANGESHIM_STATS_H
-#define RANGESHIM_STATS_H
+#ifndef RS_STATS_H
+#define RS_STATS_H
 
 #include <stdatomic.h>
 #include <stdint.h>

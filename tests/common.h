@@ -3,8 +3,8 @@
  * preloaded in the child's environment only (never into the runner, which
  * forks a worker per test), and capture its output.
  */
-#ifndef RANGESHIM_TESTS_COMMON_H
-#define RANGESHIM_TESTS_COMMON_H
+#ifndef RS_TESTS_COMMON_H
+#define RS_TESTS_COMMON_H
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>

@@ -7,8 +7,8 @@
  * infinity".  The caller owns the struct rs_rl_node (usually on its stack)
  * for as long as the range is locked; no memory is allocated.
  */
-#ifndef RANGESHIM_RANGELOCK_H
-#define RANGESHIM_RANGELOCK_H
+#ifndef RS_RANGELOCK_H
+#define RS_RANGELOCK_H
 
 #include <stdint.h>
 

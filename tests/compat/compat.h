@@ -8,8 +8,8 @@
  *
  * Arguments are key=value pairs; sizes take K, M or G suffixes.
  */
-#ifndef RANGESHIM_COMPAT_H
-#define RANGESHIM_COMPAT_H
+#ifndef RS_COMPAT_H
+#define RS_COMPAT_H
 
 #include <errno.h>
 #include <fcntl.h>

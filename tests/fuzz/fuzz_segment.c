@@ -27,20 +27,6 @@ static struct rs_segment *seg;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void template_header(struct rs_segment *s)
-{
-	struct rs_seg_header *h = &s->hdr;
-
-	h->magic = RS_SEG_MAGIC;
-	h->version = RS_SEG_VERSION;
-	h->header_size = sizeof(*h);
-	h->nproc = RS_NPROC;
-	h->ngrant = RS_NGRANT;
-	h->proc_size = sizeof(struct rs_seg_proc);
-	h->grant_size = sizeof(struct rs_seg_grant);
-	h->total_size = sizeof(*s);
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char why[200];
@@ -53,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	memset(seg, 0, sizeof(*seg));
 	if (size > 0 && data[0] == 'T') {
-		template_header(seg);
+		rs_seg_init(seg);	/* a valid table, then patched by the input */
 		for (size_t i = 1; i + 5 <= size;) {
 			uint32_t off;
 			size_t len = data[i + 4];

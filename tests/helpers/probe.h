@@ -2,8 +2,8 @@
  * Shared by the helper programs the suites run (each built as a single
  * file; the Makefile rebuilds them when a header here changes).
  */
-#ifndef RANGESHIM_TESTS_HELPERS_PROBE_H
-#define RANGESHIM_TESTS_HELPERS_PROBE_H
+#ifndef RS_TESTS_HELPERS_PROBE_H
+#define RS_TESTS_HELPERS_PROBE_H
 
 #include <link.h>
 #include <string.h>
