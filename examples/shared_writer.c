@@ -66,18 +66,6 @@ struct stamp {
 	uint32_t pass;
 };
 
-/*
- * The file to remove at exit.  Global only because exit() may be called
- * from any thread on an I/O error and the file must not be left behind.
- */
-static char *cleanup_path;
-
-static void remove_file(void)
-{
-	if (cleanup_path)
-		unlink(cleanup_path);
-}
-
 static void usage(FILE *f)
 {
 	fprintf(f,

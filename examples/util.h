@@ -66,6 +66,20 @@ static inline void fmt_size(char *buf, size_t n, uint64_t v)
 #include <stdarg.h>
 #include <string.h>
 
+#include <unistd.h>
+
+/*
+ * The file to remove at exit.  Global only because exit() may be called
+ * from any thread on an I/O error and the file must not be left behind.
+ */
+static char *cleanup_path;
+
+static inline void remove_file(void)
+{
+	if (cleanup_path)
+		unlink(cleanup_path);
+}
+
 /* Report a failed system call (errno) and exit 2. */
 static inline __attribute__((noreturn)) void die(const char *what, const char *path)
 {

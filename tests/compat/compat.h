@@ -15,6 +15,8 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +64,38 @@ static inline void __attribute__((noreturn, format(printf, 1, 2))) die(const cha
 	if (syscall(SYS_write, 2, buf, (size_t)n) < 0)
 		_exit(2);
 	_exit(2);
+}
+
+/*
+ * Wait for child p (number i of program who) for up to 20 s, polling so
+ * that a hung child is killed rather than hanging the case.  0: exited 0;
+ * -1: other status (reported); -2: hung (reported and killed).
+ */
+static inline int wait_child(pid_t p, const char *who, long i)
+{
+	uint64_t t0 = now_ns();
+	int st = 0;
+
+	for (;;) {
+		pid_t w = waitpid(p, &st, WNOHANG);
+
+		if (w == p)
+			break;
+		if (w < 0)
+			die("waitpid");
+		if (now_ns() - t0 > 20000000000ull) {
+			fprintf(stderr, "%s: child %ld (mode %ld) hung for 20 s\n", who, i, i % 4);
+			kill(p, SIGKILL);
+			waitpid(p, &st, 0);
+			return -2;
+		}
+		sleep_ms(1);
+	}
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		fprintf(stderr, "%s: child %ld (mode %ld) status %#x\n", who, i, i % 4, st);
+		return -1;
+	}
+	return 0;
 }
 
 static inline void *xalloc(size_t n)

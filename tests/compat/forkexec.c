@@ -158,33 +158,15 @@ int main(int argc, char **argv)
 			die("pthread_create");
 	for (long i = 0; i < iters; i++) {
 		pid_t p = fork();
-		int st = 0;
-		uint64_t t0 = now_ns();
+		int r;
 
 		if (p < 0)
 			die("fork");
 		if (p == 0)
 			run_child(i);
-		for (;;) {
-			pid_t w = waitpid(p, &st, WNOHANG);
-
-			if (w == p)
-				break;
-			if (w < 0)
-				die("waitpid");
-			if (now_ns() - t0 > 20000000000ull) {
-				fprintf(stderr, "forkexec: child %ld (mode %ld) hung for 20 s\n", i, i % 4);
-				kill(p, SIGKILL);
-				waitpid(p, &st, 0);
-				hung++;
-				break;
-			}
-			sleep_ms(1);
-		}
-		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-			fprintf(stderr, "forkexec: child %ld (mode %ld) status %#x\n", i, i % 4, st);
-			bad++;
-		}
+		r = wait_child(p, "forkexec", i);
+		hung += r == -2;
+		bad += r == -1;
 	}
 	atomic_store(&stop, 1);
 	for (int t = 0; t < nthreads; t++)

@@ -92,33 +92,6 @@ static int child_main(long i)
 	return 0;
 }
 
-static int wait_for(pid_t p, long i)
-{
-	uint64_t t0 = now_ns();
-	int st = 0;
-
-	for (;;) {
-		pid_t w = waitpid(p, &st, WNOHANG);
-
-		if (w == p)
-			break;
-		if (w < 0)
-			die("waitpid");
-		if (now_ns() - t0 > 20000000000ull) {
-			fprintf(stderr, "spawn: child %ld hung for 20 s\n", i);
-			kill(p, SIGKILL);
-			waitpid(p, &st, 0);
-			return -1;
-		}
-		sleep_ms(1);
-	}
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		fprintf(stderr, "spawn: child %ld (mode %ld) status %#x\n", i, i % 4, st);
-		return -1;
-	}
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	pthread_t th[64];
@@ -193,7 +166,7 @@ int main(int argc, char **argv)
 			expect++;
 			break;
 		}
-		if (wait_for(p, i) < 0)
+		if (wait_child(p, "spawn", i) < 0)
 			bad++;
 	}
 	atomic_store(&stop, 1);
