@@ -881,7 +881,7 @@ static struct row *collect_rows(const struct table *t, size_t *nrows)
 			continue;
 		*r = (struct row){
 			.idx = i, .owner = g->owner, .state = st, .mode = g->mode,
-			.users = atomic_load(&g->users),
+			.users = RS_GW_USERS(atomic_load(&g->gw)),
 			.wanted = RS_GW_WANTED(atomic_load(&g->gw)) != 0,
 			.alive = t->alive[g->owner],
 			.pid = t->seg->procs[g->owner].pid,

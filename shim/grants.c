@@ -5,7 +5,7 @@
  * when they are wanted, when the file is closed, and at exit.
  *
  * A cache entry is one 64-bit word: the grant's byte offset in the
- * segment << 32 | its generation (RS_GWORD_*),
+ * its generation << 32 | the grant's byte offset in the segment (RS_GWORD_*),
  * so readers need no lock: whatever they read is re-validated against the
  * grant's generation in the table after they have counted themselves in.
  * Entries change under grants_mtx of the file.
@@ -15,6 +15,9 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "futex.h"
@@ -30,6 +33,9 @@ struct rs_segment *rs_node_seg;
 uint32_t rs_node_me;
 
 static struct rs_nt table;
+/* Mappings of earlier attachments (exit, then attached again): grants
+ * entered through them are still left through them. */
+static struct rs_segment *old_maps[4];
 static _Atomic uint32_t attach_mtx;
 static int attach_state;   /* 0 not tried, 1 attached, 2 failed */
 
@@ -52,25 +58,41 @@ static void node_off(const char *why)
 		       "are still coordinated, other processes are NOT", why);
 }
 
-static int attach(void)
+/* Attach, or attach again after exit unregistered us (a destructor that
+ * runs after ours, or a straggling thread, still does I/O: it must not
+ * go uncoordinated).  Under attach_mtx, which fork also takes, so no child
+ * is forked while the segment's descriptor sits at a low number. */
+static int attach_locked(void)
 {
 	char why[256];
 
-	rs_mutex_lock(&attach_mtx);
-	if (attach_state == 0) {
-		if (rs_nt_register(&table, rs_cfg.shm_name, why, sizeof(why)) == 0) {
-			/* Out of the application's way (fdtable.h); the app may
-			 * still move it, so liveness checks read it from there. */
-			table.map.fd = rs_fd_hide(table.map.fd);
-			atomic_store(&rs_private_fd[0], table.map.fd);
-			table.map.fd_slot = &rs_private_fd[0];
-			rs_node_me = table.me;
-			__atomic_store_n(&rs_node_seg, table.map.seg, __ATOMIC_RELEASE);
-			attach_state = 1;
-		} else {
-			node_off(why);
-		}
+	if (table.map.seg)
+		for (int i = 0; i < 4; i++)
+			if (!old_maps[i] || old_maps[i] == table.map.seg) {
+				old_maps[i] = table.map.seg;
+				break;
+			}
+
+	if (rs_nt_register(&table, rs_cfg.shm_name, why, sizeof(why)) < 0) {
+		node_off(why);
+		return -1;
 	}
+	/* Out of the application's way (fdtable.h); the app may still move
+	 * it, so liveness checks read it from there. */
+	table.map.fd = rs_fd_hide(table.map.fd);
+	atomic_store(&rs_private_fd[0], table.map.fd);
+	table.map.fd_slot = &rs_private_fd[0];
+	rs_node_me = table.me;
+	__atomic_store_n(&rs_node_seg, table.map.seg, __ATOMIC_RELEASE);
+	attach_state = 1;
+	return 0;
+}
+
+static int attach(void)
+{
+	rs_mutex_lock(&attach_mtx);
+	if (attach_state == 0)
+		attach_locked();
 	rs_mutex_unlock(&attach_mtx);
 	return attach_state == 1 ? 0 : -1;
 }
@@ -87,47 +109,61 @@ static void cache_remove(struct rs_file *f, uint64_t w)
 
 static uint64_t word(uint32_t idx, uint32_t gen)
 {
-	return (uint64_t)RS_GWORD_OFF(idx) << 32 | gen;
+	return (uint64_t)gen << 32 | RS_GWORD_OFF(idx);
 }
 
-void rs_grant_idle(struct rs_gref *ref)
+/* Mark our incarnation gen of g as no longer cached: no new user gets
+ * in, and the last one out gives it back.  Returns the users inside at
+ * that moment, or -1 if g is no longer ours at that generation. */
+static int64_t mark_uncached(struct rs_seg_grant *g, uint32_t gen)
+{
+	uint64_t v = atomic_load(&g->gw);
+
+	for (;;) {
+		if (RS_GW_GEN(v) != gen)
+			return -1;
+		if (atomic_compare_exchange_weak(&g->gw, &v, v | RS_WANTED_SELF))
+			return RS_GW_USERS(v);
+	}
+}
+
+/* Which slot of the table g is, in whichever of our mappings it lies. */
+static uint32_t grant_index(const struct rs_seg_grant *g)
+{
+	struct rs_segment *seg = __atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE);
+
+	for (int i = -1; i < 4; i++) {
+		struct rs_segment *m = i < 0 ? seg : old_maps[i];
+
+		if (m && g >= m->grants && g < m->grants + RS_NGRANT)
+			return (uint32_t)(g - m->grants);
+	}
+	return UINT32_MAX;
+}
+
+void rs_grant_idle(struct rs_gref *ref, uint64_t old)
 {
 	struct rs_seg_grant *g = ref->g;
-	uint64_t w = ref->w;
-	uint32_t idx = RS_GWORD_IDX(w), gen = (uint32_t)w;
+	uint32_t idx = grant_index(g), gen = RS_GW_GEN(old);
+	uint64_t v;
 
+	ref->g = NULL;
+	if (RS_GW_USERS(old) != 1 || idx == UINT32_MAX)
+		return;		/* not the last: the last one out does this */
 	rs_mutex_lock(&ref->file->grants_mtx);
-	/* Someone may have come in meanwhile; then they will see to it. */
-	if (atomic_load(&g->users) == 0 &&
-	    (RS_GW_WANTED(atomic_load(&g->gw)) || RS_GW_GEN(atomic_load(&g->gw)) != gen)) {
-		cache_remove(ref->file, w);
-		if (RS_GW_GEN(atomic_load(&g->gw)) == gen) {
-			rs_nt_release(&table, idx, gen);
-			RS_COUNT(node_revokes, 1);
-		}
+	v = atomic_load(&g->gw);
+	/* Nobody can have come in since: a wanted bit keeps them out. */
+	if (RS_GW_USERS(v) == 0 && RS_GW_GEN(v) == gen) {
+		cache_remove(ref->file, word(idx, gen));
+		rs_nt_release(&table, idx, gen);
+		RS_COUNT(node_revokes, 1);
 	}
 	rs_mutex_unlock(&ref->file->grants_mtx);
-	ref->g = NULL;
 }
 
-void rs_grant_drop(struct rs_gref *ref)
-{
-	struct rs_seg_grant *g = ref->g;
-
-	if (atomic_fetch_sub(&g->users, 1) == 1) {
-		rs_grant_idle(ref);
-		return;
-	}
-	if (RS_GW_GEN(atomic_load(&g->gw)) != (uint32_t)ref->w) {
-		rs_mutex_lock(&ref->file->grants_mtx);
-		cache_remove(ref->file, ref->w);
-		rs_mutex_unlock(&ref->file->grants_mtx);
-	}
-	ref->g = NULL;
-}
-
-/* Make room in the cache: give back an idle grant; if all are busy, the
- * new grant is used uncached and released by its last user. */
+/* Make room in the cache: drop a stale entry, or give back an idle
+ * grant; if all are busy, the new grant is used uncached and released by
+ * its last user.  Under f->grants_mtx. */
 static int cache_slot(struct rs_file *f)
 {
 	for (int i = 0; i < RS_NCACHE; i++)
@@ -136,14 +172,14 @@ static int cache_slot(struct rs_file *f)
 	for (int i = 0; i < RS_NCACHE; i++) {
 		uint64_t w = atomic_load(&f->grants[i]);
 		uint32_t idx = RS_GWORD_IDX(w);
-		struct rs_seg_grant *g = &rs_node_seg->grants[idx & (RS_NGRANT - 1)];
+		int64_t users = mark_uncached(&rs_node_seg->grants[idx & (RS_NGRANT - 1)],
+					      RS_GWORD_GEN(w));
 
-		/* Dekker with a thread entering it: mark first, then look. */
-		atomic_fetch_or(&g->gw, RS_WANTED_SELF);
-		if (atomic_load(&g->users) != 0)
+		if (users > 0)
 			continue;	/* its last user releases it */
 		atomic_store(&f->grants[i], 0);
-		rs_nt_release(&table, idx, (uint32_t)w);
+		if (users == 0)
+			rs_nt_release(&table, idx, RS_GWORD_GEN(w));
 		return i;
 	}
 	return -1;
@@ -187,11 +223,19 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	req.window = RS_GRANT_WINDOW;
 	/* No lock of ours is held while we wait for other processes: their
 	 * holders may need one to give back what we wait for. */
-	if (rs_nt_acquire(&table, &req, &res, why, sizeof(why)) < 0) {
-		rs_mutex_unlock(&f->acquire_mtx);
-		node_off(why);
-		errno = saved;
-		return 0;
+	while (rs_nt_acquire(&table, &req, &res, why, sizeof(why)) < 0) {
+		/* Unregistered by exit, and still doing I/O: attach again. */
+		int again;
+
+		rs_mutex_lock(&attach_mtx);
+		again = table.me < RS_NPROC || attach_locked() == 0;
+		rs_mutex_unlock(&attach_mtx);
+		if (!again) {
+			rs_mutex_unlock(&f->acquire_mtx);
+			errno = saved;
+			return 0;
+		}
+		seg = __atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE);
 	}
 	RS_COUNT(node_acquires, 1);
 	RS_COUNT(node_wanted, res.wanted);
@@ -208,11 +252,10 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	if (slot >= 0)
 		atomic_store_explicit(&f->grants[slot], word(res.idx, res.gen), memory_order_release);
 	else
-		atomic_fetch_or(&g->gw, RS_WANTED_SELF);
+		mark_uncached(g, res.gen);
 	rs_mutex_unlock(&f->grants_mtx);
 	rs_mutex_unlock(&f->acquire_mtx);
 	ref->g = g;
-	ref->w = word(res.idx, res.gen);
 	ref->file = f;
 	errno = saved;
 	return 1;
@@ -226,39 +269,62 @@ void rs_grant_file_closed(struct rs_file *f)
 	for (int i = 0; i < RS_NCACHE; i++) {
 		uint64_t w = atomic_exchange(&f->grants[i], 0);
 		uint32_t idx = RS_GWORD_IDX(w);
-		struct rs_seg_grant *g;
 
-		if (!w)
-			continue;
-		g = &rs_node_seg->grants[idx & (RS_NGRANT - 1)];
-		atomic_fetch_or(&g->gw, RS_WANTED_SELF);
-		if (atomic_load(&g->users) == 0)
-			rs_nt_release(&table, idx, (uint32_t)w);
+		if (w && mark_uncached(&rs_node_seg->grants[idx & (RS_NGRANT - 1)], RS_GWORD_GEN(w)) == 0)
+			rs_nt_release(&table, idx, RS_GWORD_GEN(w));
 	}
 	rs_mutex_unlock(&f->grants_mtx);
 }
 
-/* The child starts with no grant: the parent's stay the parent's. */
+/* No child is forked in the middle of an attach: its descriptor would be
+ * inherited at a low number, outside the child's fork handling. */
+void rs_grants_fork_prepare(void)
+{
+	rs_mutex_lock(&attach_mtx);
+}
+
+void rs_grants_fork_parent(void)
+{
+	rs_mutex_unlock(&attach_mtx);
+}
+
+/*
+ * The child starts with no grant and no slot: the parent's stay the
+ * parent's.  It must also drop every reference to the parent's open file
+ * description of the segment, which carries the parent's liveness lock:
+ * while the child holds one, a parent killed mid-write would look alive
+ * to everyone.  The descriptor is closed, and the mapping (made through a
+ * description of its own, segment.c, but still the parent's view) is
+ * replaced by inert anonymous memory, so no stale pointer can reach the
+ * table.  The child attaches afresh on its first coordinated call.
+ */
 void rs_grants_fork_child(void)
 {
-	if (attach_state == 1) {
-		table.map.fd = atomic_load(&rs_private_fd[0]);
-		rs_nt_forget(&table);
-		atomic_store(&rs_private_fd[0], -1);
-	}
+	int fd = atomic_exchange(&rs_private_fd[0], -1);
+
+	if (fd >= 0)
+		syscall(SYS_close, fd);
+	if (table.map.seg)
+		mmap(table.map.seg, sizeof(struct rs_segment), PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+	table.map.fd = -1;
+	table.map.fd_slot = NULL;
+	rs_nt_forget(&table);
 	__atomic_store_n(&rs_node_seg, NULL, __ATOMIC_RELAXED);
 	attach_state = 0;
 	atomic_store(&attach_mtx, 0);
 	rs_grants_init();
 }
 
-/* At exit other threads may still be doing I/O: new calls stop using
- * node grants first, then ours are given back. */
+/*
+ * At exit: give back what we hold and our slot.  Other threads, and
+ * destructors that run after ours, may still do I/O: they stay
+ * coordinated, attaching again if they need a grant (rs_grant_enter_slow).
+ */
 void rs_grants_exit(void)
 {
-	__atomic_store_n(&rs_node_on, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&rs_node_seg, NULL, __ATOMIC_RELEASE);
+	rs_mutex_lock(&attach_mtx);
 	if (attach_state == 1)
 		rs_nt_unregister(&table);
-	attach_state = 2;
+	rs_mutex_unlock(&attach_mtx);
 }

@@ -17,16 +17,20 @@
 #include "fdtable.h"
 #include "segment.h"
 
-/* Cache words: the grant's byte offset in the segment (never 0: the
- * header comes first) << 32 | generation.  0 is an empty entry. */
+/* Cache words: the grant's generation << 32 | its byte offset in the
+ * segment (never 0: the header comes first).  0 is an empty entry.  The
+ * offset is below 2^30, so one xor with the grant's word, shifted right
+ * by 30, is zero exactly when the generation matches and no wanted bit
+ * is set (segment.h): the fast path's whole test. */
 #define RS_GWORD_OFF(idx) ((uint32_t)(offsetof(struct rs_segment, grants) + \
 				      (size_t)(idx) * sizeof(struct rs_seg_grant)))
-#define RS_GWORD_IDX(w) ((uint32_t)(((w) >> 32) - offsetof(struct rs_segment, grants)) / \
+#define RS_GWORD_IDX(w) ((uint32_t)((uint32_t)(w) - offsetof(struct rs_segment, grants)) / \
 			 (uint32_t)sizeof(struct rs_seg_grant))
+#define RS_GWORD_GEN(w) ((uint32_t)((w) >> 32))
+_Static_assert(sizeof(struct rs_segment) < (1u << 30), "cache words need offsets below 2^30");
 
 struct rs_gref {
 	struct rs_seg_grant *g;     /* NULL: no grant held (node scope off) */
-	uint64_t w;                 /* the cache word (RS_GWORD_*) */
 	struct rs_file *file;
 };
 
@@ -38,13 +42,13 @@ extern uint32_t rs_node_me;
 void rs_grants_init(void);
 int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
 			struct rs_gref *ref);
-/* ref holds one user of its grant: give it up, releasing the grant if it
- * is wanted, stale or no longer cached. */
-void rs_grant_drop(struct rs_gref *ref);
-/* The last user has just left: release if wanted or uncached. */
-void rs_grant_idle(struct rs_gref *ref);
+/* A user has just left a wanted grant; old is the word before it left:
+ * if it was the last, release the grant. */
+void rs_grant_idle(struct rs_gref *ref, uint64_t old);
 /* Last description of f closed: give its grants back. */
 void rs_grant_file_closed(struct rs_file *f);
+void rs_grants_fork_prepare(void);
+void rs_grants_fork_parent(void);
 void rs_grants_fork_child(void);
 void rs_grants_exit(void);
 
@@ -57,25 +61,27 @@ rs_grant_enter_cached(struct rs_segment *seg, struct rs_file *f, uint64_t start,
 	for (int i = 0; i < RS_NCACHE; i++) {
 		uint64_t w = atomic_load_explicit(&f->grants[i], memory_order_acquire);
 		struct rs_seg_grant *g;
+		uint64_t v;
 
 		if (!w)
 			continue;
-		g = (struct rs_seg_grant *)((char *)seg + (w >> 32));
+		g = (struct rs_seg_grant *)((char *)seg + (uint32_t)w);
 		/* Racy reads, checked by the generation below. */
-		if (__atomic_load_n(&g->start, __ATOMIC_RELAXED) > start ||
+		if (__atomic_load_n(&g->start, __ATOMIC_ACQUIRE) > start ||
 		    end > __atomic_load_n(&g->end, __ATOMIC_RELAXED) ||
 		    (rlmode == 2 && __atomic_load_n(&g->mode, __ATOMIC_RELAXED) != RS_G_EXSH))
 			continue;
-		/* Dekker with the revoker: it sets wanted, then reads users.
-		 * The same generation means the same incarnation of the slot,
-		 * which was ours: freeing bumps it. */
-		atomic_fetch_add_explicit(&g->users, 1, memory_order_seq_cst);
-		ref->g = g;
-		ref->w = w;
-		if (__builtin_expect(atomic_load_explicit(&g->gw, memory_order_seq_cst) == w << 32, 1))
-			return 1;
-		ref->file = f;
-		rs_grant_drop(ref);
+		/* In only while the word still has our generation and no
+		 * wanted bit: one CAS, so a revoker either sees us inside or
+		 * has already moved the generation on (segment.h). */
+		v = atomic_load_explicit(&g->gw, memory_order_relaxed);
+		while (__builtin_expect(((v ^ w) >> 30) == 0, 1)) {
+			if (__builtin_expect(atomic_compare_exchange_weak_explicit(
+				    &g->gw, &v, v + 1, memory_order_seq_cst, memory_order_relaxed), 1)) {
+				ref->g = g;
+				return 1;
+			}
+		}
 		return 0;
 	}
 	return 0;
@@ -106,13 +112,15 @@ static inline __attribute__((always_inline)) void
 rs_grant_leave(struct rs_gref *ref, struct rs_file *f)
 {
 	struct rs_seg_grant *g = ref->g;
+	uint64_t old;
 
 	if (!g)
 		return;
-	if (atomic_fetch_sub_explicit(&g->users, 1, memory_order_seq_cst) == 1 &&
-	    RS_GW_WANTED(atomic_load_explicit(&g->gw, memory_order_seq_cst))) {
+	old = atomic_fetch_sub_explicit(&g->gw, 1, memory_order_seq_cst);
+	/* Any wanted bit: one compare for both bits (users >= 1 here). */
+	if (__builtin_expect((uint32_t)old - 1 > RS_GW_USERS_MASK, 0)) {
 		ref->file = f;
-		rs_grant_idle(ref);
+		rs_grant_idle(ref, old);
 	}
 }
 

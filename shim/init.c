@@ -39,14 +39,18 @@ static const char *env(const char *name)
 	return getenv(name);
 }
 
+/* Lock order: the attach lock, then the fd table's (attach hides its
+ * descriptor through the fd table). */
 void rs_fork_prepare(void)
 {
+	rs_grants_fork_prepare();
 	rs_fdt_fork_prepare();
 }
 
 void rs_fork_parent(void)
 {
 	rs_fdt_fork_parent();
+	rs_grants_fork_parent();
 }
 
 void rs_after_fork_child(void)

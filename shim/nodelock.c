@@ -63,6 +63,7 @@
 #include "nodelock.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdio.h>
@@ -72,11 +73,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "futex.h"
+#include "log.h"
 #include "rangeshim/rangelock.h"
 
 #define WAIT_SLICE_NS   (20ull * 1000 * 1000)
 #define LIVENESS_NS     (100ull * 1000 * 1000)
-#define LOCK_TIMEOUT_NS (2ull * 1000 * 1000 * 1000)
+/* A value in the lock word that names no slot is given this long to go
+ * away (a holder releasing it) before it is taken for garbage. */
+#define GARBAGE_NS      (1000ull * 1000 * 1000)
+
+/* After this long blocked on a live process, say who it is (once per
+ * wait), as the kernel's hung-task warning does.  Tests lower it. */
+uint64_t rs_nt_warn_ns = 5ull * 1000 * 1000 * 1000;
 
 uint64_t rs_nt_now_ns(void)
 {
@@ -112,69 +121,159 @@ static void wait_change(struct rs_segment *s, uint32_t seen, uint64_t ns)
 	errno = saved;
 }
 
-static uint32_t lock_id(const struct rs_nt *t)
+/*
+ * "pid 1234 (dd), stopped": who a waiter waits for, from /proc, read with
+ * raw syscalls (the shim's wrappers are not for its own files).  The pid
+ * comes from untrusted memory; it is only ever printed.
+ */
+void rs_nt_describe(int32_t pid, char *buf, size_t len)
 {
-	return t->me < RS_NPROC ? t->me + 1 : RS_LOCK_ANON;
+	char path[48], stat[512], comm[64] = "?";
+	const char *state = "state unknown";
+	int saved = errno;
+	long n = -1;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = pid > 0 ? (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC) : -1;
+	if (fd >= 0) {
+		n = syscall(SYS_read, fd, stat, sizeof(stat) - 1);
+		syscall(SYS_close, fd);
+	}
+	if (n > 0) {
+		char *open, *close;
+
+		stat[n] = '\0';
+		open = strchr(stat, '(');
+		close = strrchr(stat, ')');
+		if (open && close && close > open && close[1] == ' ') {
+			size_t c = (size_t)(close - open - 1);
+
+			if (c >= sizeof(comm))
+				c = sizeof(comm) - 1;
+			memcpy(comm, open + 1, c);
+			comm[c] = '\0';
+			switch (close[2]) {
+			case 'R': state = "running"; break;
+			case 'S': state = "sleeping"; break;
+			case 'D': state = "in uninterruptible sleep"; break;
+			case 'T': state = "stopped (SIGSTOP or Ctrl-Z; SIGCONT resumes it)"; break;
+			case 't': state = "stopped by a debugger"; break;
+			case 'Z': state = "a zombie"; break;
+			default: state = "alive"; break;
+			}
+		}
+	}
+	snprintf(buf, len, "pid %d (%s), %s", (int)pid, comm, state);
+	errno = saved;
 }
 
-/* After taking the lock from a dead or impossible holder: it may have
- * died anywhere inside, so every record is checked anew, and the free
- * slots get a new generation (it may have died inside free_grant,
- * between marking a slot free and bumping its generation). */
-static int scrub(struct rs_segment *s, char *why, size_t whylen)
+static int32_t slot_pid(const struct rs_segment *s, uint32_t slot)
 {
-	if (rs_seg_check(s, why, whylen) < 0)
-		return -1;
+	return slot < RS_NPROC ? s->procs[slot].pid : -1;
+}
+
+/* A freed slot: the next generation, no users, no wanted bits; only
+ * then does its state say FREE, so nobody can count into it meanwhile. */
+static void free_grant(struct rs_seg_grant *g)
+{
+	uint64_t v = atomic_load(&g->gw);
+
+	while (!atomic_compare_exchange_weak(&g->gw, &v, RS_GW_FREE(RS_GW_GEN(v) + 1)))
+		;
+	atomic_store(&g->state, RS_G_FREE);
+}
+
+/* Revoke g if nobody is inside it; otherwise mark it wanted.  One CAS
+ * decides, so a holder entering at the same moment either gets in first
+ * (and we mark it) or finds the generation moved on.  1 if revoked. */
+static int revoke_or_want(struct rs_seg_grant *g, unsigned bit, int *newly_wanted)
+{
+	uint64_t v = atomic_load(&g->gw);
+
+	*newly_wanted = 0;
+	for (;;) {
+		if (RS_GW_USERS(v) == 0) {
+			if (atomic_compare_exchange_weak(&g->gw, &v, RS_GW_FREE(RS_GW_GEN(v) + 1))) {
+				atomic_store(&g->state, RS_G_FREE);
+				return 1;
+			}
+		} else if (v & bit) {
+			return 0;
+		} else if (atomic_compare_exchange_weak(&g->gw, &v, v | bit)) {
+			*newly_wanted = 1;
+			return 0;
+		}
+	}
+}
+
+/* After taking the lock from a dead holder: it may have died anywhere
+ * inside.  Records are written state-last and grants are freed by one
+ * CAS on their word, so the only loose end is a slot it was filling or
+ * freeing: give every free slot a clean word of a new generation. */
+static void scrub(struct rs_segment *s)
+{
 	for (uint32_t i = 0; i < RS_NGRANT; i++)
 		if (atomic_load(&s->grants[i].state) == RS_G_FREE)
-			atomic_fetch_add(&s->grants[i].gw, 1ull << 32);
-	return 0;
+			atomic_store(&s->grants[i].gw,
+				     RS_GW_FREE(RS_GW_GEN(atomic_load(&s->grants[i].gw)) + 1));
 }
 
 /*
- * Take the table lock.  -1: unusable (corrupt, or held for seconds).
- * A holder that died is found by its liveness lock and the lock taken
- * over; a value no live process could have written is taken over at once;
- * an anonymous holder (a process registering) after a second.
+ * The table lock.
+ *
+ * Pre:  t->me is our process slot, whose liveness byte we hold.
+ * Post: hdr.lock == t->me + 1, and no other live process is inside.
+ *
+ * Threads of one process take t->local first, so within a process only
+ * one thread ever contends for the shared word, and our own id in it can
+ * only be a dead previous owner's of our slot (we hold the slot's byte,
+ * so that owner is dead).  A holder is taken over only when it is
+ * provably dead: its liveness byte is free.  A live holder is waited for
+ * however long it takes; after rs_nt_warn_ns the waiter says whom it
+ * waits for.  A value naming no slot (only a stray write makes one) is
+ * taken over once it has stood still for GARBAGE_NS.
  */
-static int table_lock(struct rs_nt *t, char *why, size_t whylen)
+static void table_lock(struct rs_nt *t)
 {
 	struct rs_segment *s = t->map.seg;
-	uint32_t me = lock_id(t), seen = 0;
-	uint64_t start = rs_nt_now_ns(), seen_since = start, last_live = start;
+	uint32_t me = t->me + 1, seen = 0;
+	uint64_t start = rs_nt_now_ns(), seen_since = start, last_live = 0;
+	int warned = 0;
 
+	rs_mutex_lock(&t->local);
 	for (;;) {
 		uint32_t v = 0;
 		uint64_t now;
 		int steal = 0;
 
 		if (atomic_compare_exchange_strong(&s->hdr.lock, &v, me))
-			return 0;
+			return;
 		now = rs_nt_now_ns();
 		if (v != seen) {
 			seen = v;
 			seen_since = now;
 		}
-		if (me != RS_LOCK_ANON && v == me)
-			steal = 0;		/* another thread of ours */
-		else if (v == RS_LOCK_ANON)
-			steal = now - seen_since > LIVENESS_NS * 10;
+		if (v == me)
+			steal = 1;
 		else if (v > RS_NPROC)
-			steal = 1;		/* nobody could have written it */
+			steal = now - seen_since > GARBAGE_NS;
 		else if (now - last_live > LIVENESS_NS) {
 			last_live = now;
 			steal = !rs_seg_alive(&t->map, v - 1);
 		}
 		if (steal && atomic_compare_exchange_strong(&s->hdr.lock, &v, me)) {
-			if (scrub(s, why, whylen) == 0)
-				return 0;
-			atomic_store(&s->hdr.lock, 0);
-			return -1;
+			scrub(s);
+			return;
 		}
-		if (now - start > LOCK_TIMEOUT_NS) {
-			snprintf(why, whylen, "table lock held for over %llu s",
-				 (unsigned long long)(LOCK_TIMEOUT_NS / 1000000000ull));
-			return -1;
+		if (!steal && !warned && now - start > rs_nt_warn_ns && v && v <= RS_NPROC) {
+			char who[160];
+
+			warned = 1;
+			rs_nt_describe(slot_pid(s, v - 1), who, sizeof(who));
+			rs_log(RS_LOG_WARN, "blocked for %llu s on the node lock table %s, held by %s; "
+			       "waiting (no lock is given up while its holder lives)",
+			       (unsigned long long)((now - start) / 1000000000ull), t->map.path, who);
 		}
 		atomic_fetch_add(&s->hdr.lock_waiters, 1);
 		{
@@ -188,67 +287,75 @@ static int table_lock(struct rs_nt *t, char *why, size_t whylen)
 	}
 }
 
+/* Release from our own id only: a lock that is no longer ours (only a
+ * stray write can do that) is left to whoever has it. */
 static void table_unlock(struct rs_nt *t)
 {
 	struct rs_segment *s = t->map.seg;
+	uint32_t me = t->me + 1;
 
-	atomic_store(&s->hdr.lock, 0);
+	if (!atomic_compare_exchange_strong(&s->hdr.lock, &me, 0))
+		rs_log(RS_LOG_ERROR, "node lock table %s: the table lock was overwritten "
+		       "(it holds %u, not our %u): the segment is being written by something "
+		       "other than rangeshim", t->map.path, me, t->me + 1);
 	if (atomic_load(&s->hdr.lock_waiters)) {
 		int saved = errno;
 
 		syscall(SYS_futex, &s->hdr.lock, FUTEX_WAKE, 1, NULL, NULL, 0);
 		errno = saved;
 	}
+	rs_mutex_unlock(&t->local);
 }
 
-static void free_grant(struct rs_seg_grant *g)
+void rs_nt_lock_table(struct rs_nt *t)
 {
-	uint64_t v = atomic_load(&g->gw);
-
-	atomic_store(&g->state, RS_G_FREE);
-	/* Next generation, no wanted bit; a stale holder's racing fetch_or
-	 * is either overwritten or cleared again by fill(). */
-	while (!atomic_compare_exchange_weak(&g->gw, &v, (uint64_t)(RS_GW_GEN(v) + 1) << 32))
-		;
+	table_lock(t);
 }
 
-/* Under the table mutex. */
+void rs_nt_unlock_table(struct rs_nt *t)
+{
+	table_unlock(t);
+}
+
+/* A process slot that is not FREE (LIVE, or garbage) and whose liveness
+ * byte nobody holds belonged to a process that is gone. */
+static int slot_dead(struct rs_nt *t, uint32_t p)
+{
+	return p != t->me && atomic_load(&t->map.seg->procs[p].state) != RS_PROC_FREE &&
+	       !rs_seg_alive(&t->map, p);
+}
+
+/* Under the table lock. */
 static uint32_t reclaim_locked(struct rs_nt *t)
 {
 	struct rs_segment *s = t->map.seg;
 	uint32_t dead = 0;
+	unsigned char gone[RS_NPROC];
 
 	for (uint32_t p = 0; p < RS_NPROC; p++) {
-		if (p == t->me || atomic_load(&s->procs[p].state) != RS_PROC_LIVE ||
-		    rs_seg_alive(&t->map, p))
-			continue;
-		for (uint32_t i = 0; i < RS_NGRANT; i++) {
-			struct rs_seg_grant *g = &s->grants[i];
-
-			if (atomic_load(&g->state) == RS_G_FREE || g->owner != p)
-				continue;
-			/* Its threads died inside calls: nobody will count them
-			 * out, and no thread of a dead process can count in. */
-			atomic_store(&g->users, 0);
-			free_grant(g);
-		}
-		atomic_store(&s->procs[p].state, RS_PROC_FREE);
-		s->procs[p].gen++;
-		dead++;
+		gone[p] = (unsigned char)slot_dead(t, p);
+		dead += gone[p];
 	}
-	/* A grant whose owner slot is free belongs to nobody who will ever
-	 * drain or release it (only corruption makes one): nobody may wait
-	 * for it forever. */
+	/* Grants of the dead, and grants naming no live slot at all (only a
+	 * stray write makes one): nobody will ever drain or release them.
+	 * Their threads died inside calls; nobody can count into them. */
 	for (uint32_t i = 0; i < RS_NGRANT; i++) {
 		struct rs_seg_grant *g = &s->grants[i];
 		uint32_t o = g->owner;
 
-		if (atomic_load(&g->state) != RS_G_FREE && o < RS_NPROC && o != t->me &&
+		if (atomic_load(&g->state) == RS_G_FREE || o == t->me)
+			continue;
+		if (o >= RS_NPROC || gone[o] ||
 		    atomic_load(&s->procs[o].state) != RS_PROC_LIVE) {
-			atomic_store(&g->users, 0);
 			free_grant(g);
-			dead++;
+			dead += !(o < RS_NPROC && gone[o]);
 		}
+	}
+	for (uint32_t p = 0; p < RS_NPROC; p++) {
+		if (!gone[p])
+			continue;
+		atomic_store(&s->procs[p].state, RS_PROC_FREE);
+		s->procs[p].gen++;
 	}
 	if (dead) {
 		atomic_fetch_add(&s->hdr.reclaims, dead);
@@ -259,11 +366,11 @@ static uint32_t reclaim_locked(struct rs_nt *t)
 
 uint32_t rs_nt_reclaim(struct rs_nt *t)
 {
-	char why[160];
 	uint32_t n;
 
-	if (table_lock(t, why, sizeof(why)) < 0)
+	if (!t->map.seg || t->me >= RS_NPROC)
 		return 0;
+	table_lock(t);
 	n = reclaim_locked(t);
 	table_unlock(t);
 	return n;
@@ -296,78 +403,79 @@ int rs_nt_register(struct rs_nt *t, const char *name, char *why, size_t whylen)
 	return -1;
 }
 
+/*
+ * A registrant first claims a slot's liveness byte, then takes the table
+ * lock under that slot's id: from its first instant inside, it can be told
+ * from the dead, so nobody takes the lock from it while it lives.
+ */
 static int register_once(struct rs_nt *t, const char *name, char *why, size_t whylen)
 {
 	struct rs_segment *s;
 
 	t->me = UINT32_MAX;
+	atomic_store(&t->local, 0);
 	t->pid = (int32_t)syscall(SYS_getpid);
 	if (rs_seg_attach(&t->map, name, 1, why, whylen) < 0)
 		return -1;
 	s = t->map.seg;
-	if (table_lock(t, why, whylen) < 0) {
-		rs_seg_detach(&t->map);
-		return -1;
-	}
-	reclaim_locked(t);
 	for (uint32_t p = 0; p < RS_NPROC; p++) {
-		if (atomic_load(&s->procs[p].state) != RS_PROC_FREE || rs_seg_claim(&t->map, p) < 0)
+		/* A cheap look first; the byte decides. */
+		if (atomic_load(&s->procs[p].state) == RS_PROC_LIVE && rs_seg_alive(&t->map, p))
 			continue;
-		/* A slot freed by reclaim may still list grants if its owner
-		 * died mid-update; they are the dead owner's, not ours. */
-		for (uint32_t i = 0; i < RS_NGRANT; i++)
-			if (atomic_load(&s->grants[i].state) != RS_G_FREE && s->grants[i].owner == p)
-				free_grant(&s->grants[i]);
-		s->procs[p].pid = t->pid;
-		s->procs[p].gen++;
-		s->procs[p].attached_ns = realtime_ns();
-		atomic_store(&s->procs[p].state, RS_PROC_LIVE);
+		if (rs_seg_claim(&t->map, p) < 0)
+			continue;
 		t->me = p;
 		break;
 	}
-	table_unlock(t);
 	if (t->me == UINT32_MAX) {
 		snprintf(why, whylen, "all %u process slots of %s are in use", RS_NPROC, t->map.path);
 		rs_seg_detach(&t->map);
 		return -1;
 	}
+	/* Ours alone while we hold its byte: name ourselves before we take
+	 * the lock, so that whoever waits for us can say who we are. */
+	s->procs[t->me].pid = t->pid;
+	table_lock(t);
+	reclaim_locked(t);
+	/* Our slot may still list a dead previous owner's grants. */
+	for (uint32_t i = 0; i < RS_NGRANT; i++)
+		if (atomic_load(&s->grants[i].state) != RS_G_FREE && s->grants[i].owner == t->me)
+			free_grant(&s->grants[i]);
+	s->procs[t->me].pid = t->pid;
+	s->procs[t->me].gen++;
+	s->procs[t->me].attached_ns = realtime_ns();
+	atomic_store(&s->procs[t->me].state, RS_PROC_LIVE);
+	table_unlock(t);
 	return 0;
 }
 
 void rs_nt_unregister(struct rs_nt *t)
 {
 	struct rs_segment *s = t->map.seg;
-	char why[160];
+	uint32_t busy = 0;
 
-	if (!s)
+	if (!s || t->me >= RS_NPROC)
 		return;
-	if (table_lock(t, why, sizeof(why)) == 0) {
-		uint32_t busy = 0;
+	table_lock(t);
+	for (uint32_t i = 0; i < RS_NGRANT; i++) {
+		struct rs_seg_grant *g = &s->grants[i];
+		int ignored;
 
-		for (uint32_t i = 0; i < RS_NGRANT; i++) {
-			struct rs_seg_grant *g = &s->grants[i];
-
-			if (atomic_load(&g->state) == RS_G_FREE || g->owner != t->me)
-				continue;
-			/* A thread still inside a call (exit with threads
-			 * running) keeps its grant; our death frees it. */
-			atomic_fetch_or(&g->gw, RS_WANTED_SELF);
-			if (atomic_load(&g->users) == 0)
-				free_grant(g);
-			else
-				busy++;
-		}
-		if (!busy) {
-			atomic_store(&s->procs[t->me].state, RS_PROC_FREE);
-			s->procs[t->me].gen++;
-		}
-		table_unlock(t);
-		wake_all(s);
-		if (busy) {
-			t->me = UINT32_MAX;
-			return;	/* keep the fd: its liveness lock goes when we die */
-		}
+		if (atomic_load(&g->state) == RS_G_FREE || g->owner != t->me)
+			continue;
+		/* A thread still inside a call (exit with threads running)
+		 * keeps its grant; its last user or our death frees it. */
+		if (!revoke_or_want(g, RS_WANTED_SELF, &ignored))
+			busy++;
 	}
+	if (!busy) {
+		atomic_store(&s->procs[t->me].state, RS_PROC_FREE);
+		s->procs[t->me].gen++;
+	}
+	table_unlock(t);
+	wake_all(s);
+	if (busy)
+		return;	/* keep slot and fd: the liveness lock goes when we die */
 	/* The mapping stays: at exit, other threads may still be leaving
 	 * grants they entered.  The fd (and our liveness lock) goes. */
 	if (t->map.fd_slot) {
@@ -391,6 +499,7 @@ void rs_nt_forget(struct rs_nt *t)
 	t->map.fd = -1;
 	t->map.seg = NULL;
 	t->me = UINT32_MAX;
+	atomic_store(&t->local, 0);
 }
 
 static int compatible(unsigned a, unsigned b)
@@ -398,9 +507,15 @@ static int compatible(unsigned a, unsigned b)
 	return a == RS_G_SHARED && b == RS_G_SHARED;
 }
 
+/* A malformed range (only a stray write makes one) is taken to cover the
+ * whole file: it may block, it may not let anyone through. */
 static int overlaps(const struct rs_seg_grant *g, uint64_t start, uint64_t end)
 {
-	return g->start < end && start < g->end;
+	uint64_t gs = g->start, ge = g->end;
+
+	if (gs >= ge)
+		return 1;
+	return gs < end && start < ge;
 }
 
 static uint32_t find_free(struct rs_segment *s)
@@ -417,28 +532,20 @@ static uint32_t evict_idle(struct rs_segment *s)
 {
 	for (uint32_t i = 0; i < RS_NGRANT; i++) {
 		struct rs_seg_grant *g = &s->grants[i];
+		int ignored;
 
 		if (atomic_load(&g->state) != RS_G_HELD)
 			continue;
-		atomic_fetch_or(&g->gw, RS_WANTED);
-		if (atomic_load(&g->users) == 0) {
-			free_grant(g);
+		if (revoke_or_want(g, RS_WANTED, &ignored))
 			return i;
-		}
 	}
 	return UINT32_MAX;
 }
 
+/* users: 1 to hand the grant over with the caller counted in. */
 static void fill(struct rs_nt *t, struct rs_seg_grant *g, const struct rs_nt_req *r,
-		 uint64_t start, uint64_t end, uint32_t state, uint32_t ticket)
+		 uint64_t start, uint64_t end, uint32_t state, uint32_t ticket, uint32_t users)
 {
-	/* users is left alone: a holder of the previous incarnation may be
-	 * between its increment and its decrement (it backs off when it
-	 * sees the generation moved); resetting it would make that
-	 * decrement underflow. */
-	/* A new generation: no cached word of an earlier incarnation can
-	 * match, whatever happened to the slot before. */
-	atomic_store(&g->gw, (uint64_t)(RS_GW_GEN(atomic_load(&g->gw)) + 1) << 32);
 	__atomic_store_n(&g->mode, r->mode, __ATOMIC_RELAXED);
 	g->owner = t->me;
 	g->ticket = ticket;
@@ -448,7 +555,28 @@ static void fill(struct rs_nt *t, struct rs_seg_grant *g, const struct rs_nt_req
 	__atomic_store_n(&g->start, start, __ATOMIC_RELAXED);
 	__atomic_store_n(&g->end, end, __ATOMIC_RELAXED);
 	g->since_ns = realtime_ns();
+	/* A new generation: no cached word of an earlier incarnation can
+	 * match, whatever happened to the slot before. */
+	atomic_store(&g->gw, RS_GW_FREE(RS_GW_GEN(atomic_load(&g->gw)) + 1) | users);
 	atomic_store(&g->state, state);
+}
+
+struct blocker {
+	uint32_t owner;
+	uint64_t start, end;
+};
+
+static void say_blocked(struct rs_nt *t, const struct rs_nt_req *r, const struct blocker *b,
+			uint64_t waited_ns)
+{
+	char who[160];
+
+	rs_nt_describe(slot_pid(t->map.seg, b->owner), who, sizeof(who));
+	rs_log(RS_LOG_WARN, "blocked for %llu s on a node grant of file %llx:%llu bytes "
+	       "[%llu, %llu), held by %s; waiting (no lock is given up while its holder lives)",
+	       (unsigned long long)(waited_ns / 1000000000ull), (unsigned long long)r->dev,
+	       (unsigned long long)r->ino, (unsigned long long)r->start,
+	       (unsigned long long)r->end, who);
 }
 
 int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_result *res,
@@ -457,15 +585,19 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 	struct rs_segment *s = t->map.seg;
 	uint32_t wait_idx = UINT32_MAX, ticket = 0;
 	uint64_t t0 = 0, last_live = 0;
-	int contended = 0;
+	int contended = 0, warned = 0;
 
 	memset(res, 0, sizeof(*res));
+	if (!s || t->me >= RS_NPROC) {
+		snprintf(why, whylen, "not attached to the node lock table");
+		return -1;
+	}
 	for (;;) {
 		uint64_t lo = 0, hi = RS_RANGE_EOF;
 		uint32_t conflicts = 0, seen, idx;
+		struct blocker blk = { UINT32_MAX, 0, 0 };
 
-		if (table_lock(t, why, whylen) < 0)
-			goto fail;
+		table_lock(t);
 		if (wait_idx != UINT32_MAX &&
 		    (atomic_load(&s->grants[wait_idx].state) != RS_G_WAIT ||
 		     s->grants[wait_idx].owner != t->me))
@@ -473,14 +605,15 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 		for (uint32_t i = 0; i < RS_NGRANT; i++) {
 			struct rs_seg_grant *g = &s->grants[i];
 			uint32_t st = atomic_load(&g->state);
+			int newly;
 
 			if (st == RS_G_FREE || g->owner == t->me || g->dev != r->dev || g->ino != r->ino)
 				continue;
-			if (g->owner >= RS_NPROC || g->start >= g->end ||
-			    atomic_load(&g->users) > RS_MAX_USERS) {
-				snprintf(why, whylen, "grant %u is malformed", i);
-				table_unlock(t);
-				goto fail;
+			if (g->owner >= RS_NPROC) {
+				/* Names no process: nobody could hold it. */
+				free_grant(g);
+				res->reclaimed++;
+				continue;
 			}
 			if (compatible(g->mode, r->mode))
 				continue;
@@ -498,16 +631,19 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 					conflicts++;
 				continue;
 			}
-			if (!(atomic_fetch_or(&g->gw, RS_WANTED) & RS_WANTED)) {
-				res->wanted++;
-				atomic_fetch_add(&s->hdr.wanted_calls, 1);
-			}
-			if (atomic_load(&g->users) == 0) {
-				free_grant(g);
+			/* HELD, or a state only a stray write makes: either way
+			 * it goes only once nobody is inside it. */
+			if (revoke_or_want(g, RS_WANTED, &newly)) {
 				res->revoked++;
 				atomic_fetch_add(&s->hdr.revokes, 1);
 				continue;
 			}
+			if (newly) {
+				res->wanted++;
+				atomic_fetch_add(&s->hdr.wanted_calls, 1);
+			}
+			if (blk.owner == UINT32_MAX)
+				blk = (struct blocker){ g->owner, g->start, g->end };
 			conflicts++;
 		}
 		if (conflicts == 0) {
@@ -528,8 +664,7 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 				}
 				/* Counted in before the table is unlocked: an idle
 				 * grant is revocable, and this one is about to be used. */
-				atomic_fetch_add(&s->grants[idx].users, 1);
-				fill(t, &s->grants[idx], r, start, end, RS_G_HELD, 0);
+				fill(t, &s->grants[idx], r, start, end, RS_G_HELD, 0, 1);
 				atomic_fetch_add(&s->hdr.acquires, 1);
 				res->gen = RS_GW_GEN(atomic_load(&s->grants[idx].gw));
 				table_unlock(t);
@@ -552,7 +687,7 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 			idx = find_free(s);
 			if (idx != UINT32_MAX) {
 				ticket = ++s->hdr.next_ticket;
-				fill(t, &s->grants[idx], r, r->start, r->end, RS_G_WAIT, ticket);
+				fill(t, &s->grants[idx], r, r->start, r->end, RS_G_WAIT, ticket, 0);
 				wait_idx = idx;
 			}
 		}
@@ -566,25 +701,33 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 			res->reclaimed += rs_nt_reclaim(t);
 			last_live = rs_nt_now_ns();
 		}
+		if (!warned && blk.owner != UINT32_MAX && rs_nt_now_ns() - t0 > rs_nt_warn_ns) {
+			warned = 1;
+			say_blocked(t, r, &blk, rs_nt_now_ns() - t0);
+		}
 	}
-fail:
-	if (wait_idx != UINT32_MAX && s->grants[wait_idx].owner == t->me)
-		free_grant(&s->grants[wait_idx]);
-	return -1;
 }
 
 void rs_nt_release(struct rs_nt *t, uint32_t idx, uint32_t gen)
 {
 	struct rs_segment *s = t->map.seg;
 	struct rs_seg_grant *g;
-	char why[160];
 
-	if (!s || idx >= RS_NGRANT || table_lock(t, why, sizeof(why)) < 0)
+	if (!s || idx >= RS_NGRANT || t->me >= RS_NPROC)
 		return;
+	table_lock(t);
 	g = &s->grants[idx];
-	if (atomic_load(&g->state) == RS_G_HELD && g->owner == t->me &&
-	    RS_GW_GEN(atomic_load(&g->gw)) == gen)
-		free_grant(g);
+	if (atomic_load(&g->state) == RS_G_HELD && g->owner == t->me) {
+		uint64_t v = atomic_load(&g->gw);
+
+		/* Only our incarnation, and only once nobody is inside. */
+		while (RS_GW_GEN(v) == gen && RS_GW_USERS(v) == 0) {
+			if (atomic_compare_exchange_weak(&g->gw, &v, RS_GW_FREE(gen + 1))) {
+				atomic_store(&g->state, RS_G_FREE);
+				break;
+			}
+		}
+	}
 	table_unlock(t);
 	wake_all(s);
 }

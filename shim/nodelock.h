@@ -16,7 +16,11 @@ struct rs_nt {
 	struct rs_seg_map map;
 	uint32_t me;          /* our process slot */
 	int32_t pid;
+	_Atomic uint32_t local;  /* one thread of ours at the table lock at a time */
 };
+
+/* Blocked on a live process this long: say whom we wait for. */
+extern uint64_t rs_nt_warn_ns;
 
 struct rs_nt_req {
 	uint64_t dev, ino;
@@ -49,10 +53,11 @@ void rs_nt_forget(struct rs_nt *t);
  * Pre:  registered; req->start < req->end.
  * Post: 0 and res->idx is a grant held by us, covering the request, with
  *       no other process holding an incompatible overlapping grant, and
- *       with one user counted in (the caller's; leave it with users-- as
- *       for any grant, or rs_nt_release); or -1
- *       when the table is unusable (corrupt, lock unobtainable), with why.
- * Waits, re-checking the liveness of the holders it waits for.
+ *       with one user counted in (the caller's; leave it by decrementing
+ *       gw as for any grant); -1 only when not registered.
+ * Never gives up: waits for live holders however long they take (and
+ * says whom it waits for after rs_nt_warn_ns), takes over only from the
+ * dead, re-checking their liveness as it waits.
  */
 int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *req, struct rs_nt_result *res,
 		  char *why, size_t whylen);
@@ -65,5 +70,12 @@ void rs_nt_release(struct rs_nt *t, uint32_t idx, uint32_t gen);
 uint32_t rs_nt_reclaim(struct rs_nt *t);
 
 uint64_t rs_nt_now_ns(void);
+
+/* "pid 1234 (dd), stopped (...)": for messages about whom we wait for. */
+void rs_nt_describe(int32_t pid, char *buf, size_t len);
+
+/* The table lock itself, for tests that play a holder stopped inside. */
+void rs_nt_lock_table(struct rs_nt *t);
+void rs_nt_unlock_table(struct rs_nt *t);
 
 #endif

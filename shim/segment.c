@@ -49,7 +49,7 @@ void rs_seg_init(struct rs_segment *s)
 	__atomic_store_n(&h->magic, RS_SEG_MAGIC, __ATOMIC_RELEASE);
 }
 
-int rs_seg_check(const struct rs_segment *s, char *why, size_t whylen)
+int rs_seg_check_header(const struct rs_segment *s, char *why, size_t whylen)
 {
 	const struct rs_seg_header *h = &s->hdr;
 
@@ -61,6 +61,21 @@ int rs_seg_check(const struct rs_segment *s, char *why, size_t whylen)
 	    h->proc_size != sizeof(struct rs_seg_proc) ||
 	    h->grant_size != sizeof(struct rs_seg_grant) || h->total_size != sizeof(*s))
 		return WHY("table layout differs from this build's"), -1;
+	return 0;
+}
+
+int rs_seg_grant_ok(const struct rs_seg_grant *g)
+{
+	uint64_t gw = atomic_load(&g->gw);
+
+	return g->owner < RS_NPROC && (g->mode == RS_G_SHARED || g->mode == RS_G_EXSH) &&
+	       g->start < g->end && RS_GW_USERS(gw) <= RS_MAX_USERS;
+}
+
+int rs_seg_check(const struct rs_segment *s, char *why, size_t whylen)
+{
+	if (rs_seg_check_header(s, why, whylen) < 0)
+		return -1;
 	for (uint32_t i = 0; i < RS_NPROC; i++) {
 		uint32_t st = atomic_load(&s->procs[i].state);
 
@@ -73,10 +88,7 @@ int rs_seg_check(const struct rs_segment *s, char *why, size_t whylen)
 
 		if (st > RS_G_WAIT)
 			return WHY("grant %u has state %u", i, st), -1;
-		if (st == RS_G_FREE)
-			continue;
-		if (g->owner >= RS_NPROC || (g->mode != RS_G_SHARED && g->mode != RS_G_EXSH) ||
-		    g->start >= g->end || atomic_load(&g->users) > RS_MAX_USERS)
+		if (st != RS_G_FREE && !rs_seg_grant_ok(g))
 			return WHY("grant %u is malformed", i), -1;
 	}
 	return 0;
@@ -87,6 +99,36 @@ static int open_file(const char *path, int create)
 	int flags = O_RDWR | O_NOFOLLOW | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0);
 
 	return (int)syscall(SYS_openat, AT_FDCWD, path, flags, 0600);
+}
+
+/*
+ * Map the file through an open file description of its own, closed at
+ * once: a mapping holds a reference to the description it was made from,
+ * and the liveness lock lives as long as its description does.  Mapped
+ * from fd itself, a forked child's inherited mapping (or anything else
+ * that outlives our fd) would keep a dead process looking alive.
+ */
+static struct rs_segment *map_separately(int fd, const char *path, const struct stat *want,
+					 int *err)
+{
+	struct stat st;
+	void *s;
+	int mfd = open_file(path, 0);
+
+	(void)fd;
+	if (mfd < 0) {
+		*err = errno;
+		return NULL;
+	}
+	if (fstat(mfd, &st) < 0 || st.st_dev != want->st_dev || st.st_ino != want->st_ino) {
+		*err = ESTALE;	/* replaced under us: the caller starts over */
+		syscall(SYS_close, mfd);
+		return NULL;
+	}
+	s = mmap(NULL, sizeof(struct rs_segment), PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	*err = errno;
+	syscall(SYS_close, mfd);
+	return s == MAP_FAILED ? NULL : s;
 }
 
 int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why, size_t whylen)
@@ -142,9 +184,8 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 		return WHY("%s has size %lld, expected %zu", m->path, (long long)st.st_size,
 			   sizeof(*s)), -1;
 	}
-	s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (s == MAP_FAILED) {
-		err = errno;
+	s = map_separately(fd, m->path, &st, &err);
+	if (!s) {
 		syscall(SYS_close, fd);
 		return WHY("cannot map %s: %s", m->path, strerror(err)), -1;
 	}
@@ -158,7 +199,10 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 			rs_seg_init(s);
 	}
 	flock(fd, LOCK_UN);
-	if (rs_seg_check(s, why, whylen) < 0) {
+	/* Only the header decides whether we can use the table at all; a
+	 * malformed slot is dealt with where it is met (nodelock.c), and
+	 * must not keep anyone out of node scope. */
+	if (rs_seg_check_header(s, why, whylen) < 0) {
 		char reason[160];
 
 		snprintf(reason, sizeof(reason), "%s", why);

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define RS_SEG_MAGIC   0x31304d4853534752ull   /* "RGSSHM01" */
-#define RS_SEG_VERSION 3u
+#define RS_SEG_VERSION 4u
 #define RS_NPROC       256u
 #define RS_NGRANT      1024u
 /* Liveness: each attached process holds an OFD write lock on one byte of
@@ -22,19 +22,30 @@
  * the process dies, so a dead holder is told from a live one exactly, and
  * a reused pid cannot pass for it. */
 #define RS_LIVE_BASE   (1ull << 40)
-#define RS_LOCK_ANON   0x10000u
 /* More threads than this in one grant means the count is garbage. */
 #define RS_MAX_USERS   (1u << 20)
 
 enum rs_proc_state { RS_PROC_FREE = 0, RS_PROC_LIVE = 1 };
 enum rs_grant_state { RS_G_FREE = 0, RS_G_HELD = 1, RS_G_WAIT = 2 };
 enum rs_grant_mode { RS_G_SHARED = 1, RS_G_EXSH = 2 };
-/* Wanted bits (low half of gw): any bit set means "admit no new user;
- * the last user leaving releases the grant". */
-#define RS_GW_GEN(v)    ((uint32_t)((v) >> 32))
-#define RS_GW_WANTED(v) ((uint32_t)(v))
-#define RS_WANTED        1u   /* another process needs it (set by revokers) */
-#define RS_WANTED_SELF   2u   /* no longer in the holder's cache */
+/*
+ * A grant's state word, gw: generation << 32 | wanted bits | users.
+ *
+ * One word, so that every decision about a grant is one compare-and-swap
+ * on it: a thread enters only if the generation is the one it cached and
+ * no wanted bit is set, a revoker frees only if users is 0, and nobody can
+ * count itself into an incarnation of the slot it did not mean (a stale
+ * cache word fails the CAS; it never touches another grant's count).
+ * Wanted bits mean "admit no new user; the last user leaving releases the
+ * grant".  The generation moves on whenever the slot is freed.
+ */
+#define RS_GW_GEN(v)     ((uint32_t)((v) >> 32))
+#define RS_WANTED        (1u << 31)   /* another process needs it (revokers) */
+#define RS_WANTED_SELF   (1u << 30)   /* no longer in the holder's cache */
+#define RS_GW_USERS_MASK ((1u << 30) - 1)
+#define RS_GW_WANTED(v)  ((uint32_t)(v) & (RS_WANTED | RS_WANTED_SELF))
+#define RS_GW_USERS(v)   ((uint32_t)(v) & RS_GW_USERS_MASK)
+#define RS_GW_FREE(gen)  ((uint64_t)(gen) << 32)
 
 struct rs_seg_proc {
 	_Atomic uint32_t state;
@@ -46,10 +57,10 @@ struct rs_seg_proc {
 };
 
 struct rs_seg_grant {
-	/* The holder's line: users is written only by the holder's threads
-	 * (the fast path touches nothing else); the rest changes only under
-	 * the table mutex, when the slot is filled or freed. */
-	_Atomic uint32_t users;
+	/* Changes only under the table lock, when the slot is filled or
+	 * freed; the fast path reads start, end and mode racily and trusts
+	 * them only if gw still has the generation it cached. */
+	uint32_t pad_users;
 	_Atomic uint32_t state;
 	uint32_t mode;
 	uint32_t owner;             /* proc slot */
@@ -58,9 +69,8 @@ struct rs_seg_grant {
 	uint64_t dev, ino;
 	uint64_t start, end;        /* [start, end), end == RS_RANGE_EOF: infinity */
 	uint64_t since_ns;          /* CLOCK_REALTIME when granted or queued */
-	/* Written by other processes (revokers).  gen << 32 | wanted bits:
-	 * one load tells the fast path both "still the incarnation I cached"
-	 * and "nobody asked for it"; gen is bumped whenever the slot is freed. */
+	/* The state word (RS_GW_*): the holder's threads count themselves
+	 * in and out, other processes set wanted bits and free it. */
 	_Atomic uint64_t gw __attribute__((aligned(64)));
 	uint64_t pad[7];
 };
@@ -72,10 +82,12 @@ struct rs_seg_header {
 	uint32_t nproc, ngrant;
 	uint32_t proc_size, grant_size;
 	uint64_t total_size;
-	/* The table lock: 0, or the holder's process slot + 1 (RS_LOCK_ANON
-	 * while a process registers).  Our own futex lock rather than a
-	 * robust pthread mutex, whose glibc internals (kind, robust-list
-	 * pointers) would have to be trusted from untrusted memory. */
+	/* The table lock: 0, or the holder's process slot + 1.  A process
+	 * claims its slot's liveness byte before it first takes the lock, so
+	 * every holder can be checked for life.  Our own futex lock rather
+	 * than a robust pthread mutex, whose glibc internals (kind,
+	 * robust-list pointers) would have to be trusted from untrusted
+	 * memory. */
 	_Atomic uint32_t lock;
 	_Atomic uint32_t lock_waiters;
 	_Atomic uint32_t change __attribute__((aligned(64)));  /* futex: bumped on release */
@@ -107,8 +119,13 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 void rs_seg_detach(struct rs_seg_map *m);
 /* An empty, valid table: what a creator writes (magic last). */
 void rs_seg_init(struct rs_segment *s);
-/* Full consistency check of the slots; 0 if every field is in range. */
+/* Header and layout: what attach requires.  0 if usable. */
+int rs_seg_check_header(const struct rs_segment *s, char *why, size_t whylen);
+/* Full consistency check of the slots; 0 if every field is in range
+ * (for tools: the library copes with malformed slots one by one). */
 int rs_seg_check(const struct rs_segment *s, char *why, size_t whylen);
+/* A non-free grant's fields are in range. */
+int rs_seg_grant_ok(const struct rs_seg_grant *g);
 /* Path of the file behind a segment name, under /dev/shm. */
 int rs_seg_path(const char *name, char *path, size_t len);
 

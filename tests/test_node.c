@@ -621,8 +621,8 @@ Test(node, corrupt_lock_word)
 {
 	valid_segment(set_lock_word, (int)(RS_NPROC + 7));
 	expect_fallback("table lock word naming no slot", 0);
-	valid_segment(set_lock_word, (int)RS_LOCK_ANON);
-	expect_fallback("table lock word of a registration that never ends", 0);
+	valid_segment(set_lock_word, (int)0x10000);
+	expect_fallback("table lock word far past the slots", 0);
 	valid_segment(set_lock_word, 3);
 	expect_fallback("table lock word of a free slot", 0);
 }
