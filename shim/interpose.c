@@ -106,12 +106,34 @@ RS_WRAP_IO(int, posix_fallocate, (int fd, off_t off, off_t len), (fd, off, len),
 RS_WRAP_IO(int, posix_fallocate64, (int fd, off_t off, off_t len), (fd, off, len),
 	   fd, RS_RL_WRITE, RS_FROM_OFFSET, off, 0)
 
-/* preadv2/pwritev2: offset -1 means the file offset; RWF_APPEND appends. */
+#ifndef RWF_NOAPPEND
+#define RWF_NOAPPEND 0x00000020
+#endif
+
+/*
+ * Where a pwritev2 writes (kiocb_set_rw_flags in include/linux/fs.h,
+ * generic_write_checks in mm/filemap.c): RWF_APPEND at end of file, even
+ * without O_APPEND; RWF_NOAPPEND at the offset, even with O_APPEND (or
+ * EPERM on an append-only inode, before anything is written).  Offset -1
+ * is the file offset (pwritev2 in fs/read_write.c), which the flags move
+ * just as they move an explicit offset.  Reads ignore both.
+ */
+static inline unsigned rwf_place(unsigned mode, int flags)
+{
+	if (mode != RS_RL_WRITE)
+		return 0;
+	/* Both at once is EINVAL before anything is written: lock what the
+	 * call names, [off, off + len), rather than all of end of file. */
+	if (flags & RWF_NOAPPEND)
+		return RS_T_NOAPPEND;
+	return (flags & RWF_APPEND) ? RS_T_APPEND : 0;
+}
+
 #define RS_PREADV2(name, mode)                                                \
 	RS_WRAP(ssize_t, name, (int fd, const struct iovec *iov, int cnt, off_t off, int flags), \
 		(fd, iov, cnt, off, flags),                                   \
 		rs_io_iov(&io, fd, mode, off == -1 ? RS_AT_CURSOR : RS_AT_OFFSET, off, iov, cnt, \
-			  mode == RS_RL_WRITE && (flags & RWF_APPEND)))
+			  rwf_place(mode, flags)))
 
 RS_PREADV2(preadv2, RS_RL_READ)
 RS_PREADV2(preadv64v2, RS_RL_READ)
@@ -119,14 +141,16 @@ RS_PREADV2(pwritev2, RS_RL_WRITE)
 RS_PREADV2(pwritev64v2, RS_RL_WRITE)
 
 /* Size-preserving modes touch [off, off+len); the rest may move or grow
- * everything after off. */
+ * everything after off.  All of len: vfs_fallocate (fs/open.c) has no
+ * MAX_RW_COUNT cap, so a 4 GiB punch must lock 4 GiB. */
 static void begin_fallocate(struct rs_io *io, int fd, int mode, off_t off, off_t len)
 {
 	int keep = (mode & FALLOC_FL_KEEP_SIZE) &&
 		   !(mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE));
+	struct rs_target t = { fd, RS_RL_WRITE, keep ? RS_AT_OFFSET : RS_FROM_OFFSET,
+			       RS_T_WHOLE, off, len > 0 ? (uint64_t)len : 0, 0, 0 };
 
-	rs_io_one(io, fd, RS_RL_WRITE, keep ? RS_AT_OFFSET : RS_FROM_OFFSET, off,
-		  len > 0 ? (uint64_t)len : 0);
+	rs_io_begin(io, &t, 1);
 }
 
 #define RS_FALLOCATE(name)                                                    \
@@ -143,27 +167,33 @@ RS_FALLOCATE(fallocate64)
 RS_TRUNCATE_PATH(truncate)
 RS_TRUNCATE_PATH(truncate64)
 
-/* Read-lock the source, write-lock the destination; iolock.c orders them. */
+/* Read-lock the source, write-lock the destination; iolock.c orders them.
+ * whole: RS_T_WHOLE when the kernel may act on all of len. */
 static void begin_copy(struct rs_io *io, int in, const off_t *in_off, int out,
-		       const off_t *out_off, size_t len)
+		       const off_t *out_off, size_t len, unsigned whole)
 {
 	struct rs_target t[2] = {
-		{ in, RS_RL_READ, in_off ? RS_AT_OFFSET : RS_AT_CURSOR, 0,
+		{ in, RS_RL_READ, in_off ? RS_AT_OFFSET : RS_AT_CURSOR, whole,
 		  rs_read_off(in_off), len, 0, 0 },
-		{ out, RS_RL_WRITE, out_off ? RS_AT_OFFSET : RS_AT_CURSOR, 0,
+		{ out, RS_RL_WRITE, out_off ? RS_AT_OFFSET : RS_AT_CURSOR, whole,
 		  rs_read_off(out_off), len, 0, 0 },
 	};
 
 	rs_io_begin(io, t, 2);
 }
 
+/* vfs_copy_file_range (fs/read_write.c) caps len at MAX_RW_COUNT only on
+ * its splice fallback; a file system's own ->copy_file_range (NFS, FUSE,
+ * Ceph, SMB) gets all of it. */
 RS_WRAP(ssize_t, copy_file_range,
 	(int in, off_t *in_off, int out, off_t *out_off, size_t len, unsigned flags),
-	(in, in_off, out, out_off, len, flags), begin_copy(&io, in, in_off, out, out_off, len))
+	(in, in_off, out, out_off, len, flags),
+	begin_copy(&io, in, in_off, out, out_off, len, RS_T_WHOLE))
 
+/* do_sendfile (fs/read_write.c) caps count at MAX_RW_COUNT. */
 #define RS_SENDFILE(name)                                                     \
 	RS_WRAP(ssize_t, name, (int out, int in, off_t *off, size_t count),  \
-		(out, in, off, count), begin_copy(&io, in, off, out, NULL, count))
+		(out, in, off, count), begin_copy(&io, in, off, out, NULL, count, 0))
 
 RS_SENDFILE(sendfile)
 RS_SENDFILE(sendfile64)

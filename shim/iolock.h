@@ -24,11 +24,16 @@ enum rs_where {
 	RS_POS_ONLY,    /* only the file offset lock: lseek */
 };
 
+/* rs_target.flags */
+#define RS_T_APPEND   1u  /* RWF_APPEND: at end of file, whatever O_APPEND says */
+#define RS_T_NOAPPEND 2u  /* RWF_NOAPPEND: at the offset, even with O_APPEND */
+#define RS_T_WHOLE    4u  /* the kernel acts on all of len: no MAX_RW_COUNT cap */
+
 struct rs_target {
 	int fd;
 	unsigned mode;          /* RS_RL_READ or RS_RL_WRITE */
 	enum rs_where where;
-	int force_append;       /* RWF_APPEND */
+	unsigned flags;         /* RS_T_* */
 	int64_t off;
 	uint64_t len;           /* or, with iov set, computed from it */
 	const struct iovec *iov;
@@ -102,14 +107,26 @@ void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n);
 void rs_io_at_slow(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len);
 void rs_io_end_slow(struct rs_io *io);
 
-/* The kernel never moves more than this in one call (MAX_RW_COUNT). */
+/*
+ * The read/write family never moves more than this in one call
+ * (MAX_RW_COUNT): vfs_read/vfs_write and do_sendfile cap count, and
+ * import_iovec caps an iovec's total (fs/read_write.c, lib/iov_iter.c).
+ * Other calls act on all of their length: fallocate (vfs_fallocate in
+ * fs/open.c) and copy_file_range through a file system's own method
+ * (NFS, FUSE, Ceph: vfs_copy_file_range), so they must not be capped.
+ */
 #define RS_MAX_RW 0x7ffff000ull
 
+/* [start, start + len) saturated at RS_RANGE_EOF. */
+static inline uint64_t range_end_whole(uint64_t start, uint64_t len)
+{
+	return start > RS_RANGE_EOF - len ? RS_RANGE_EOF : start + len;
+}
+
+/* The same for one read or write: the kernel stops at RS_MAX_RW. */
 static inline uint64_t range_end(uint64_t start, uint64_t len)
 {
-	if (len > RS_MAX_RW)
-		len = RS_MAX_RW;
-	return start > RS_RANGE_EOF - len ? RS_RANGE_EOF : start + len;
+	return range_end_whole(start, len > RS_MAX_RW ? RS_MAX_RW : len);
 }
 
 /*
@@ -217,9 +234,9 @@ rs_io_one(struct rs_io *io, int fd, unsigned mode,
 /* The vector calls: the length is read from the array only once the fd
  * is known to be tracked (rs_iov_len). */
 static inline void rs_io_iov(struct rs_io *io, int fd, unsigned mode, enum rs_where where,
-			     int64_t off, const struct iovec *iov, int cnt, int force_append)
+			     int64_t off, const struct iovec *iov, int cnt, unsigned flags)
 {
-	struct rs_target t = { fd, mode, where, force_append, off, 0, iov, cnt };
+	struct rs_target t = { fd, mode, where, flags, off, 0, iov, cnt };
 
 	rs_io_begin(io, &t, 1);
 }
