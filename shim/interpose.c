@@ -44,15 +44,23 @@ ssize_t __pread64_chk(int, void *, size_t, off_t, size_t);
 
 /* ---- data calls: one shape for all ---------------------------------- */
 
+/* The fast path gets a copy of its own, so that nothing has to be
+ * reloaded and tested after the real call (io escapes to the slow path). */
 #define RS_WRAP(ret, name, params, args, begin)                              \
 	RS_EXPORT ret name params                                            \
 	{                                                                    \
 		struct rs_io io;                                             \
 		ret r;                                                       \
 		begin;                                                       \
-		/* On the fast path everything is resolved already. */       \
-		r = io.fast ? rs_real.name args : REAL(ret, name, args);     \
-		rs_io_end(&io);                                              \
+		if (__builtin_expect(io.fast, 1)) {                          \
+			/* Everything is resolved already. */                \
+			r = rs_real.name args;                               \
+			rs_io_end_fast(&io);                                 \
+			return r;                                            \
+		}                                                            \
+		r = REAL(ret, name, args);                                   \
+		if (io.entered)                                              \
+			rs_io_end_slow(&io);                                 \
 		return r;                                                    \
 	}
 
@@ -385,6 +393,14 @@ RS_EXPORT void closefrom(int lo)
 		forget_range((unsigned)lo, UINT_MAX);
 }
 
+/* From a handler that interrupted the shim on this thread (which may
+ * hold the table mutex): classify newfd on first use. */
+static void duped_in_handler(int oldfd, int newfd)
+{
+	if (newfd >= 0 && newfd != oldfd && RS_LOAD(rs_depth) && syscall(SYS_getpid) == rs_pid)
+		rs_fdt_forget(newfd, rs_fdt_get(newfd));
+}
+
 static int duped(int oldfd, int newfd)
 {
 	int saved = errno;
@@ -392,9 +408,8 @@ static int duped(int oldfd, int newfd)
 	if (newfd >= 0 && newfd != oldfd && enter_fd_slow()) {
 		rs_fdt_duped(oldfd, newfd);
 		rs_leave_slow();
-	} else if (newfd >= 0 && newfd != oldfd && RS_LOAD(rs_depth) && syscall(SYS_getpid) == rs_pid) {
-		/* From a handler inside the shim: classify newfd on first use. */
-		rs_fdt_forget(newfd, rs_fdt_get(newfd));
+	} else {
+		duped_in_handler(oldfd, newfd);
 	}
 	errno = saved;
 	return newfd;
@@ -406,20 +421,98 @@ RS_EXPORT int dup(int fd)
 	return duped(fd, REAL(int, dup, (fd)));
 }
 
-RS_EXPORT int dup2(int oldfd, int newfd)
+/*
+ * dup2/dup3 onto a tracked fd (log rotation) re-point newfd inside the
+ * kernel, atomically for the application, while other threads may be in
+ * a locked call through it.  Without care a call could lock file X's
+ * range and have the kernel write file Y.  So the replacement waits for
+ * every call of this process on X to leave (a whole-file write lock on
+ * X's process range lock, after newfd's offset lock, in the general
+ * path's order), and the fd entry moves before the lock is released: a
+ * call that read the old entry and locks X afterwards sees the entry
+ * changed and starts over (rs_io_at and try_begin re-check it after
+ * locking).  No node grant: only this process's threads use its fd table.
+ * The thread holds nothing else while it waits.  Skipped where the caller
+ * may already hold a shim lock (a handler inside the shim) and in a vfork
+ * child (its own fd table, our memory): see enter_fd_slow.
+ */
+struct dup_hold {
+	int entered;            /* rs_depth raised: bookkeeping is ours */
+	struct rs_desc *desc;   /* newfd's description, offset lock held */
+	struct rs_file *file;   /* its file, whole-file write lock held */
+	struct rs_rl_node node;
+};
+
+static void dup_begin(struct dup_hold *h, int oldfd, int newfd)
 {
-	rs_ready();
-	if (oldfd != newfd)
-		rs_fd_evict(newfd);
-	return duped(oldfd, REAL(int, dup2, (oldfd, newfd)));
+	int saved = errno;
+	uint64_t e;
+	uint32_t fidx;
+
+	h->entered = 0;
+	h->desc = NULL;
+	h->file = NULL;
+	if (oldfd == newfd || newfd < 0 || !enter_fd_slow())
+		return;
+	h->entered = 1;
+	for (;;) {
+		e = rs_fdt_get(newfd);
+		/* An inherited fd another thread is about to classify and
+		 * lock counts as tracked too. */
+		if (e == RS_FD_UNKNOWN)
+			e = rs_fdt_classify(newfd);
+		if ((e & 3) != RS_FD_TRACKED)
+			break;
+		h->desc = rs_fdt_desc(e);
+		fidx = atomic_load_explicit(&h->desc->file, memory_order_acquire);
+		h->file = rs_fdt_file(fidx);
+		rs_mutex_lock(&h->desc->pos_mtx);
+		rs_rangelock_lock(&h->file->rl, &h->node, 0, RS_RANGE_EOF, RS_RL_WRITE);
+		if (rs_fdt_get(newfd) == e &&
+		    atomic_load_explicit(&h->desc->file, memory_order_relaxed) == fidx)
+			break;
+		/* Closed and reused under us: lock what it is now. */
+		rs_rangelock_unlock(&h->file->rl, &h->node);
+		rs_mutex_unlock(&h->desc->pos_mtx);
+		h->desc = NULL;
+		h->file = NULL;
+	}
+	errno = saved;
 }
 
-RS_EXPORT int dup3(int oldfd, int newfd, int flags)
+static int dup_end(struct dup_hold *h, int oldfd, int r)
 {
-	rs_ready();
-	rs_fd_evict(newfd);
-	return duped(oldfd, REAL(int, dup3, (oldfd, newfd, flags)));
+	int saved = errno;
+
+	if (!h->entered) {
+		duped_in_handler(oldfd, r);
+		errno = saved;
+		return r;
+	}
+	if (r >= 0 && r != oldfd)
+		rs_fdt_duped(oldfd, r);
+	if (h->file) {
+		rs_rangelock_unlock(&h->file->rl, &h->node);
+		rs_mutex_unlock(&h->desc->pos_mtx);
+	}
+	rs_leave_slow();
+	errno = saved;
+	return r;
 }
+
+#define RS_DUP_ONTO(name, params, args)                                       \
+	RS_EXPORT int name params                                             \
+	{                                                                     \
+		struct dup_hold h;                                            \
+		rs_ready();                                                   \
+		if (oldfd != newfd)                                           \
+			rs_fd_evict(newfd);                                   \
+		dup_begin(&h, oldfd, newfd);                                  \
+		return dup_end(&h, oldfd, REAL(int, name, args));             \
+	}
+
+RS_DUP_ONTO(dup2, (int oldfd, int newfd), (oldfd, newfd))
+RS_DUP_ONTO(dup3, (int oldfd, int newfd, int flags), (oldfd, newfd, flags))
 
 /* fcntl's third argument is an int or a pointer; passing it on as a
  * pointer-sized value is what glibc itself does. */

@@ -139,11 +139,12 @@ static inline uint64_t range_end(uint64_t start, uint64_t len)
 static inline __attribute__((always_inline)) void
 rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
 {
+	_Atomic uint64_t *ep;
 	struct rs_desc *desc;
 	struct rs_file *file;
 	uint64_t e, start, end;
 	uint32_t fidx;
-	int waited, d;
+	int d;
 
 	/* Count ourselves in before reading rs_fast: rs_cancel_wait()
 	 * depends on that order (iolock.c). */
@@ -162,7 +163,15 @@ rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
 		}
 		goto general;
 	}
-	e = rs_fdt_get(fd);
+	/* A negative fd or one beyond the table: the general path says
+	 * which (rs_fdt_get). */
+	if (__builtin_expect((unsigned)fd >= RS_FD_CAP, 0)) {
+		RS_STORE(rs_depth, 0);
+		goto general;
+	}
+	/* Kept for the re-check below, which then costs one load. */
+	ep = &rs_fd_entries[fd];
+	e = atomic_load_explicit(ep, memory_order_acquire);
 	if (__builtin_expect((e & 3) != RS_FD_TRACKED, 0)) {
 		RS_STORE(rs_depth, 0);
 		if (e != RS_FD_PASS)
@@ -184,14 +193,14 @@ rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
 	/* off < 2^63 and the clamped len < 2^31: no overflow. */
 	end = start + (len > RS_MAX_RW ? RS_MAX_RW : len);
 	/* Other processes first, then the other threads (grants.h). */
-	waited = rs_grant_enter(file, start, end, mode, &io->gref[0]);
-	waited |= rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start, end, mode);
-	/* Only a call that waited gave another thread time to close and
-	 * reuse the fd under it (a sub-microsecond window is otherwise the
-	 * application's own race, as without the shim). */
-	if (__builtin_expect(waited, 0) &&
-	    (atomic_load_explicit(&rs_fd_entries[fd], memory_order_acquire) != e ||
-	     atomic_load_explicit(&desc->file, memory_order_relaxed) != fidx)) {
+	rs_grant_enter(file, start, end, mode, &io->gref[0]);
+	rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start, end, mode);
+	/* Re-checked even when the lock was free at once: a dup2 onto fd
+	 * may have run to completion between our read of the entry and our
+	 * lock, and only the entry tells (interpose.c, dup_begin).  The
+	 * entry alone suffices: one equal to e is the same incarnation of
+	 * the description, so of the file too (new_entry, fdtable.c). */
+	if (__builtin_expect(atomic_load_explicit(ep, memory_order_acquire) != e, 0)) {
 		rs_rangelock_unlock(&file->rl, &io->hold[0].node);
 		rs_grant_leave(&io->gref[0], file);
 		RS_STORE(rs_depth, 0);
@@ -204,14 +213,21 @@ general:
 	rs_io_at_slow(io, fd, mode, off, len);
 }
 
+/* After a call rs_io_at took the fast way (io->fast). */
+static inline __attribute__((always_inline)) void
+rs_io_end_fast(struct rs_io *io)
+{
+	/* unlock saves errno itself on its (contended) wake path. */
+	rs_rangelock_unlock_fast(&io->hold[0].file->rl, &io->hold[0].node);
+	rs_grant_leave(&io->gref[0], io->hold[0].file);
+	RS_STORE(rs_depth, 0);	/* the fast path runs only from depth 0 */
+}
+
 static inline __attribute__((always_inline)) void
 rs_io_end(struct rs_io *io)
 {
 	if (__builtin_expect(io->fast, 1)) {
-		/* unlock saves errno itself on its (contended) wake path. */
-		rs_rangelock_unlock_fast(&io->hold[0].file->rl, &io->hold[0].node);
-		rs_grant_leave(&io->gref[0], io->hold[0].file);
-		RS_STORE(rs_depth, 0);	/* the fast path runs only from depth 0 */
+		rs_io_end_fast(io);
 		return;
 	}
 	if (io->entered)
