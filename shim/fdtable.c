@@ -305,6 +305,8 @@ static uint64_t install(int fd, int oflags, int fresh)
 		errno = saved;
 		return RS_FD_UNKNOWN;
 	}
+	/* Not opened before our eyes: O_APPEND may have been set anywhere
+	 * (inherited, fdopen's internal fcntl, a raw F_SETFL), so ask. */
 	if (!fresh && w) {
 		oflags = rs_real.fcntl(fd, F_GETFL);
 		if (oflags < 0) {
@@ -323,6 +325,10 @@ static uint64_t install(int fd, int oflags, int fresh)
 				shared = shared_desc(fd, (uint32_t)file);
 			if (shared != RS_FD_UNKNOWN) {
 				rs_fdt_desc(shared)->refs++;
+				/* One kernel description: what it says now holds
+				 * for every fd we know it by. */
+				atomic_store_explicit(&rs_fdt_desc(shared)->flags,
+						      desc_flags(oflags), memory_order_relaxed);
 				put_file((uint32_t)file);
 			} else {
 				desc = new_desc((uint32_t)file, desc_flags(oflags));

@@ -540,3 +540,105 @@ RS_DUP_ONTO(dup3, (int oldfd, int newfd, int flags), (oldfd, newfd, flags))
 
 RS_FCNTL(fcntl)
 RS_FCNTL(fcntl64)
+
+/* The description's flags changed behind our back (F_SETFL by a call we
+ * do not wrap): read them again.  Untracked fds are read on first use. */
+static void flags_changed(int fd)
+{
+	int saved = errno;
+
+	if (enter_fd_slow()) {
+		rs_fdt_setfl(fd);
+		rs_leave_slow();
+	}
+	errno = saved;
+}
+
+/* fdopen(fd, "a") turns O_APPEND on with a glibc-internal fcntl
+ * (_IO_new_fdopen in libio/iofdopen.c) that no wrapper sees; afterwards
+ * a write through fd appends, and must lock from end of file. */
+RS_EXPORT FILE *fdopen(int fd, const char *mode)
+{
+	FILE *fp;
+
+	rs_ready();
+	if (__builtin_expect(rs_real.fdopen == NULL, 0)) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	fp = rs_real.fdopen(fd, mode);
+	if (fp)
+		flags_changed(fd);
+	return fp;
+}
+
+/*
+ * syscall(SYS_fcntl, fd, F_SETFL, O_APPEND) changes O_APPEND as fcntl
+ * does, so syscall is wrapped too, for that one case.  Every call the shim
+ * makes through syscall() binds here as well (-Bsymbolic-functions), and
+ * a call may arrive before dlsym has answered, or from inside it: so the
+ * system call is made here, with the instruction itself, not through
+ * glibc's syscall, and nothing is resolved.  Six arguments are always
+ * passed, as glibc's syscall does (sysdeps/unix/sysv/linux/x86_64/
+ * syscall.S reads the sixth from the caller's stack whether it was given
+ * or not); the kernel ignores the ones a call does not take.  The result
+ * and errno follow glibc: -4095..-1 is -1 with errno set.  Other
+ * architectures are not wrapped (see limitations.md).
+ */
+#if defined(__x86_64__) || defined(__aarch64__)
+static inline long raw_syscall6(long nr, long a, long b, long c, long d, long e, long f)
+{
+#if defined(__x86_64__)
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	register long r9 __asm__("r9") = f;
+	long ret;
+
+	__asm__ __volatile__("syscall"
+			     : "=a"(ret)
+			     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+			     : "rcx", "r11", "memory");
+	return ret;
+#else
+	register long x8 __asm__("x8") = nr;
+	register long x0 __asm__("x0") = a;
+	register long x1 __asm__("x1") = b;
+	register long x2 __asm__("x2") = c;
+	register long x3 __asm__("x3") = d;
+	register long x4 __asm__("x4") = e;
+	register long x5 __asm__("x5") = f;
+
+	__asm__ __volatile__("svc 0"
+			     : "+r"(x0)
+			     : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
+			     : "memory");
+	return x0;
+#endif
+}
+
+/* va_arg past the arguments given reads the caller's frame, as glibc's
+ * assembly does; ASan would take that for an overflow. */
+__attribute__((no_sanitize("address")))
+RS_EXPORT long syscall(long nr, ...)
+{
+	va_list ap;
+	long a, b, c, d, e, f, r;
+
+	va_start(ap, nr);
+	a = va_arg(ap, long);
+	b = va_arg(ap, long);
+	c = va_arg(ap, long);
+	d = va_arg(ap, long);
+	e = va_arg(ap, long);
+	f = va_arg(ap, long);
+	va_end(ap);
+	r = raw_syscall6(nr, a, b, c, d, e, f);
+	if (__builtin_expect((unsigned long)r > -4096UL, 0)) {
+		errno = (int)-r;
+		return -1;
+	}
+	if (__builtin_expect(nr == SYS_fcntl && (int)b == F_SETFL, 0))
+		flags_changed((int)a);
+	return r;
+}
+#endif
