@@ -294,16 +294,33 @@ static uint64_t shared_desc(int fd, uint32_t file)
 	return RS_FD_UNKNOWN;
 }
 
-static uint64_t install(int fd, int oflags, int fresh)
+/* How install learns of fd: */
+enum how {
+	OPENED,         /* by a wrapped open: its flags are known */
+	FIRST_USE,      /* unknown until now; another thread may race us */
+	REPLACED,       /* re-pointed by a call we wrap (freopen) */
+};
+
+/* A replaced fd that turned out closed: forget it. */
+static uint64_t forget_replaced(int fd)
+{
+	rs_mutex_lock(&tbl_mtx);
+	set_entry(fd, RS_FD_UNKNOWN);
+	rs_mutex_unlock(&tbl_mtx);
+	return RS_FD_UNKNOWN;
+}
+
+static uint64_t install(int fd, int oflags, enum how how)
 {
 	uint64_t dev = 0, ino = 0, e, shared = RS_FD_UNKNOWN;
 	int saved = errno;
 	int64_t file, desc = -1;
+	int fresh = how == OPENED;
 	int w = wanted(fd, &dev, &ino);
 
 	if (w < 0) {
 		errno = saved;
-		return RS_FD_UNKNOWN;
+		return how == REPLACED ? forget_replaced(fd) : RS_FD_UNKNOWN;
 	}
 	/* Not opened before our eyes: O_APPEND may have been set anywhere
 	 * (inherited, fdopen's internal fcntl, a raw F_SETFL), so ask. */
@@ -312,7 +329,7 @@ static uint64_t install(int fd, int oflags, int fresh)
 		if (oflags < 0) {
 			/* Closed under us: -1 would read as O_APPEND|O_DIRECT. */
 			errno = saved;
-			return RS_FD_UNKNOWN;
+			return how == REPLACED ? forget_replaced(fd) : RS_FD_UNKNOWN;
 		}
 	}
 	errno = saved;
@@ -345,7 +362,10 @@ static uint64_t install(int fd, int oflags, int fresh)
 			rs_log(RS_LOG_ERROR, "fd table full: fd %d is not coordinated", fd);
 		}
 	}
-	if (fresh) {
+	/* A replacement goes in with one exchange: were the entry unknown
+	 * for a moment, a thread that looked at the old file before the
+	 * replacement could install that in its place. */
+	if (how != FIRST_USE) {
 		set_entry(fd, e);
 	} else {
 		uint64_t expect = RS_FD_UNKNOWN;
@@ -385,7 +405,7 @@ uint64_t rs_fdt_classify(int fd)
 		beyond_table(fd);
 		return RS_FD_PASS;
 	}
-	return install(fd, 0, 0);
+	return install(fd, 0, FIRST_USE);
 }
 
 void rs_fdt_opened(int fd, int flags)
@@ -394,7 +414,7 @@ void rs_fdt_opened(int fd, int flags)
 		beyond_table(fd);
 		return;
 	}
-	install(fd, flags, 1);
+	install(fd, flags, OPENED);
 }
 
 void rs_fdt_closed(int fd, uint64_t old)
@@ -437,6 +457,12 @@ void rs_fdt_duped(int oldfd, int newfd)
 		rs_fdt_desc(e)->refs++;
 	set_entry(newfd, e);
 	rs_mutex_unlock(&tbl_mtx);
+}
+
+void rs_fdt_replaced(int fd)
+{
+	if (fd >= 0 && (unsigned)fd < rs_fd_cap)
+		install(fd, 0, REPLACED);
 }
 
 void rs_fdt_setfl(int fd)

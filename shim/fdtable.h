@@ -122,6 +122,9 @@ void rs_fdt_closed_range(unsigned lo, unsigned hi);
 void rs_fdt_forget(int fd, uint64_t old);
 /* After dup/dup2/dup3/F_DUPFD made newfd a copy of oldfd. */
 void rs_fdt_duped(int oldfd, int newfd);
+/* After fd was re-pointed unseen (freopen's internal dup3) or closed:
+ * classify it again, replacing its entry in one step. */
+void rs_fdt_replaced(int fd);
 /* After F_SETFL on fd: re-read the description's flags. */
 void rs_fdt_setfl(int fd);
 /* For truncate(path): the file object for (dev, ino), or -1. */

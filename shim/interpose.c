@@ -480,6 +480,15 @@ static void dup_begin(struct dup_hold *h, int oldfd, int newfd)
 	errno = saved;
 }
 
+static void dup_unlock(struct dup_hold *h)
+{
+	if (h->file) {
+		rs_rangelock_unlock(&h->file->rl, &h->node);
+		rs_mutex_unlock(&h->desc->pos_mtx);
+	}
+	rs_leave_slow();
+}
+
 static int dup_end(struct dup_hold *h, int oldfd, int r)
 {
 	int saved = errno;
@@ -491,11 +500,7 @@ static int dup_end(struct dup_hold *h, int oldfd, int r)
 	}
 	if (r >= 0 && r != oldfd)
 		rs_fdt_duped(oldfd, r);
-	if (h->file) {
-		rs_rangelock_unlock(&h->file->rl, &h->node);
-		rs_mutex_unlock(&h->desc->pos_mtx);
-	}
-	rs_leave_slow();
+	dup_unlock(h);
 	errno = saved;
 	return r;
 }
@@ -513,6 +518,49 @@ static int dup_end(struct dup_hold *h, int oldfd, int r)
 
 RS_DUP_ONTO(dup2, (int oldfd, int newfd), (oldfd, newfd))
 RS_DUP_ONTO(dup3, (int oldfd, int newfd, int flags), (oldfd, newfd, flags))
+
+/*
+ * freopen keeps the stream's fd number: it opens the new file at another
+ * number, dup3s it onto the old one and closes the temporary, all with
+ * glibc-internal calls (libio/freopen.c), and on failure it closes the
+ * number.  That is dup2 rotation (freopen(log, "a", stderr) on SIGHUP),
+ * so it is guarded the same way, and the number is classified again
+ * (F_GETFL and all) before the lock is let go.
+ */
+static void reopen_end(struct dup_hold *h, int fd)
+{
+	int saved = errno;
+
+	if (!h->entered) {
+		if (fd >= 0 && RS_LOAD(rs_depth) && syscall(SYS_getpid) == rs_pid)
+			rs_fdt_forget(fd, rs_fdt_get(fd));
+	} else {
+		rs_fdt_replaced(fd);
+		dup_unlock(h);
+	}
+	errno = saved;
+}
+
+#define RS_FREOPEN(name)                                                      \
+	RS_EXPORT FILE *name(const char *path, const char *mode, FILE *fp)   \
+	{                                                                     \
+		struct dup_hold h;                                            \
+		int saved = errno, fd = fp ? fileno(fp) : -1;                 \
+		FILE *r;                                                      \
+		errno = saved;	/* fileno says EBADF for fmemopen streams */  \
+		rs_ready();                                                   \
+		if (__builtin_expect(rs_real.name == NULL, 0)) {              \
+			errno = ENOSYS;                                       \
+			return NULL;                                          \
+		}                                                             \
+		dup_begin(&h, -1, fd);                                        \
+		r = rs_real.name(path, mode, fp);                             \
+		reopen_end(&h, fd);                                           \
+		return r;                                                     \
+	}
+
+RS_FREOPEN(freopen)
+RS_FREOPEN(freopen64)
 
 /* fcntl's third argument is an int or a pointer; passing it on as a
  * pointer-sized value is what glibc itself does. */

@@ -13,6 +13,7 @@
  *   noappend  pwritev2(RWF_NOAPPEND) on O_APPEND      main 580   now 0
  *   punch     4 GiB KEEP_SIZE punch vs block at 3 GiB  main 1784  now 0
  *   dup2      dup2 rotation under a pwrite             main 134   now 0
+ *   freopen   the same through freopen(.., "r+", fp)   main 77    now 0
  *   fdopen    O_APPEND set by fdopen(fd, "a")          main 21329 now 0
  *   syscall   O_APPEND set by syscall(SYS_fcntl)       main 29940 now 0
  * (inherit was already right on main; it guards the F_GETFL on first use.)
@@ -194,6 +195,15 @@ Test(holes, dup2_rotation)
 	const char *args[] = { "dup2", in_base(base, "x"), in_base(base, "y") };
 
 	tear_case("dup2_rotation", NULL, args, 3);
+}
+
+/* Item 8 again: freopen rotates with a glibc-internal dup3. */
+Test(holes, freopen_rotation)
+{
+	char *base = rs_make_base("/dev/shm", "rs-holes-");
+	const char *args[] = { "freopen", in_base(base, "x"), in_base(base, "y") };
+
+	tear_case("freopen_rotation", NULL, args, 3);
 }
 
 /* Item 9: O_APPEND set where no wrapped fcntl sees it. */

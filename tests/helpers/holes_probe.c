@@ -23,6 +23,10 @@
  *                          blocks at 0 through N (alternating letters);
  *                          readers pread [0, 1 MiB) of FX and FY through
  *                          their own fds.
+ *   freopen FX FY MS STOP  the same rotation done by freopen(FX or FY,
+ *                          "r+", fp) on the stream whose fd N the writer
+ *                          pwrites through (glibc keeps N with an internal
+ *                          dup3).
  *   append HOW FILE MS STOP
  *                          two descriptions of FILE opened without O_APPEND
  *                          get it through HOW (fdopen: fdopen(fd, "a");
@@ -352,6 +356,52 @@ static int m_dup2(const char *x, const char *y, int ms)
 	return failed;
 }
 
+/* ---- freopen ------------------------------------------------------------ */
+
+static FILE *rot_fp;
+static const char *rot_path[2];
+
+static void *reopener(void *arg)
+{
+	(void)arg;
+	for (long i = 0; !atomic_load(&stop); i++) {
+		if (freopen(rot_path[(i + 1) & 1], "r+", rot_fp) != rot_fp ||
+		    fileno(rot_fp) != rot_fd) {
+			CHECK(0, "freopen kept neither the stream nor fd %d", rot_fd);
+			atomic_store(&stop, 1);
+			break;
+		}
+	}
+	return NULL;
+}
+
+static int m_freopen(const char *x, const char *y, int ms)
+{
+	void *(*fn[3])(void *) = { reopener, dup_writer, uniform_reader };
+	struct reader r;
+	void *arg[3] = { NULL, NULL, &r };
+	unsigned char *b = xbuf('x');
+
+	fx = open(x, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	fy = open(y, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	CHECK(fx >= 0 && fy >= 0, "open");
+	CHECK(pwrite(fx, b, BLK, 0) == (ssize_t)BLK && pwrite(fy, b, BLK, 0) == (ssize_t)BLK,
+	      "fill");
+	free(b);
+	rot_path[0] = x;
+	rot_path[1] = y;
+	rot_fp = fopen(x, "r+");
+	CHECK(rot_fp != NULL, "fopen %s", x);
+	if (failed)
+		return failed;
+	rot_fd = fileno(rot_fp);
+	r.fd[0] = fx;
+	r.fd[1] = fy;
+	r.off = 0;
+	run_rig(fn, arg, 3, ms);
+	return failed;
+}
+
 /* ---- append ------------------------------------------------------------- */
 
 static int app_fd[2];
@@ -456,6 +506,8 @@ int main(int argc, char **argv)
 		rc = m_punch(argv[2], atoi(argv[3]));
 	else if (argc >= 6 && strcmp(argv[1], "dup2") == 0)
 		rc = m_dup2(argv[2], argv[3], atoi(argv[4]));
+	else if (argc >= 6 && strcmp(argv[1], "freopen") == 0)
+		rc = m_freopen(argv[2], argv[3], atoi(argv[4]));
 	else if (argc >= 6 && strcmp(argv[1], "append") == 0)
 		rc = m_append(argv[2], argv[3], atoi(argv[4]));
 	else
