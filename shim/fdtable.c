@@ -31,6 +31,7 @@ static _Atomic uint32_t tbl_mtx;
 static uint32_t *buckets;          /* file index + 1, 0 = empty */
 static uint32_t files_used, descs_used;
 static uint32_t file_free, desc_free;  /* index + 1 */
+static uint32_t desc_gen;          /* incarnations of descriptions so far */
 static unsigned fd_high;           /* highest fd ever given an entry + 1 */
 
 _Atomic int rs_private_fd[RS_NPRIVATE] = { -1, -1 };
@@ -223,7 +224,16 @@ static void put_desc(uint32_t idx)
 static void drop_entry(uint64_t e)
 {
 	if ((e & 3) == RS_FD_TRACKED)
-		put_desc((uint32_t)(e >> 2));
+		put_desc(rs_fdt_desc_idx(e));
+}
+
+/* The entry of a new description: a fresh generation in the high half, so
+ * that no entry read before a close can equal one made after it, even
+ * when the fd number and the recycled description index are the same
+ * (rs_io_at re-checks the entry alone). */
+static uint64_t new_entry(uint32_t desc)
+{
+	return ((uint64_t)++desc_gen << 32) | ((uint64_t)desc << 2) | RS_FD_TRACKED;
 }
 
 static void set_entry(int fd, uint64_t e)
@@ -264,10 +274,11 @@ static int wanted(int fd, uint64_t *dev, uint64_t *ino)
 	return rs_config_path_wanted(&rs_cfg, path);
 }
 
-/* An inherited fd may share its description with one we know (2>&1).
- * kcmp answers exactly; without it, a separate description is the
- * conservative guess for the offset lock only. */
-static int64_t shared_desc(int fd, uint32_t file)
+/* An inherited fd may share its description with one we know (2>&1):
+ * that fd's entry, or RS_FD_UNKNOWN.  kcmp answers exactly; without it, a
+ * separate description is the conservative guess for the offset lock
+ * only. */
+static uint64_t shared_desc(int fd, uint32_t file)
 {
 	long pid = syscall(SYS_getpid);
 
@@ -275,31 +286,50 @@ static int64_t shared_desc(int fd, uint32_t file)
 		uint64_t e = atomic_load_explicit(&rs_fd_entries[i], memory_order_relaxed);
 
 		if ((e & 3) != RS_FD_TRACKED || (int)i == fd ||
-		    atomic_load_explicit(&rs_descs[e >> 2].file, memory_order_relaxed) != file)
+		    atomic_load_explicit(&rs_fdt_desc(e)->file, memory_order_relaxed) != file)
 			continue;
 		if (syscall(SYS_kcmp, pid, pid, KCMP_FILE, fd, i) == 0)
-			return (int64_t)(e >> 2);
+			return e;
 	}
-	return -1;
+	return RS_FD_UNKNOWN;
 }
 
-static uint64_t install(int fd, int oflags, int fresh)
+/* How install learns of fd: */
+enum how {
+	OPENED,         /* by a wrapped open: its flags are known */
+	FIRST_USE,      /* unknown until now; another thread may race us */
+	REPLACED,       /* re-pointed by a call we wrap (freopen) */
+};
+
+/* A replaced fd that turned out closed: forget it. */
+static uint64_t forget_replaced(int fd)
 {
-	uint64_t dev = 0, ino = 0, e;
+	rs_mutex_lock(&tbl_mtx);
+	set_entry(fd, RS_FD_UNKNOWN);
+	rs_mutex_unlock(&tbl_mtx);
+	return RS_FD_UNKNOWN;
+}
+
+static uint64_t install(int fd, int oflags, enum how how)
+{
+	uint64_t dev = 0, ino = 0, e, shared = RS_FD_UNKNOWN;
 	int saved = errno;
 	int64_t file, desc = -1;
+	int fresh = how == OPENED;
 	int w = wanted(fd, &dev, &ino);
 
 	if (w < 0) {
 		errno = saved;
-		return RS_FD_UNKNOWN;
+		return how == REPLACED ? forget_replaced(fd) : RS_FD_UNKNOWN;
 	}
+	/* Not opened before our eyes: O_APPEND may have been set anywhere
+	 * (inherited, fdopen's internal fcntl, a raw F_SETFL), so ask. */
 	if (!fresh && w) {
 		oflags = rs_real.fcntl(fd, F_GETFL);
 		if (oflags < 0) {
 			/* Closed under us: -1 would read as O_APPEND|O_DIRECT. */
 			errno = saved;
-			return RS_FD_UNKNOWN;
+			return how == REPLACED ? forget_replaced(fd) : RS_FD_UNKNOWN;
 		}
 	}
 	errno = saved;
@@ -309,9 +339,13 @@ static uint64_t install(int fd, int oflags, int fresh)
 		file = get_file(dev, ino);
 		if (file >= 0) {
 			if (!fresh)
-				desc = shared_desc(fd, (uint32_t)file);
-			if (desc >= 0) {
-				rs_descs[desc].refs++;
+				shared = shared_desc(fd, (uint32_t)file);
+			if (shared != RS_FD_UNKNOWN) {
+				rs_fdt_desc(shared)->refs++;
+				/* One kernel description: what it says now holds
+				 * for every fd we know it by. */
+				atomic_store_explicit(&rs_fdt_desc(shared)->flags,
+						      desc_flags(oflags), memory_order_relaxed);
 				put_file((uint32_t)file);
 			} else {
 				desc = new_desc((uint32_t)file, desc_flags(oflags));
@@ -319,14 +353,19 @@ static uint64_t install(int fd, int oflags, int fresh)
 					put_file((uint32_t)file);
 			}
 		}
-		if (desc >= 0) {
-			e = ((uint64_t)desc << 2) | RS_FD_TRACKED;
+		if (shared != RS_FD_UNKNOWN) {
+			e = shared;
+		} else if (desc >= 0) {
+			e = new_entry((uint32_t)desc);
 		} else {
 			RS_COUNT(table_full, 1);
 			rs_log(RS_LOG_ERROR, "fd table full: fd %d is not coordinated", fd);
 		}
 	}
-	if (fresh) {
+	/* A replacement goes in with one exchange: were the entry unknown
+	 * for a moment, a thread that looked at the old file before the
+	 * replacement could install that in its place. */
+	if (how != FIRST_USE) {
 		set_entry(fd, e);
 	} else {
 		uint64_t expect = RS_FD_UNKNOWN;
@@ -366,7 +405,7 @@ uint64_t rs_fdt_classify(int fd)
 		beyond_table(fd);
 		return RS_FD_PASS;
 	}
-	return install(fd, 0, 0);
+	return install(fd, 0, FIRST_USE);
 }
 
 void rs_fdt_opened(int fd, int flags)
@@ -375,7 +414,7 @@ void rs_fdt_opened(int fd, int flags)
 		beyond_table(fd);
 		return;
 	}
-	install(fd, flags, 1);
+	install(fd, flags, OPENED);
 }
 
 void rs_fdt_closed(int fd, uint64_t old)
@@ -415,9 +454,15 @@ void rs_fdt_duped(int oldfd, int newfd)
 	/* Re-read under the mutex: oldfd may have been closed meanwhile. */
 	e = rs_fdt_get(oldfd);
 	if ((e & 3) == RS_FD_TRACKED)
-		rs_descs[e >> 2].refs++;
+		rs_fdt_desc(e)->refs++;
 	set_entry(newfd, e);
 	rs_mutex_unlock(&tbl_mtx);
+}
+
+void rs_fdt_replaced(int fd)
+{
+	if (fd >= 0 && (unsigned)fd < rs_fd_cap)
+		install(fd, 0, REPLACED);
 }
 
 void rs_fdt_setfl(int fd)

@@ -26,7 +26,7 @@
 /* fd entry values */
 #define RS_FD_UNKNOWN 0u   /* never seen, or closed: classify on use */
 #define RS_FD_PASS    1u   /* seen: not a coordinated regular file */
-#define RS_FD_TRACKED 2u   /* (desc index << 2) | RS_FD_TRACKED */
+#define RS_FD_TRACKED 2u   /* (generation << 32) | (desc index << 2) | 2 */
 
 #define RS_DESC_APPEND 1u
 #define RS_DESC_DIRECT 2u
@@ -91,9 +91,14 @@ static inline uint64_t rs_fdt_get(int fd)
 	return atomic_load_explicit(&rs_fd_entries[fd], memory_order_acquire);
 }
 
+static inline uint32_t rs_fdt_desc_idx(uint64_t e)
+{
+	return (uint32_t)e >> 2;
+}
+
 static inline struct rs_desc *rs_fdt_desc(uint64_t e)
 {
-	return &rs_descs[e >> 2];
+	return &rs_descs[rs_fdt_desc_idx(e)];
 }
 
 static inline struct rs_file *rs_fdt_file(uint32_t idx)
@@ -117,6 +122,9 @@ void rs_fdt_closed_range(unsigned lo, unsigned hi);
 void rs_fdt_forget(int fd, uint64_t old);
 /* After dup/dup2/dup3/F_DUPFD made newfd a copy of oldfd. */
 void rs_fdt_duped(int oldfd, int newfd);
+/* After fd was re-pointed unseen (freopen's internal dup3) or closed:
+ * classify it again, replacing its entry in one step. */
+void rs_fdt_replaced(int fd);
 /* After F_SETFL on fd: re-read the description's flags. */
 void rs_fdt_setfl(int fd);
 /* For truncate(path): the file object for (dev, ino), or -1. */

@@ -44,15 +44,23 @@ ssize_t __pread64_chk(int, void *, size_t, off_t, size_t);
 
 /* ---- data calls: one shape for all ---------------------------------- */
 
+/* The fast path gets a copy of its own, so that nothing has to be
+ * reloaded and tested after the real call (io escapes to the slow path). */
 #define RS_WRAP(ret, name, params, args, begin)                              \
 	RS_EXPORT ret name params                                            \
 	{                                                                    \
 		struct rs_io io;                                             \
 		ret r;                                                       \
 		begin;                                                       \
-		/* On the fast path everything is resolved already. */       \
-		r = io.fast ? rs_real.name args : REAL(ret, name, args);     \
-		rs_io_end(&io);                                              \
+		if (__builtin_expect(io.fast, 1)) {                          \
+			/* Everything is resolved already. */                \
+			r = rs_real.name args;                               \
+			rs_io_end_fast(&io);                                 \
+			return r;                                            \
+		}                                                            \
+		r = REAL(ret, name, args);                                   \
+		if (io.entered)                                              \
+			rs_io_end_slow(&io);                                 \
 		return r;                                                    \
 	}
 
@@ -106,12 +114,34 @@ RS_WRAP_IO(int, posix_fallocate, (int fd, off_t off, off_t len), (fd, off, len),
 RS_WRAP_IO(int, posix_fallocate64, (int fd, off_t off, off_t len), (fd, off, len),
 	   fd, RS_RL_WRITE, RS_FROM_OFFSET, off, 0)
 
-/* preadv2/pwritev2: offset -1 means the file offset; RWF_APPEND appends. */
+#ifndef RWF_NOAPPEND
+#define RWF_NOAPPEND 0x00000020
+#endif
+
+/*
+ * Where a pwritev2 writes (kiocb_set_rw_flags in include/linux/fs.h,
+ * generic_write_checks in mm/filemap.c): RWF_APPEND at end of file, even
+ * without O_APPEND; RWF_NOAPPEND at the offset, even with O_APPEND (or
+ * EPERM on an append-only inode, before anything is written).  Offset -1
+ * is the file offset (pwritev2 in fs/read_write.c), which the flags move
+ * just as they move an explicit offset.  Reads ignore both.
+ */
+static inline unsigned rwf_place(unsigned mode, int flags)
+{
+	if (mode != RS_RL_WRITE)
+		return 0;
+	/* Both at once is EINVAL before anything is written: lock what the
+	 * call names, [off, off + len), rather than all of end of file. */
+	if (flags & RWF_NOAPPEND)
+		return RS_T_NOAPPEND;
+	return (flags & RWF_APPEND) ? RS_T_APPEND : 0;
+}
+
 #define RS_PREADV2(name, mode)                                                \
 	RS_WRAP(ssize_t, name, (int fd, const struct iovec *iov, int cnt, off_t off, int flags), \
 		(fd, iov, cnt, off, flags),                                   \
 		rs_io_iov(&io, fd, mode, off == -1 ? RS_AT_CURSOR : RS_AT_OFFSET, off, iov, cnt, \
-			  mode == RS_RL_WRITE && (flags & RWF_APPEND)))
+			  rwf_place(mode, flags)))
 
 RS_PREADV2(preadv2, RS_RL_READ)
 RS_PREADV2(preadv64v2, RS_RL_READ)
@@ -119,14 +149,16 @@ RS_PREADV2(pwritev2, RS_RL_WRITE)
 RS_PREADV2(pwritev64v2, RS_RL_WRITE)
 
 /* Size-preserving modes touch [off, off+len); the rest may move or grow
- * everything after off. */
+ * everything after off.  All of len: vfs_fallocate (fs/open.c) has no
+ * MAX_RW_COUNT cap, so a 4 GiB punch must lock 4 GiB. */
 static void begin_fallocate(struct rs_io *io, int fd, int mode, off_t off, off_t len)
 {
 	int keep = (mode & FALLOC_FL_KEEP_SIZE) &&
 		   !(mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE));
+	struct rs_target t = { fd, RS_RL_WRITE, keep ? RS_AT_OFFSET : RS_FROM_OFFSET,
+			       RS_T_WHOLE, off, len > 0 ? (uint64_t)len : 0, 0, 0 };
 
-	rs_io_one(io, fd, RS_RL_WRITE, keep ? RS_AT_OFFSET : RS_FROM_OFFSET, off,
-		  len > 0 ? (uint64_t)len : 0);
+	rs_io_begin(io, &t, 1);
 }
 
 #define RS_FALLOCATE(name)                                                    \
@@ -143,27 +175,33 @@ RS_FALLOCATE(fallocate64)
 RS_TRUNCATE_PATH(truncate)
 RS_TRUNCATE_PATH(truncate64)
 
-/* Read-lock the source, write-lock the destination; iolock.c orders them. */
+/* Read-lock the source, write-lock the destination; iolock.c orders them.
+ * whole: RS_T_WHOLE when the kernel may act on all of len. */
 static void begin_copy(struct rs_io *io, int in, const off_t *in_off, int out,
-		       const off_t *out_off, size_t len)
+		       const off_t *out_off, size_t len, unsigned whole)
 {
 	struct rs_target t[2] = {
-		{ in, RS_RL_READ, in_off ? RS_AT_OFFSET : RS_AT_CURSOR, 0,
+		{ in, RS_RL_READ, in_off ? RS_AT_OFFSET : RS_AT_CURSOR, whole,
 		  rs_read_off(in_off), len, 0, 0 },
-		{ out, RS_RL_WRITE, out_off ? RS_AT_OFFSET : RS_AT_CURSOR, 0,
+		{ out, RS_RL_WRITE, out_off ? RS_AT_OFFSET : RS_AT_CURSOR, whole,
 		  rs_read_off(out_off), len, 0, 0 },
 	};
 
 	rs_io_begin(io, t, 2);
 }
 
+/* vfs_copy_file_range (fs/read_write.c) caps len at MAX_RW_COUNT only on
+ * its splice fallback; a file system's own ->copy_file_range (NFS, FUSE,
+ * Ceph, SMB) gets all of it. */
 RS_WRAP(ssize_t, copy_file_range,
 	(int in, off_t *in_off, int out, off_t *out_off, size_t len, unsigned flags),
-	(in, in_off, out, out_off, len, flags), begin_copy(&io, in, in_off, out, out_off, len))
+	(in, in_off, out, out_off, len, flags),
+	begin_copy(&io, in, in_off, out, out_off, len, RS_T_WHOLE))
 
+/* do_sendfile (fs/read_write.c) caps count at MAX_RW_COUNT. */
 #define RS_SENDFILE(name)                                                     \
 	RS_WRAP(ssize_t, name, (int out, int in, off_t *off, size_t count),  \
-		(out, in, off, count), begin_copy(&io, in, off, out, NULL, count))
+		(out, in, off, count), begin_copy(&io, in, off, out, NULL, count, 0))
 
 RS_SENDFILE(sendfile)
 RS_SENDFILE(sendfile64)
@@ -355,6 +393,14 @@ RS_EXPORT void closefrom(int lo)
 		forget_range((unsigned)lo, UINT_MAX);
 }
 
+/* From a handler that interrupted the shim on this thread (which may
+ * hold the table mutex): classify newfd on first use. */
+static void duped_in_handler(int oldfd, int newfd)
+{
+	if (newfd >= 0 && newfd != oldfd && RS_LOAD(rs_depth) && syscall(SYS_getpid) == rs_pid)
+		rs_fdt_forget(newfd, rs_fdt_get(newfd));
+}
+
 static int duped(int oldfd, int newfd)
 {
 	int saved = errno;
@@ -362,9 +408,8 @@ static int duped(int oldfd, int newfd)
 	if (newfd >= 0 && newfd != oldfd && enter_fd_slow()) {
 		rs_fdt_duped(oldfd, newfd);
 		rs_leave_slow();
-	} else if (newfd >= 0 && newfd != oldfd && RS_LOAD(rs_depth) && syscall(SYS_getpid) == rs_pid) {
-		/* From a handler inside the shim: classify newfd on first use. */
-		rs_fdt_forget(newfd, rs_fdt_get(newfd));
+	} else {
+		duped_in_handler(oldfd, newfd);
 	}
 	errno = saved;
 	return newfd;
@@ -376,20 +421,146 @@ RS_EXPORT int dup(int fd)
 	return duped(fd, REAL(int, dup, (fd)));
 }
 
-RS_EXPORT int dup2(int oldfd, int newfd)
+/*
+ * dup2/dup3 onto a tracked fd (log rotation) re-point newfd inside the
+ * kernel, atomically for the application, while other threads may be in
+ * a locked call through it.  Without care a call could lock file X's
+ * range and have the kernel write file Y.  So the replacement waits for
+ * every call of this process on X to leave (a whole-file write lock on
+ * X's process range lock, after newfd's offset lock, in the general
+ * path's order), and the fd entry moves before the lock is released: a
+ * call that read the old entry and locks X afterwards sees the entry
+ * changed and starts over (rs_io_at and try_begin re-check it after
+ * locking).  No node grant: only this process's threads use its fd table.
+ * The thread holds nothing else while it waits.  Skipped where the caller
+ * may already hold a shim lock (a handler inside the shim) and in a vfork
+ * child (its own fd table, our memory): see enter_fd_slow.
+ */
+struct dup_hold {
+	int entered;            /* rs_depth raised: bookkeeping is ours */
+	struct rs_desc *desc;   /* newfd's description, offset lock held */
+	struct rs_file *file;   /* its file, whole-file write lock held */
+	struct rs_rl_node node;
+};
+
+static void dup_begin(struct dup_hold *h, int oldfd, int newfd)
 {
-	rs_ready();
-	if (oldfd != newfd)
-		rs_fd_evict(newfd);
-	return duped(oldfd, REAL(int, dup2, (oldfd, newfd)));
+	int saved = errno;
+	uint64_t e;
+	uint32_t fidx;
+
+	h->entered = 0;
+	h->desc = NULL;
+	h->file = NULL;
+	if (oldfd == newfd || newfd < 0 || !enter_fd_slow())
+		return;
+	h->entered = 1;
+	for (;;) {
+		e = rs_fdt_get(newfd);
+		/* An inherited fd another thread is about to classify and
+		 * lock counts as tracked too. */
+		if (e == RS_FD_UNKNOWN)
+			e = rs_fdt_classify(newfd);
+		if ((e & 3) != RS_FD_TRACKED)
+			break;
+		h->desc = rs_fdt_desc(e);
+		fidx = atomic_load_explicit(&h->desc->file, memory_order_acquire);
+		h->file = rs_fdt_file(fidx);
+		rs_mutex_lock(&h->desc->pos_mtx);
+		rs_rangelock_lock(&h->file->rl, &h->node, 0, RS_RANGE_EOF, RS_RL_WRITE);
+		if (rs_fdt_get(newfd) == e &&
+		    atomic_load_explicit(&h->desc->file, memory_order_relaxed) == fidx)
+			break;
+		/* Closed and reused under us: lock what it is now. */
+		rs_rangelock_unlock(&h->file->rl, &h->node);
+		rs_mutex_unlock(&h->desc->pos_mtx);
+		h->desc = NULL;
+		h->file = NULL;
+	}
+	errno = saved;
 }
 
-RS_EXPORT int dup3(int oldfd, int newfd, int flags)
+static void dup_unlock(struct dup_hold *h)
 {
-	rs_ready();
-	rs_fd_evict(newfd);
-	return duped(oldfd, REAL(int, dup3, (oldfd, newfd, flags)));
+	if (h->file) {
+		rs_rangelock_unlock(&h->file->rl, &h->node);
+		rs_mutex_unlock(&h->desc->pos_mtx);
+	}
+	rs_leave_slow();
 }
+
+static int dup_end(struct dup_hold *h, int oldfd, int r)
+{
+	int saved = errno;
+
+	if (!h->entered) {
+		duped_in_handler(oldfd, r);
+		errno = saved;
+		return r;
+	}
+	if (r >= 0 && r != oldfd)
+		rs_fdt_duped(oldfd, r);
+	dup_unlock(h);
+	errno = saved;
+	return r;
+}
+
+#define RS_DUP_ONTO(name, params, args)                                       \
+	RS_EXPORT int name params                                             \
+	{                                                                     \
+		struct dup_hold h;                                            \
+		rs_ready();                                                   \
+		if (oldfd != newfd)                                           \
+			rs_fd_evict(newfd);                                   \
+		dup_begin(&h, oldfd, newfd);                                  \
+		return dup_end(&h, oldfd, REAL(int, name, args));             \
+	}
+
+RS_DUP_ONTO(dup2, (int oldfd, int newfd), (oldfd, newfd))
+RS_DUP_ONTO(dup3, (int oldfd, int newfd, int flags), (oldfd, newfd, flags))
+
+/*
+ * freopen keeps the stream's fd number: it opens the new file at another
+ * number, dup3s it onto the old one and closes the temporary, all with
+ * glibc-internal calls (libio/freopen.c), and on failure it closes the
+ * number.  That is dup2 rotation (freopen(log, "a", stderr) on SIGHUP),
+ * so it is guarded the same way, and the number is classified again
+ * (F_GETFL and all) before the lock is let go.
+ */
+static void reopen_end(struct dup_hold *h, int fd)
+{
+	int saved = errno;
+
+	if (!h->entered) {
+		if (fd >= 0 && RS_LOAD(rs_depth) && syscall(SYS_getpid) == rs_pid)
+			rs_fdt_forget(fd, rs_fdt_get(fd));
+	} else {
+		rs_fdt_replaced(fd);
+		dup_unlock(h);
+	}
+	errno = saved;
+}
+
+#define RS_FREOPEN(name)                                                      \
+	RS_EXPORT FILE *name(const char *path, const char *mode, FILE *fp)   \
+	{                                                                     \
+		struct dup_hold h;                                            \
+		int saved = errno, fd = fp ? fileno(fp) : -1;                 \
+		FILE *r;                                                      \
+		errno = saved;	/* fileno says EBADF for fmemopen streams */  \
+		rs_ready();                                                   \
+		if (__builtin_expect(rs_real.name == NULL, 0)) {              \
+			errno = ENOSYS;                                       \
+			return NULL;                                          \
+		}                                                             \
+		dup_begin(&h, -1, fd);                                        \
+		r = rs_real.name(path, mode, fp);                             \
+		reopen_end(&h, fd);                                           \
+		return r;                                                     \
+	}
+
+RS_FREOPEN(freopen)
+RS_FREOPEN(freopen64)
 
 /* fcntl's third argument is an int or a pointer; passing it on as a
  * pointer-sized value is what glibc itself does. */
@@ -417,3 +588,105 @@ RS_EXPORT int dup3(int oldfd, int newfd, int flags)
 
 RS_FCNTL(fcntl)
 RS_FCNTL(fcntl64)
+
+/* The description's flags changed behind our back (F_SETFL by a call we
+ * do not wrap): read them again.  Untracked fds are read on first use. */
+static void flags_changed(int fd)
+{
+	int saved = errno;
+
+	if (enter_fd_slow()) {
+		rs_fdt_setfl(fd);
+		rs_leave_slow();
+	}
+	errno = saved;
+}
+
+/* fdopen(fd, "a") turns O_APPEND on with a glibc-internal fcntl
+ * (_IO_new_fdopen in libio/iofdopen.c) that no wrapper sees; afterwards
+ * a write through fd appends, and must lock from end of file. */
+RS_EXPORT FILE *fdopen(int fd, const char *mode)
+{
+	FILE *fp;
+
+	rs_ready();
+	if (__builtin_expect(rs_real.fdopen == NULL, 0)) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	fp = rs_real.fdopen(fd, mode);
+	if (fp)
+		flags_changed(fd);
+	return fp;
+}
+
+/*
+ * syscall(SYS_fcntl, fd, F_SETFL, O_APPEND) changes O_APPEND as fcntl
+ * does, so syscall is wrapped too, for that one case.  Every call the shim
+ * makes through syscall() binds here as well (-Bsymbolic-functions), and
+ * a call may arrive before dlsym has answered, or from inside it: so the
+ * system call is made here, with the instruction itself, not through
+ * glibc's syscall, and nothing is resolved.  Six arguments are always
+ * passed, as glibc's syscall does (sysdeps/unix/sysv/linux/x86_64/
+ * syscall.S reads the sixth from the caller's stack whether it was given
+ * or not); the kernel ignores the ones a call does not take.  The result
+ * and errno follow glibc: -4095..-1 is -1 with errno set.  Other
+ * architectures are not wrapped (see limitations.md).
+ */
+#if defined(__x86_64__) || defined(__aarch64__)
+static inline long raw_syscall6(long nr, long a, long b, long c, long d, long e, long f)
+{
+#if defined(__x86_64__)
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	register long r9 __asm__("r9") = f;
+	long ret;
+
+	__asm__ __volatile__("syscall"
+			     : "=a"(ret)
+			     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+			     : "rcx", "r11", "memory");
+	return ret;
+#else
+	register long x8 __asm__("x8") = nr;
+	register long x0 __asm__("x0") = a;
+	register long x1 __asm__("x1") = b;
+	register long x2 __asm__("x2") = c;
+	register long x3 __asm__("x3") = d;
+	register long x4 __asm__("x4") = e;
+	register long x5 __asm__("x5") = f;
+
+	__asm__ __volatile__("svc 0"
+			     : "+r"(x0)
+			     : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
+			     : "memory");
+	return x0;
+#endif
+}
+
+/* va_arg past the arguments given reads the caller's frame, as glibc's
+ * assembly does; ASan would take that for an overflow. */
+__attribute__((no_sanitize("address")))
+RS_EXPORT long syscall(long nr, ...)
+{
+	va_list ap;
+	long a, b, c, d, e, f, r;
+
+	va_start(ap, nr);
+	a = va_arg(ap, long);
+	b = va_arg(ap, long);
+	c = va_arg(ap, long);
+	d = va_arg(ap, long);
+	e = va_arg(ap, long);
+	f = va_arg(ap, long);
+	va_end(ap);
+	r = raw_syscall6(nr, a, b, c, d, e, f);
+	if (__builtin_expect((unsigned long)r > -4096UL, 0)) {
+		errno = (int)-r;
+		return -1;
+	}
+	if (__builtin_expect(nr == SYS_fcntl && (int)b == F_SETFL, 0))
+		flags_changed((int)a);
+	return r;
+}
+#endif

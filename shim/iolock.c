@@ -249,14 +249,15 @@ static int compute(struct plan *p, const struct rs_target *t)
 		if (cur < 0)
 			return -1;
 		p->start = (uint64_t)cur;
-		p->end = range_end(p->start, t->len);
 	} else if (p->where == RS_FROM_OFFSET) {
 		p->start = (uint64_t)t->off;
 		p->end = RS_RANGE_EOF;
 	} else {
 		p->start = (uint64_t)t->off;
-		p->end = range_end(p->start, t->len);
 	}
+	if (!p->append && (p->where == RS_AT_CURSOR || p->where == RS_AT_OFFSET))
+		p->end = (t->flags & RS_T_WHOLE) ? range_end_whole(p->start, t->len)
+						 : range_end(p->start, t->len);
 	if (rs_cfg.lock == RS_LOCK_MUTEX) {
 		p->start = 0;
 		p->end = RS_RANGE_EOF;
@@ -300,7 +301,7 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 			continue;
 		if (t[i].iov && rs_iov_len(t[i].iov, t[i].iovcnt, &((struct rs_target *)t)[i].len) < 0)
 			return 0;	/* the kernel will say EFAULT or EINVAL */
-		if (t[i].iov && t[i].len == 0 && !t[i].force_append)
+		if (t[i].iov && t[i].len == 0 && !(t[i].flags & RS_T_APPEND))
 			return 0;
 		p[np].fd = t[i].fd;
 		p[np].entry = e;
@@ -312,11 +313,16 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 		/* Two-file calls (copy_file_range, sendfile) refuse O_APPEND
 		 * destinations themselves, so only single targets append. */
 		/* Only data writes append; ftruncate and fallocate on an
-		 * O_APPEND descriptor act where they say. */
+		 * O_APPEND descriptor act where they say.  pwritev2's
+		 * RWF_APPEND and RWF_NOAPPEND override O_APPEND for one call
+		 * (kiocb_set_rw_flags in include/linux/fs.h); both at once
+		 * is EINVAL before anything is written. */
 		p[np].append = n == 1 && t[i].mode == RS_RL_WRITE &&
 			(t[i].where == RS_AT_OFFSET || t[i].where == RS_AT_CURSOR) &&
-			(t[i].force_append ||
-			 (atomic_load_explicit(&p[np].desc->flags, memory_order_relaxed) & RS_DESC_APPEND));
+			((t[i].flags & RS_T_APPEND) ||
+			 (!(t[i].flags & RS_T_NOAPPEND) &&
+			  (atomic_load_explicit(&p[np].desc->flags, memory_order_relaxed) &
+			   RS_DESC_APPEND)));
 		np++;
 	}
 	if (np == 0)
@@ -444,7 +450,7 @@ void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
 		if (t[i].where == RS_POS_ONLY)
 			continue;
 		if ((t[i].where == RS_AT_OFFSET || t[i].where == RS_AT_CURSOR) &&
-		    t[i].len == 0 && !t[i].iov && !t[i].force_append)
+		    t[i].len == 0 && !t[i].iov && !(t[i].flags & RS_T_APPEND))
 			return;
 		if (t[i].where != RS_AT_CURSOR && t[i].off < 0)
 			return;

@@ -24,11 +24,16 @@ enum rs_where {
 	RS_POS_ONLY,    /* only the file offset lock: lseek */
 };
 
+/* rs_target.flags */
+#define RS_T_APPEND   1u  /* RWF_APPEND: at end of file, whatever O_APPEND says */
+#define RS_T_NOAPPEND 2u  /* RWF_NOAPPEND: at the offset, even with O_APPEND */
+#define RS_T_WHOLE    4u  /* the kernel acts on all of len: no MAX_RW_COUNT cap */
+
 struct rs_target {
 	int fd;
 	unsigned mode;          /* RS_RL_READ or RS_RL_WRITE */
 	enum rs_where where;
-	int force_append;       /* RWF_APPEND */
+	unsigned flags;         /* RS_T_* */
 	int64_t off;
 	uint64_t len;           /* or, with iov set, computed from it */
 	const struct iovec *iov;
@@ -102,14 +107,26 @@ void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n);
 void rs_io_at_slow(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len);
 void rs_io_end_slow(struct rs_io *io);
 
-/* The kernel never moves more than this in one call (MAX_RW_COUNT). */
+/*
+ * The read/write family never moves more than this in one call
+ * (MAX_RW_COUNT): vfs_read/vfs_write and do_sendfile cap count, and
+ * import_iovec caps an iovec's total (fs/read_write.c, lib/iov_iter.c).
+ * Other calls act on all of their length: fallocate (vfs_fallocate in
+ * fs/open.c) and copy_file_range through a file system's own method
+ * (NFS, FUSE, Ceph: vfs_copy_file_range), so they must not be capped.
+ */
 #define RS_MAX_RW 0x7ffff000ull
 
+/* [start, start + len) saturated at RS_RANGE_EOF. */
+static inline uint64_t range_end_whole(uint64_t start, uint64_t len)
+{
+	return start > RS_RANGE_EOF - len ? RS_RANGE_EOF : start + len;
+}
+
+/* The same for one read or write: the kernel stops at RS_MAX_RW. */
 static inline uint64_t range_end(uint64_t start, uint64_t len)
 {
-	if (len > RS_MAX_RW)
-		len = RS_MAX_RW;
-	return start > RS_RANGE_EOF - len ? RS_RANGE_EOF : start + len;
+	return range_end_whole(start, len > RS_MAX_RW ? RS_MAX_RW : len);
 }
 
 /*
@@ -122,11 +139,12 @@ static inline uint64_t range_end(uint64_t start, uint64_t len)
 static inline __attribute__((always_inline)) void
 rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
 {
+	_Atomic uint64_t *ep;
 	struct rs_desc *desc;
 	struct rs_file *file;
 	uint64_t e, start, end;
 	uint32_t fidx;
-	int waited, d;
+	int d;
 
 	/* Count ourselves in before reading rs_fast: rs_cancel_wait()
 	 * depends on that order (iolock.c). */
@@ -145,7 +163,15 @@ rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
 		}
 		goto general;
 	}
-	e = rs_fdt_get(fd);
+	/* A negative fd or one beyond the table: the general path says
+	 * which (rs_fdt_get). */
+	if (__builtin_expect((unsigned)fd >= RS_FD_CAP, 0)) {
+		RS_STORE(rs_depth, 0);
+		goto general;
+	}
+	/* Kept for the re-check below, which then costs one load. */
+	ep = &rs_fd_entries[fd];
+	e = atomic_load_explicit(ep, memory_order_acquire);
 	if (__builtin_expect((e & 3) != RS_FD_TRACKED, 0)) {
 		RS_STORE(rs_depth, 0);
 		if (e != RS_FD_PASS)
@@ -167,14 +193,14 @@ rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
 	/* off < 2^63 and the clamped len < 2^31: no overflow. */
 	end = start + (len > RS_MAX_RW ? RS_MAX_RW : len);
 	/* Other processes first, then the other threads (grants.h). */
-	waited = rs_grant_enter(file, start, end, mode, &io->gref[0]);
-	waited |= rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start, end, mode);
-	/* Only a call that waited gave another thread time to close and
-	 * reuse the fd under it (a sub-microsecond window is otherwise the
-	 * application's own race, as without the shim). */
-	if (__builtin_expect(waited, 0) &&
-	    (atomic_load_explicit(&rs_fd_entries[fd], memory_order_acquire) != e ||
-	     atomic_load_explicit(&desc->file, memory_order_relaxed) != fidx)) {
+	rs_grant_enter(file, start, end, mode, &io->gref[0]);
+	rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start, end, mode);
+	/* Re-checked even when the lock was free at once: a dup2 onto fd
+	 * may have run to completion between our read of the entry and our
+	 * lock, and only the entry tells (interpose.c, dup_begin).  The
+	 * entry alone suffices: one equal to e is the same incarnation of
+	 * the description, so of the file too (new_entry, fdtable.c). */
+	if (__builtin_expect(atomic_load_explicit(ep, memory_order_acquire) != e, 0)) {
 		rs_rangelock_unlock(&file->rl, &io->hold[0].node);
 		rs_grant_leave(&io->gref[0], file);
 		RS_STORE(rs_depth, 0);
@@ -187,14 +213,21 @@ general:
 	rs_io_at_slow(io, fd, mode, off, len);
 }
 
+/* After a call rs_io_at took the fast way (io->fast). */
+static inline __attribute__((always_inline)) void
+rs_io_end_fast(struct rs_io *io)
+{
+	/* unlock saves errno itself on its (contended) wake path. */
+	rs_rangelock_unlock_fast(&io->hold[0].file->rl, &io->hold[0].node);
+	rs_grant_leave(&io->gref[0], io->hold[0].file);
+	RS_STORE(rs_depth, 0);	/* the fast path runs only from depth 0 */
+}
+
 static inline __attribute__((always_inline)) void
 rs_io_end(struct rs_io *io)
 {
 	if (__builtin_expect(io->fast, 1)) {
-		/* unlock saves errno itself on its (contended) wake path. */
-		rs_rangelock_unlock_fast(&io->hold[0].file->rl, &io->hold[0].node);
-		rs_grant_leave(&io->gref[0], io->hold[0].file);
-		RS_STORE(rs_depth, 0);	/* the fast path runs only from depth 0 */
+		rs_io_end_fast(io);
 		return;
 	}
 	if (io->entered)
@@ -217,9 +250,9 @@ rs_io_one(struct rs_io *io, int fd, unsigned mode,
 /* The vector calls: the length is read from the array only once the fd
  * is known to be tracked (rs_iov_len). */
 static inline void rs_io_iov(struct rs_io *io, int fd, unsigned mode, enum rs_where where,
-			     int64_t off, const struct iovec *iov, int cnt, int force_append)
+			     int64_t off, const struct iovec *iov, int cnt, unsigned flags)
 {
-	struct rs_target t = { fd, mode, where, force_append, off, 0, iov, cnt };
+	struct rs_target t = { fd, mode, where, flags, off, 0, iov, cnt };
 
 	rs_io_begin(io, &t, 1);
 }

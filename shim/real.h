@@ -30,6 +30,9 @@
 	X(pid_t, _Fork, (void)) \
 	X(int, pthread_cancel, (pthread_t)) \
 	X(int, fclose, (FILE *)) \
+	X(FILE *, fdopen, (int, const char *)) \
+	X(FILE *, freopen, (const char *, const char *, FILE *)) \
+	X(FILE *, freopen64, (const char *, const char *, FILE *)) \
 	X(int, dup, (int)) \
 	X(int, dup2, (int, int)) \
 	X(int, dup3, (int, int, int)) \
