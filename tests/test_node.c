@@ -66,6 +66,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -741,6 +743,130 @@ Test(node, fork_race)
 	cr_assert_eq(rs_field(r->out, "child_torn"), 0,
 		     "the child saw its parent's writes torn: %s", r->out);
 	check_table_empty("fork_race");
+	free(r);
+}
+
+/*
+ * A forked child must not keep its parent alive in the table (issue 8,
+ * holes 6 and 7).  Before: the child inherited the parent's description of
+ * the segment, and with it the parent's liveness lock, so 260 processes
+ * that each attached, forked a sleeping child and exited took all 256
+ * slots and every later process ran without exclusion ("other processes
+ * are NOT"); and a parent SIGKILLed mid-write kept the range for as long
+ * as its child slept (19 s seen; tests/helpers/node_probe.c forkkill hangs
+ * until its timeout against that library).
+ */
+static int held_liveness_bytes(void)
+{
+	struct rs_seg_map m;
+	char why[300];
+	int n = 0;
+
+	if (rs_seg_attach(&m, shm_name, 0, why, sizeof(why)) < 0)
+		return -1;
+	for (uint32_t i = 0; i < RS_NPROC; i++)
+		n += rs_seg_alive(&m, i);
+	rs_seg_detach(&m);
+	return n;
+}
+
+Test(node, fork_storm_leaves_no_slot)
+{
+	const char *file = data_file("/dev/shm", "forkstorm");
+	char farg[300];
+	struct rs_run *r;
+
+	snprintf(farg, sizeof(farg), "file=%s", file);
+	r = probe(1, 0, 60, "forkstorm", farg, "count=300", NULL);
+	cr_log_info("forkstorm: %s", r->out);
+	cr_assert_eq(r->status, 0, "forkstorm: status %d: %s", r->status, r->out);
+	cr_assert_eq(rs_field(r->out, "forked"), 300, "%s", r->out);
+	cr_assert_eq(warnings(r->out), 0, "a process fell out of node scope after a fork storm: %s",
+		     r->out);
+	cr_assert_eq(held_liveness_bytes(), 0,
+		     "liveness locks still held after every attached process exited");
+	free(r);
+}
+
+Test(node, fork_killed_parent_reclaimed)
+{
+	const char *file = data_file("/dev/shm", "forkkill");
+	char farg[300];
+	struct rs_run *r;
+
+	snprintf(farg, sizeof(farg), "file=%s", file);
+	r = probe(1, 0, 40, "forkkill", farg, "count=5", NULL);
+	cr_log_info("forkkill: %s", r->out);
+	cr_assert_neq(r->status, -1, "a writer waited for a killed parent whose child sleeps: %s",
+		      r->out);
+	cr_assert_eq(r->status, 0, "forkkill: status %d: %s", r->status, r->out);
+	cr_assert_eq(warnings(r->out), 0, "%s", r->out);
+	cr_assert_lt(rs_field(r->out, "max_ms"), 1000,
+		     "a killed writer's range stayed held for %lld ms while its child lived: %s",
+		     rs_field(r->out, "max_ms"), r->out);
+	free(r);
+}
+
+/*
+ * A process stopped (Ctrl-Z, SIGSTOP) while it holds the table lock
+ * (issue 8, hole 2).  Before: after 2 s the others printed "table
+ * unusable ... other processes are NOT" and ran without exclusion for the
+ * rest of their lives, and a writer and a reader tore 2919 of 3805 reads
+ * once the holder resumed.  Now they wait, say whom they wait for (pid,
+ * command, "stopped"), and run torn-free once it resumes.  The control,
+ * the same writer and reader without the shim, tears.
+ */
+Test(node, stopped_table_holder_blocks_not_tears, .timeout = 90)
+{
+	const char *file = data_file("/dev/shm", "stopped");
+	char farg[300], pidtxt[40];
+	struct rs_run *ctl, *r;
+	pid_t holder, waker;
+	int st;
+
+	snprintf(farg, sizeof(farg), "file=%s", file);
+	ctl = probe(0, 0, 30, "torn", farg, "writers=1", "readers=1", "block=1M", "seconds=1", NULL);
+	cr_log_info("control (no shim): %s", ctl->out);
+	cr_assert_gt(rs_field(ctl->out, "torn"), 0, "the control saw no torn read: %s", ctl->out);
+
+	holder = fork();
+	cr_assert_geq(holder, 0);
+	if (holder == 0) {
+		struct rs_nt t;
+		char why[300];
+
+		if (rs_nt_register(&t, shm_name, why, sizeof(why)) < 0)
+			_exit(2);
+		rs_nt_lock_table(&t);
+		raise(SIGSTOP);
+		rs_nt_unlock_table(&t);
+		rs_nt_unregister(&t);
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(holder, &st, WUNTRACED), holder);
+	cr_assert(WIFSTOPPED(st), "the holder did not stop");
+	/* Resume it after 6.5 s: longer than the 5 s before a waiter speaks. */
+	waker = fork();
+	cr_assert_geq(waker, 0);
+	if (waker == 0) {
+		usleep(6500 * 1000);
+		kill(holder, SIGCONT);
+		_exit(0);
+	}
+	r = probe(1, 0, 40, "torn", farg, "writers=1", "readers=1", "block=1M", "seconds=8", NULL);
+	cr_log_info("shim with a stopped table-lock holder: %s", r->out);
+	waitpid(waker, &st, 0);
+	cr_assert_eq(waitpid(holder, &st, 0), holder);
+	cr_assert_eq(r->status, 0, "status %d: %s", r->status, r->out);
+	cr_assert_eq(rs_field(r->out, "torn"), 0, "torn reads across processes: %s", r->out);
+	cr_assert_gt(rs_field(r->out, "reads"), 0, "no reads once the holder resumed: %s", r->out);
+	cr_assert_null(strstr(r->out, "NOT"), "a process ran without exclusion: %s", r->out);
+	snprintf(pidtxt, sizeof(pidtxt), "pid %d (", (int)holder);
+	cr_assert_not_null(strstr(r->out, pidtxt), "no waiter named the holder %s: %s", pidtxt,
+			   r->out);
+	cr_assert_not_null(strstr(r->out, "stopped"), "no waiter said the holder is stopped: %s",
+			   r->out);
+	free(ctl);
 	free(r);
 }
 

@@ -34,6 +34,18 @@
  *       same file (disjoint range, the parent's range, or after exec) and
  *       exits; the parent goes on writing.  race: a parent thread keeps
  *       writing 1 MiB blocks while the child reads them and counts tears.
+ *   node_probe forkstorm file=F count=N
+ *       N processes, one after another, each attach (a pwrite), fork a
+ *       child that sleeps until the orchestrator lets it go, and exit
+ *       normally (glibc daemon(), pre-fork servers, Python's fork start
+ *       method).  Then a fresh process writes: it must be in node scope.
+ *       The sleeping children are released at the end.
+ *   node_probe forkkill file=F count=N
+ *       N rounds: a writer caches a grant, forks a sleeping child, and
+ *       rewrites [0, 1 MiB) in a loop until it is SIGKILLed; then another
+ *       process writes the same range.  Prints max_ms, how long that
+ *       write took at worst: the dead writer's grant must be reclaimed
+ *       although its child lives on.
  *   node_probe selftest file=F seconds=S
  *       One process, a writer thread and a reader thread on 1 MiB blocks
  *       (torn must be 0), then a write/read-back check.
@@ -1023,6 +1035,132 @@ static void cmd_fork(void)
 	verdict(status == 0 && bad == 0, "child status %d, %d parent errors", status, bad);
 }
 
+/* ---- fork storms: a forked child must not keep its parent alive ---- */
+
+/* Exec'd worker: attach, fork a child that sleeps on fd slot= (a pipe
+ * the orchestrator holds open), exit.  With kill_ms=1 it keeps writing
+ * until killed instead of exiting. */
+static void role_fork_sleeper(void)
+{
+	int fd = open(A.file, O_RDWR);
+	pid_t pid;
+
+	if (fd < 0 || write_block(fd, 0x5, 0, 4096) < 0)
+		_exit(2);
+	pid = fork();
+	if (pid < 0)
+		_exit(2);
+	if (pid == 0) {
+		char c;
+
+		close(fd);
+		while (read(A.slot, &c, 1) < 0 && errno == EINTR)
+			;
+		_exit(0);
+	}
+	close(A.slot);
+	if (!A.kill_ms)
+		exit(0);
+	printf("writing\n");
+	fflush(stdout);
+	for (;;)
+		if (write_block(fd, 0x6, 0, MIB) < 0)
+			_exit(2);
+}
+
+static pid_t spawn_sleeper(int rfd, int kill_mode, int out)
+{
+	char a1[4200], a2[32], a3[32];
+	char *av[] = { self_exe, (char *)"fk", a1, a2, a3, NULL };
+	pid_t pid;
+
+	snprintf(a1, sizeof(a1), "file=%s", A.file);
+	snprintf(a2, sizeof(a2), "slot=%d", rfd);
+	snprintf(a3, sizeof(a3), "kill_ms=%d", kill_mode);
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		if (out >= 0)
+			dup2(out, 1);
+		execv(self_exe, av);
+		_exit(127);
+	}
+	return pid;
+}
+
+static void cmd_forkstorm(void)
+{
+	int fd = open(A.file, O_RDWR | O_CREAT | O_TRUNC, 0600), p[2], st, bad = 0;
+
+	if (fd < 0 || write_block(fd, 0x1, 0, 4096) < 0)
+		die("create %s", A.file);
+	close(fd);
+	/* The write end stays with us alone; the children get EOF when we go. */
+	if (pipe(p) < 0 || fcntl(p[1], F_SETFD, FD_CLOEXEC) < 0)
+		die("pipe");
+	for (int i = 0; i < A.count; i++) {
+		pid_t pid = spawn_sleeper(p[0], 0, -1);
+
+		if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			bad++;
+	}
+	close(p[0]);
+	/* A newcomer (this process, never attached so far) must get a slot. */
+	fd = open(A.file, O_RDWR);
+	if (fd < 0 || write_block(fd, 0x2, 0, 4096) < 0)
+		bad++;
+	printf("forked=%d failed=%d ", A.count, bad);
+	fflush(stdout);
+	close(fd);
+	close(p[1]);
+	while (wait(NULL) > 0)
+		;
+	verdict(bad == 0, "%d workers failed", bad);
+}
+
+static void cmd_forkkill(void)
+{
+	int fd = open(A.file, O_RDWR | O_CREAT | O_TRUNC, 0600), p[2], q[2], st;
+	uint64_t worst = 0;
+
+	if (fd < 0 || write_block(fd, 0x1, 0, MIB) < 0)
+		die("create %s", A.file);
+	if (pipe(p) < 0 || fcntl(p[1], F_SETFD, FD_CLOEXEC) < 0)
+		die("pipe");
+	for (int i = 0; i < A.count; i++) {
+		char line[64];
+		pid_t w;
+		uint64_t t0;
+		FILE *f;
+
+		if (pipe(q) < 0)
+			die("pipe");
+		w = spawn_sleeper(p[0], 1, q[1]);
+		close(q[1]);
+		f = fdopen(q[0], "r");
+		if (!f || !fgets(line, sizeof(line), f))
+			die("writer did not start");
+		/* Somewhere inside its stream of 1 MiB writes. */
+		sleep_ns(20000000ull + (uint64_t)(rnd() % 30) * 1000000ull);
+		kill(w, SIGKILL);
+		waitpid(w, &st, 0);
+		fclose(f);
+		t0 = now_ns();
+		if (write_block(fd, 0x7, 0, MIB) < 0)
+			die("pwrite after the kill");
+		if (now_ns() - t0 > worst)
+			worst = now_ns() - t0;
+	}
+	close(p[0]);
+	close(p[1]);
+	while (wait(NULL) > 0)
+		;
+	printf("rounds=%d max_ms=%llu ", A.count, (unsigned long long)(worst / 1000000ull));
+	verdict(1, "%s", "");
+}
+
 /* ---- selftest ---- */
 
 struct st_shared {
@@ -1132,6 +1270,12 @@ int main(int argc, char **argv)
 		role_hammer();
 	else if (!strcmp(argv[1], "fc"))
 		role_fork_child();
+	else if (!strcmp(argv[1], "fk"))
+		role_fork_sleeper();
+	else if (!strcmp(argv[1], "forkstorm"))
+		cmd_forkstorm();
+	else if (!strcmp(argv[1], "forkkill"))
+		cmd_forkkill();
 	else if (!strcmp(argv[1], "torn"))
 		cmd_torn();
 	else if (!strcmp(argv[1], "mixed"))
