@@ -117,18 +117,21 @@ static void load_paths(struct rs_config *c, const char *v)
 	c->custom_paths = c->npaths > 0;
 }
 
+/* Empty means the default table, which segment.c finds (a private
+ * runtime directory, else /dev/shm). */
 static void load_shm(struct rs_config *c, const char *v)
 {
+	c->shm_name[0] = '\0';
 	if (v && *v) {
 		/* segment.c puts it under /dev/shm and allows 200 bytes. */
-		if (v[0] == '/' && strlen(v) <= 200 && !strchr(v + 1, '/')) {
+		if (v[0] == '/' && v[1] && strlen(v) <= 200 && !strchr(v + 1, '/')) {
 			strcpy(c->shm_name, v);
 			return;
 		}
-		rs_log(RS_LOG_ERROR, "RANGESHIM_SHM='%s' is not a name like /rangeshim-%u; "
-		       "using the default", v, (unsigned)getuid());
+		rs_log(RS_LOG_ERROR, "RANGESHIM_SHM='%s' is not a name like /rangeshim-%u "
+		       "(a '/', then up to 199 bytes without '/'); using the default table", v,
+		       (unsigned)getuid());
 	}
-	snprintf(c->shm_name, sizeof(c->shm_name), "/rangeshim-%u", (unsigned)getuid());
 }
 
 void rs_config_load(struct rs_config *c, const char *(*get)(const char *name))

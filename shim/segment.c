@@ -26,9 +26,59 @@
 
 #define WHY(...) snprintf(why, whylen, __VA_ARGS__)
 
+/* Is any process attached to the table file at path (one of our own)?
+ * Every attached process holds a liveness byte on it. */
+static int has_live_processes(const char *path)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
+			    .l_start = (off_t)RS_LIVE_BASE, .l_len = RS_NPROC };
+	struct stat st;
+	int saved = errno, live = 0;
+	int fd = (int)syscall(SYS_openat, AT_FDCWD, path,
+			      O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+
+	if (fd >= 0) {
+		live = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+		       syscall(SYS_fcntl, fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+		syscall(SYS_close, fd);
+	}
+	errno = saved;
+	return live;
+}
+
+/*
+ * The default table, when RANGESHIM_SHM is not set.  /dev/shm is writable
+ * by everyone, so anyone can create /dev/shm/rangeshim-<uid> first and keep
+ * that user out of node scope.  The per-user runtime directory that
+ * logind makes, /run/user/<uid> (mode 0700, ours), cannot be squatted, so
+ * the table lives there when it exists.  It is found from the uid, not
+ * from $XDG_RUNTIME_DIR, which differs between processes of one user
+ * (cron, sudo, services), and all of a user's processes must pick the same
+ * table.  The directory appears at a user's first login: a table in
+ * /dev/shm that live processes still use keeps being used until they are
+ * gone, so a login in the middle of a job does not split it.
+ */
+static void default_path(char *path, size_t len)
+{
+	char rt[64], shm[64];
+	struct stat st;
+
+	snprintf(shm, sizeof(shm), "/dev/shm/rangeshim-%u", (unsigned)getuid());
+	snprintf(rt, sizeof(rt), "/run/user/%u", (unsigned)geteuid());
+	if (lstat(rt, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+	    (st.st_mode & 077) == 0 && !has_live_processes(shm))
+		snprintf(path, len, "%s/rangeshim-table", rt);
+	else
+		snprintf(path, len, "%s", shm);
+}
+
 int rs_seg_path(const char *name, char *path, size_t len)
 {
-	if (!name || name[0] != '/' || strchr(name + 1, '/') || strlen(name) > 200)
+	if (name && !name[0]) {
+		default_path(path, len);
+		return 0;
+	}
+	if (!name || name[0] != '/' || !name[1] || strchr(name + 1, '/') || strlen(name) > 200)
 		return -1;
 	snprintf(path, len, "/dev/shm%s", name);
 	return 0;

@@ -126,7 +126,8 @@ int rs_seg_check_header(const struct rs_segment *s, char *why, size_t whylen);
 int rs_seg_check(const struct rs_segment *s, char *why, size_t whylen);
 /* A non-free grant's fields are in range. */
 int rs_seg_grant_ok(const struct rs_seg_grant *g);
-/* Path of the file behind a segment name, under /dev/shm. */
+/* Path of the file behind a segment name: /dev/shm/NAME, or for the
+ * empty name (RANGESHIM_SHM unset) the default table (segment.c). */
 int rs_seg_path(const char *name, char *path, size_t len);
 
 /* Is the process in slot `slot` alive?  1 alive, 0 dead. */

@@ -870,6 +870,58 @@ Test(node, stopped_table_holder_blocks_not_tears, .timeout = 90)
 	free(r);
 }
 
+/*
+ * The default table (RANGESHIM_SHM unset) lives in the user's private
+ * runtime directory when there is one, so that nobody else can squat its
+ * name (issue 8): another user's /dev/shm/rangeshim-<uid> no longer keeps
+ * this user out of node scope.  Needs root to make /run/user/<uid> on a
+ * machine without logind (and to own a file as another user).
+ */
+Test(node, default_table_private_dir, .timeout = 60)
+{
+	char rt[64], table[128], squat[64], farg[300];
+	const char *env[] = { "RANGESHIM_SHM=", NULL };
+	const char *file = data_file("/dev/shm", "default");
+	char *argv[] = { (char *)PROBE, (char *)"selftest", farg, (char *)"seconds=0.3", NULL };
+	struct rs_run *r = calloc(1, sizeof(*r));
+	struct stat st;
+	int made = 0, fd;
+
+	if (geteuid() != 0) {
+		cr_log_info("default_table_private_dir: needs root; skipped");
+		free(r);
+		return;
+	}
+	snprintf(rt, sizeof(rt), "/run/user/%u", (unsigned)geteuid());
+	snprintf(table, sizeof(table), "%s/rangeshim-table", rt);
+	snprintf(squat, sizeof(squat), "/dev/shm/rangeshim-%u", (unsigned)getuid());
+	snprintf(farg, sizeof(farg), "file=%s", file);
+	if (lstat(rt, &st) < 0) {
+		cr_assert_eq(mkdir("/run/user", 0755) == 0 || errno == EEXIST, 1);
+		cr_assert_eq(mkdir(rt, 0700), 0, "mkdir %s: %s", rt, strerror(errno));
+		made = 1;
+	}
+	cr_assert_eq(lstat(squat, &st) < 0 && errno == ENOENT, 1,
+		     "%s exists already; not touching a real table", squat);
+	/* Another user got there first. */
+	fd = open(squat, O_CREAT | O_EXCL | O_WRONLY, 0600);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(fchown(fd, 65534, 65534), 0);
+	close(fd);
+	unlink(table);
+	rs_run(r, argv, env, 1, 30);
+	cr_log_info("default table: %s", r->out);
+	unlink(squat);
+	cr_assert_eq(r->status, 0, "status %d: %s", r->status, r->out);
+	cr_assert_eq(warnings(r->out), 0, "the squatted /dev/shm name kept us out: %s", r->out);
+	cr_assert_eq(lstat(table, &st), 0, "no table at %s", table);
+	cr_assert_eq(st.st_mode & 07777, 0600);
+	unlink(table);
+	if (made)
+		rmdir(rt);
+	free(r);
+}
+
 /* ---- (g) closed files leave no state ---- */
 
 struct bg {

@@ -81,7 +81,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check(c.stats_path[0] != '\0' &&
 		      memchr(c.stats_path, '\0', sizeof(c.stats_path)) != NULL);
 	check(memchr(c.shm_name, '\0', sizeof(c.shm_name)) != NULL);
-	check(c.shm_name[0] == '/' && strlen(c.shm_name) <= 200 && !strchr(c.shm_name + 1, '/'));
+	check(c.shm_name[0] == '\0' ||
+	      (c.shm_name[0] == '/' && strlen(c.shm_name) <= 200 && !strchr(c.shm_name + 1, '/')));
 	check(c.npaths >= 0 && c.npaths <= RS_MAX_PATHS);
 	check(c.custom_paths == (c.npaths > 0));
 	for (int i = 0; i < c.npaths; i++)
