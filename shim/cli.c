@@ -531,7 +531,7 @@ static int parse_table_opts(const struct command *cmd, int argc, char **argv,
 		fprintf(stderr, "rangeshim: RANGESHIM_SHM='%s' is not a name like %s; "
 			"using the default\n", env, dflt);
 	if (!name)
-		name = dflt;
+		name = "";	/* the library's default table (segment.c) */
 	if (rs_seg_path(name, o->path, sizeof(o->path)) < 0)
 		return usage_error("bad --shm '%s' (use a name like /rangeshim-1000)", name);
 	return -1;
