@@ -46,6 +46,13 @@
  *       process writes the same range.  Prints max_ms, how long that
  *       write took at worst: the dead writer's grant must be reclaimed
  *       although its child lives on.
+ *   node_probe forkleak file=F count=N
+ *       N fresh processes; in each, a thread makes the first coordinated
+ *       call (the attach) while the main thread forks children as fast as
+ *       it can.  Every child looks for the node table in its descriptors
+ *       and in its mappings.  Prints leaks (children that found it) and
+ *       children, and parents_holding (workers that see the table in
+ *       themselves: the detector's control).
  *   node_probe selftest file=F seconds=S
  *       One process, a writer thread and a reader thread on 1 MiB blocks
  *       (torn must be 0), then a write/read-back check.
@@ -56,6 +63,7 @@
  * Sizes take K/M suffixes.  Every line says shim=0|1 (librangeshim mapped).
  * Exit status: 0 PASS, 1 FAIL, 2 setup error, 3 O_DIRECT unsupported.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
@@ -1161,6 +1169,123 @@ static void cmd_forkkill(void)
 	verdict(1, "%s", "");
 }
 
+/* ---- fork during the first attach ---- */
+
+/* Does this process hold the node table open or mapped?  The table is the
+ * one RANGESHIM_SHM names (the tests always set it). */
+static int holds_table(void)
+{
+	const char *name = getenv("RANGESHIM_SHM");
+	char path[300], link[4200], fdpath[300], line[4400];
+	struct dirent *e;
+	size_t pl;
+	DIR *d;
+	FILE *f;
+	int found = 0;
+
+	if (!name || !*name)
+		return 0;
+	snprintf(path, sizeof(path), "/dev/shm%s", name);
+	pl = strlen(path);
+	d = opendir("/proc/self/fd");
+	while (d && (e = readdir(d))) {
+		ssize_t n;
+
+		snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%s", e->d_name);
+		n = readlink(fdpath, link, sizeof(link) - 1);
+		if (n > 0) {
+			link[n] = '\0';
+			/* Exactly: the data files share the table's prefix. */
+			found |= strcmp(link, path) == 0;
+		}
+	}
+	if (d)
+		closedir(d);
+	f = fopen("/proc/self/maps", "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		size_t n = strlen(line);
+
+		found |= n >= pl + 2 && line[n - 1] == '\n' && line[n - 2 - pl] == ' ' &&
+			 strncmp(line + n - 1 - pl, path, pl) == 0;
+	}
+	if (f)
+		fclose(f);
+	return found;
+}
+
+static void *attach_thread(void *arg)
+{
+	int fd = open(A.file, O_RDWR);
+
+	(void)arg;
+	if (fd < 0 || write_block(fd, 0x3, 0, 4096) < 0)
+		_exit(2);
+	close(fd);
+	return NULL;
+}
+
+static void role_fork_leak(void)
+{
+	pthread_t th;
+	int leaks = 0, kids = 0, st;
+
+	pthread_create(&th, NULL, attach_thread, NULL);
+	for (int i = 0; i < 40; i++) {
+		pid_t pid = fork();
+
+		if (pid == 0)
+			_exit(holds_table() ? 1 : 0);
+		if (pid > 0 && waitpid(pid, &st, 0) == pid) {
+			kids++;
+			leaks += WIFEXITED(st) && WEXITSTATUS(st) == 1;
+		}
+	}
+	pthread_join(th, NULL);
+	/* The detector's control: the attached parent must be seen to hold it. */
+	printf("%d %d %d\n", leaks, kids, holds_table());
+	exit(0);
+}
+
+static void cmd_forkleak(void)
+{
+	int fd = open(A.file, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	long leaks = 0, kids = 0, seen = 0;
+
+	if (fd < 0 || write_block(fd, 0x1, 0, 4096) < 0)
+		die("create %s", A.file);
+	close(fd);
+	for (int i = 0; i < A.count; i++) {
+		char a1[4200], out[64] = "";
+		char *av[] = { self_exe, (char *)"fl", a1, NULL };
+		int p[2], st, l = 0, k = 0, h = 0;
+		pid_t pid;
+		ssize_t n;
+
+		snprintf(a1, sizeof(a1), "file=%s", A.file);
+		if (pipe(p) < 0)
+			die("pipe");
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0) {
+			dup2(p[1], 1);
+			execv(self_exe, av);
+			_exit(127);
+		}
+		close(p[1]);
+		n = read(p[0], out, sizeof(out) - 1);
+		out[n > 0 ? n : 0] = '\0';
+		close(p[0]);
+		waitpid(pid, &st, 0);
+		if (sscanf(out, "%d %d %d", &l, &k, &h) != 3)
+			die("worker said '%s'", out);
+		leaks += l;
+		kids += k;
+		seen += h;
+	}
+	printf("leaks=%ld children=%ld parents_holding=%ld ", leaks, kids, seen);
+	verdict(leaks == 0, "%ld children of a process held its node table", leaks);
+}
+
 /* ---- selftest ---- */
 
 struct st_shared {
@@ -1276,6 +1401,10 @@ int main(int argc, char **argv)
 		cmd_forkstorm();
 	else if (!strcmp(argv[1], "forkkill"))
 		cmd_forkkill();
+	else if (!strcmp(argv[1], "fl"))
+		role_fork_leak();
+	else if (!strcmp(argv[1], "forkleak"))
+		cmd_forkleak();
 	else if (!strcmp(argv[1], "torn"))
 		cmd_torn();
 	else if (!strcmp(argv[1], "mixed"))
