@@ -4,7 +4,7 @@
  *   rangeshim run [options] [--] CMD [ARGS...]   run CMD under the shim
  *   rangeshim env [options]                      print what `run` would set
  *   rangeshim locks [--shm NAME] [--json]        list the node lock table
- *   rangeshim clean [--shm NAME] [--force]       remove an unused node table
+ *   rangeshim clean [--shm NAME] [--force]       remove a node table no live process uses
  *
  * The command only prepares an environment and execs; it never loads the
  * library itself, so nothing here runs inside the application.
@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "rangeshim/rangelock.h"
+#include "nodelock.h"
 #include "segment.h"
 
 #ifndef RS_VERSION
@@ -91,7 +92,7 @@ static const struct command commands[] = {
 	{ "run", cmd_run, "run CMD with the shim preloaded" },
 	{ "env", cmd_env, "print the variables `run` would set, for eval" },
 	{ "locks", cmd_locks, "list the node lock table's grants, like lslocks" },
-	{ "clean", cmd_clean, "remove the node lock table if no live process uses it" },
+	{ "clean", cmd_clean, "remove the node lock table if no live process is attached" },
 };
 
 static void usage(FILE *out)
@@ -120,13 +121,19 @@ static void usage(FILE *out)
 	      "  --shm NAME   node table segment (default: $RANGESHIM_SHM, else /rangeshim-UID;\n"
 	      "               the file is /dev/shm/NAME)\n"
 	      "  --json       locks: print one JSON object instead of the table\n"
-	      "  --force      clean: remove the table even while processes use it; they keep\n"
-	      "               the old one and no longer coordinate with processes started later\n"
+	      "  --force      clean: also remove a table that is locked by something other than\n"
+	      "               an attached process (a corrupt or foreign table).  It never removes\n"
+	      "               a table while a process attached to it is alive: clean lists those\n"
+	      "               processes (pid, command, state) and leaves the table alone\n"
 	      "\n"
 	      "locks shows each grant's byte range [START-END) (END excluded, EOF: to\n"
 	      "infinity), mode (EXSH: exclusive to other processes, SHARED: readers),\n"
-	      "state (HELD, or WAIT for a queued request), holder, users (calls in\n"
-	      "progress), whether another process wants it, and its age.\n"
+	      "state (HELD, or WAIT for a queued request), holder and its process state\n"
+	      "(PSTATE: running, sleeping, stopped, zombie, dead...), users (calls in\n"
+	      "progress), whether another process wants it, and its age (for WAIT: how\n"
+	      "long it has waited).  BLOCKER lists, for a WAIT entry, the pids whose\n"
+	      "grants block it, as lslocks does; a line per waiter then says whom it\n"
+	      "waits for and in what state that process is (e.g. stopped by Ctrl-Z).\n"
 	      "\n"
 	      "Examples:\n"
 	      "  rangeshim run -- ./my_app\n"
@@ -458,20 +465,33 @@ struct table_opts {
 	bool json, force;
 };
 
+/* What /proc says about an attached process. */
+struct proc_info {
+	char comm[64];                /* escaped; "?" if /proc has no word on it */
+	const char *state;            /* running, sleeping, stopped, ..., dead */
+};
+
 /* A validated private copy of the table, and an fd to probe liveness on. */
 struct table {
 	struct rs_seg_map map;        /* only fd is used, by rs_seg_alive */
 	struct rs_segment *seg;       /* malloc'd copy, never the segment */
 	bool alive[RS_NPROC];         /* LIVE slot whose process still holds its byte */
+	struct proc_info proc[RS_NPROC];   /* of LIVE slots */
 };
+
+#define MAX_BLOCKERS 32
 
 /* One grant, copied out of the table with its holder resolved. */
 struct row {
-	uint32_t idx, owner, state, mode, users;
+	uint32_t idx, owner, state, mode, users, ticket;
 	bool wanted, alive;
 	int32_t pid;
 	uint64_t dev, ino, start, end, since_ns;
 	char *path;                   /* malloc'd, or NULL if not found */
+	/* A WAIT entry: the process slots whose HELD grants block it (as
+	 * lslocks' BLOCKER), and those queued ahead of it on its range. */
+	uint32_t nblockers, nahead;   /* how many; the first MAX_BLOCKERS are kept */
+	uint32_t blockers[MAX_BLOCKERS], ahead[MAX_BLOCKERS];
 };
 
 /*
@@ -626,6 +646,61 @@ static int read_table(int fd, struct rs_segment *seg, char *why, size_t whylen)
 	}
 }
 
+static void escape_text(const char *in, char *out, size_t len);
+
+/*
+ * The command and state of an attached process, from /proc/PID/stat.  A
+ * process whose liveness byte is free is "dead" whatever /proc says: its
+ * pid may name some other process by now.  "?" when /proc has no word on
+ * a live one (another pid namespace, hidepid).
+ */
+static void proc_info(struct proc_info *pi, int32_t pid, bool alive)
+{
+	char file[64], stat[512], comm[64] = "?";
+	ssize_t n = -1;
+	int fd;
+
+	pi->state = "?";
+	if (!alive) {
+		pi->state = "dead";
+		snprintf(pi->comm, sizeof(pi->comm), "(dead)");
+		return;
+	}
+	snprintf(file, sizeof(file), "/proc/%d/stat", (int)pid);
+	fd = pid > 0 ? open(file, O_RDONLY | O_CLOEXEC) : -1;
+	if (fd >= 0) {
+		n = read(fd, stat, sizeof(stat) - 1);
+		close(fd);
+	}
+	if (n > 0) {
+		char *open_paren, *close_paren;
+
+		stat[n] = '\0';
+		open_paren = strchr(stat, '(');
+		close_paren = strrchr(stat, ')');
+		if (open_paren && close_paren && close_paren > open_paren && close_paren[1] == ' ') {
+			size_t c = (size_t)(close_paren - open_paren - 1);
+
+			if (c >= sizeof(comm))
+				c = sizeof(comm) - 1;
+			memcpy(comm, open_paren + 1, c);
+			comm[c] = '\0';
+			switch (close_paren[2]) {
+			case 'R': pi->state = "running"; break;
+			case 'S': pi->state = "sleeping"; break;
+			case 'D': pi->state = "disk"; break;      /* uninterruptible */
+			case 'I': pi->state = "idle"; break;
+			case 'T': pi->state = "stopped"; break;
+			case 't': pi->state = "traced"; break;    /* stopped by a debugger */
+			case 'Z': pi->state = "zombie"; break;
+			case 'X': case 'x': pi->state = "dead"; break;
+			default: pi->state = "alive"; break;
+			}
+		}
+	}
+	escape_text(comm, pi->comm, sizeof(pi->comm));
+}
+
 /* Open, copy and validate the table; 1 if there is none, -1 with why. */
 static int load_table(const char *path, struct table *t, char *why, size_t whylen)
 {
@@ -645,9 +720,11 @@ static int load_table(const char *path, struct table *t, char *why, size_t whyle
 	}
 	if (read_table(t->map.fd, t->seg, why, whylen) < 0)
 		return -1;
-	for (uint32_t p = 0; p < RS_NPROC; p++)
+	for (uint32_t p = 0; p < RS_NPROC; p++) {
 		t->alive[p] = atomic_load(&t->seg->procs[p].state) == RS_PROC_LIVE &&
 			      rs_seg_alive(&t->map, p);
+		proc_info(&t->proc[p], t->seg->procs[p].pid, t->alive[p]);
+	}
 	return 0;
 }
 
@@ -856,6 +933,49 @@ static int row_cmp(const void *a, const void *b)
 	return (int)x->state - (int)y->state;
 }
 
+/* Do grants a and b of two processes exclude each other?  The table's
+ * own rule (nodelock.c): same file, overlapping, not both SHARED; a
+ * malformed range counts as the whole file. */
+static bool conflict(const struct row *a, const struct row *b)
+{
+	bool a_all = a->start >= a->end, b_all = b->start >= b->end;
+
+	if (a->owner == b->owner || a->dev != b->dev || a->ino != b->ino)
+		return false;
+	if (a->mode == RS_G_SHARED && b->mode == RS_G_SHARED)
+		return false;
+	return a_all || b_all || (a->start < b->end && b->start < a->end);
+}
+
+static void add_slot(uint32_t *v, uint32_t *n, uint32_t slot)
+{
+	for (uint32_t i = 0; i < *n && i < MAX_BLOCKERS; i++)
+		if (v[i] == slot)
+			return;
+	if (*n < MAX_BLOCKERS)
+		v[*n] = slot;
+	(*n)++;
+}
+
+/*
+ * What a WAIT entry waits for: the processes whose HELD grants conflict
+ * with it (lslocks' BLOCKER), and those whose conflicting requests were
+ * queued before it (FIFO: it goes after them).
+ */
+static void find_blockers(const struct row *rows, size_t n, struct row *w)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct row *h = &rows[i];
+
+		if (h == w || !conflict(h, w))
+			continue;
+		if (h->state == RS_G_HELD)
+			add_slot(w->blockers, &w->nblockers, h->owner);
+		else if (h->ticket < w->ticket)
+			add_slot(w->ahead, &w->nahead, h->owner);
+	}
+}
+
 /* The HELD and WAIT grants of the copy, sorted by file and offset. */
 static struct row *collect_rows(const struct table *t, size_t *nrows)
 {
@@ -886,7 +1006,7 @@ static struct row *collect_rows(const struct table *t, size_t *nrows)
 			.alive = t->alive[g->owner],
 			.pid = t->seg->procs[g->owner].pid,
 			.dev = g->dev, .ino = g->ino, .start = g->start, .end = g->end,
-			.since_ns = g->since_ns,
+			.since_ns = g->since_ns, .ticket = g->ticket,
 		};
 		r->path = find_path(t, fds, r);
 		n++;
@@ -895,6 +1015,9 @@ static struct row *collect_rows(const struct table *t, size_t *nrows)
 		free(fds[p].v);
 	free(fds);
 	qsort(rows, n, sizeof(*rows), row_cmp);
+	for (size_t i = 0; i < n; i++)
+		if (rows[i].state == RS_G_WAIT)
+			find_blockers(rows, n, &rows[i]);
 	*nrows = n;
 	return rows;
 }
@@ -915,26 +1038,6 @@ static void format_age(char *buf, size_t len, uint64_t now, uint64_t since)
 		snprintf(buf, len, "%ud%uh", (unsigned)(s / 86400), (unsigned)(s / 3600 % 24));
 }
 
-/* /proc/PID/comm, escaped; "(dead)" for a holder that is gone, whose pid
- * may well name some other process by now. */
-static void holder_name(char *buf, size_t len, const struct row *r)
-{
-	char file[64], comm[64] = "?";
-	FILE *f;
-
-	if (!r->alive) {
-		snprintf(buf, len, "(dead)");
-		return;
-	}
-	snprintf(file, sizeof(file), "/proc/%d/comm", (int)r->pid);
-	if (r->pid > 0 && (f = fopen(file, "re"))) {
-		if (fgets(comm, sizeof(comm), f))
-			comm[strcspn(comm, "\n")] = '\0';
-		fclose(f);
-	}
-	escape_text(comm, buf, len);
-}
-
 static const char *mode_name(uint32_t mode)
 {
 	return mode == RS_G_EXSH ? "EXSH" : "SHARED";
@@ -945,19 +1048,98 @@ static const char *state_name(uint32_t state)
 	return state == RS_G_WAIT ? "WAIT" : "HELD";
 }
 
+static int32_t slot_pid(const struct table *t, uint32_t slot)
+{
+	return slot < RS_NPROC ? t->seg->procs[slot].pid : 0;
+}
+
+/* "1234,5678" (at most max of them, then "+N"), or "-" if there are none. */
+static void format_pids(char *buf, size_t len, const struct table *t, const uint32_t *slots,
+			uint32_t n, uint32_t max)
+{
+	size_t o = 0;
+
+	snprintf(buf, len, "-");
+	for (uint32_t i = 0; i < n && i < MAX_BLOCKERS && o + 16 < len; i++) {
+		int32_t pid = slot_pid(t, slots[i]);
+
+		if (i == max) {
+			snprintf(buf + o, len - o, ",+%u", n - i);
+			return;
+		}
+		if (pid > 0)
+			o += (size_t)snprintf(buf + o, len - o, "%s%d", i ? "," : "", (int)pid);
+		else
+			o += (size_t)snprintf(buf + o, len - o, "%s?", i ? "," : "");
+	}
+	if (n > MAX_BLOCKERS && o + 16 < len)
+		snprintf(buf + o, len - o, ",+%u", n - MAX_BLOCKERS);
+}
+
+/* "pid 1234 (dd), stopped (SIGSTOP or Ctrl-Z; SIGCONT resumes it)" */
+static void describe_slot(char *buf, size_t len, const struct table *t, uint32_t slot)
+{
+	int32_t pid = slot_pid(t, slot);
+
+	if (slot < RS_NPROC && t->alive[slot] && pid > 0)
+		rs_nt_describe(pid, buf, len);
+	else if (pid > 0)
+		snprintf(buf, len, "pid %d, dead (its grants go to the next waiter)", (int)pid);
+	else
+		snprintf(buf, len, "slot %u, dead", slot);
+}
+
+/*
+ * One line per WAIT entry, after the table: who waits, how long, for
+ * what, and whom for.  The explanation issue 8 asks for: a reader stuck
+ * behind a `dd` stopped with Ctrl-Z is told so, with the way out.
+ */
+static void print_waiters(const struct table *t, const struct row *rows, size_t n, uint64_t now)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct row *r = &rows[i];
+		const uint32_t *who = r->nblockers ? r->blockers : r->ahead;
+		uint32_t nwho = r->nblockers ? r->nblockers : r->nahead;
+		char age[32], range[48], desc[256];
+
+		if (r->state != RS_G_WAIT)
+			continue;
+		format_age(age, sizeof(age), now, r->since_ns);
+		if (r->end == RS_RANGE_EOF)
+			snprintf(range, sizeof(range), "%" PRIu64 "-EOF", r->start);
+		else
+			snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, r->start, r->end);
+		printf("waiting: pid %d (%s) for %s %s, %s so far, ", (int)r->pid,
+		       t->proc[r->owner].comm, mode_name(r->mode), range, age);
+		if (!nwho) {
+			puts("on nobody now (about to be granted)");
+			continue;
+		}
+		fputs(r->nblockers ? "blocked by " : "queued behind the earlier request of ", stdout);
+		for (uint32_t k = 0; k < nwho && k < 4 && k < MAX_BLOCKERS; k++) {
+			describe_slot(desc, sizeof(desc), t, who[k]);
+			printf("%s%s", k ? "; " : "", desc);
+		}
+		if (nwho > 4)
+			printf("; and %u more", nwho - 4);
+		putchar('\n');
+	}
+}
+
 static void print_rows_text(const struct table *t, const struct row *rows, size_t n)
 {
 	uint64_t now = realtime_now_ns();
 	unsigned held = 0, waiting = 0, live = 0, dead = 0;
 
 	if (n)
-		printf("%-15s %7s %-5s %-6s %5s %-6s %7s %-23s %-14s %s\n", "COMMAND", "PID",
-		       "STATE", "MODE", "USERS", "WANTED", "AGE", "RANGE", "DEV:INO", "PATH");
+		printf("%-15s %7s %-8s %-5s %-6s %5s %-6s %7s %-15s %-23s %-14s %s\n", "COMMAND",
+		       "PID", "PSTATE", "STATE", "MODE", "USERS", "WANTED", "AGE", "BLOCKER", "RANGE",
+		       "DEV:INO", "PATH");
 	for (size_t i = 0; i < n; i++) {
 		const struct row *r = &rows[i];
-		char name[64], pid[16], age[32], range[48], file[64], path[PATH_MAX * 4 + 1];
+		const struct proc_info *pi = &t->proc[r->owner];
+		char pid[16], age[32], range[48], file[64], blk[64], path[PATH_MAX * 4 + 1];
 
-		holder_name(name, sizeof(name), r);
 		if (r->pid > 0)
 			snprintf(pid, sizeof(pid), "%d", (int)r->pid);
 		else
@@ -969,16 +1151,22 @@ static void print_rows_text(const struct table *t, const struct row *rows, size_
 			snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, r->start, r->end);
 		snprintf(file, sizeof(file), "%u:%u:%" PRIu64, major((dev_t)r->dev),
 			 minor((dev_t)r->dev), r->ino);
+		if (r->state == RS_G_WAIT)
+			format_pids(blk, sizeof(blk), t, r->blockers, r->nblockers, 3);
+		else
+			snprintf(blk, sizeof(blk), "-");
 		escape_text(r->path ? r->path : "?", path, sizeof(path));
-		printf("%-15s %7s %-5s %-6s %5u %-6s %7s %-23s %-14s %s\n", name, pid,
+		printf("%-15s %7s %-8s %-5s %-6s %5u %-6s %7s %-15s %-23s %-14s %s\n",
+		       r->alive ? pi->comm : "(dead)", pid, r->alive ? pi->state : "dead",
 		       state_name(r->state), mode_name(r->mode), r->users,
-		       r->state == RS_G_WAIT ? "-" : r->wanted ? "yes" : "no", age, range,
+		       r->state == RS_G_WAIT ? "-" : r->wanted ? "yes" : "no", age, blk, range,
 		       file, path);
 		if (r->state == RS_G_WAIT)
 			waiting++;
 		else
 			held++;
 	}
+	print_waiters(t, rows, n, now);
 	for (uint32_t p = 0; p < RS_NPROC; p++) {
 		if (atomic_load(&t->seg->procs[p].state) != RS_PROC_LIVE)
 			continue;
@@ -1002,6 +1190,29 @@ static void json_pid(int32_t pid)
 		fputs("null", stdout);
 }
 
+/* "COMMAND", "process_state": "STATE" (the caller has written the key
+ * "command": before). */
+static void json_proc(const struct proc_info *pi, bool alive)
+{
+	if (alive && strcmp(pi->comm, "?"))
+		json_string(pi->comm);
+	else
+		fputs("null", stdout);
+	fputs(", \"process_state\": ", stdout);
+	json_string(alive ? pi->state : "dead");
+}
+
+/* The pids of process slots, as a JSON array (null for a slot without one). */
+static void json_pids(const struct table *t, const uint32_t *slots, uint32_t n)
+{
+	putchar('[');
+	for (uint32_t i = 0; i < n && i < MAX_BLOCKERS; i++) {
+		fputs(i ? ", " : "", stdout);
+		json_pid(slot_pid(t, slots[i]));
+	}
+	putchar(']');
+}
+
 /* t may be NULL: no table, so nothing in it. */
 static void print_rows_json(const char *path, const struct table *t,
 			    const struct row *rows, size_t n)
@@ -1017,7 +1228,9 @@ static void print_rows_json(const char *path, const struct table *t,
 			continue;
 		printf("%s{\"slot\": %u, \"pid\": ", sep, p);
 		json_pid(t->seg->procs[p].pid);
-		printf(", \"alive\": %s}", t->alive[p] ? "true" : "false");
+		printf(", \"alive\": %s, \"command\": ", t->alive[p] ? "true" : "false");
+		json_proc(&t->proc[p], t->alive[p]);
+		putchar('}');
 		sep = ", ";
 	}
 	fputs("], \"grants\": [", stdout);
@@ -1041,6 +1254,18 @@ static void print_rows_json(const char *path, const struct table *t,
 			fputs("null", stdout);
 		else
 			printf("%" PRIu64, now - r->since_ns);
+		fputs(", \"command\": ", stdout);
+		json_proc(&t->proc[r->owner], r->alive);
+		/* A WAIT entry: how long it has waited, and for whom. */
+		fputs(", \"waited_ns\": ", stdout);
+		if (r->state != RS_G_WAIT || r->since_ns == 0 || r->since_ns > now)
+			fputs("null", stdout);
+		else
+			printf("%" PRIu64, now - r->since_ns);
+		fputs(", \"blockers\": ", stdout);
+		json_pids(t, r->blockers, r->nblockers);
+		fputs(", \"queued_behind\": ", stdout);
+		json_pids(t, r->ahead, r->nahead);
 		putchar('}');
 	}
 	fputs("]}\n", stdout);
@@ -1097,14 +1322,14 @@ static int cmd_locks(const struct command *cmd, int argc, char **argv)
 /*
  * The pids of the processes that have the file open, from /proc: for a
  * table whose slots cannot be read, the kernel's word is the only one.
+ * Returns how many were found (at most max are stored).
  */
-static void openers(const struct stat *seg, char *out, size_t len)
+static unsigned openers(const struct stat *seg, int32_t *out, unsigned max)
 {
-	size_t o = 0;
+	unsigned n = 0;
 	struct dirent *e;
 	DIR *d = opendir("/proc");
 
-	snprintf(out, len, "unknown");
 	while (d && (e = readdir(d))) {
 		struct fd_list l = { 0 };
 		char *end;
@@ -1117,14 +1342,16 @@ static void openers(const struct stat *seg, char *out, size_t len)
 		for (size_t i = 0; i < l.n; i++) {
 			if (l.v[i].dev != seg->st_dev || l.v[i].ino != seg->st_ino)
 				continue;
-			if (o + 12 < len)
-				o += (size_t)snprintf(out + o, len - o, "%s%ld", o ? " " : "", pid);
+			if (n < max)
+				out[n] = (int32_t)pid;
+			n++;
 			break;
 		}
 		free(l.v);
 	}
 	if (d)
 		closedir(d);
+	return n;
 }
 
 /*
@@ -1146,21 +1373,108 @@ static int lock_setup(int fd)
 	return -1;
 }
 
+/* Who is attached to the table behind fd: every slot byte is probed for
+ * its liveness lock whatever the slots say (what they say is untrusted);
+ * pids come from the copy, if it is readable. */
+struct census {
+	bool readable;
+	unsigned nlive, nstale, ngrants, npids;
+	int32_t pids[RS_NPROC];
+	char why[256];
+};
+
+static void take_census(int fd, struct rs_segment *seg, struct census *c)
+{
+	struct rs_seg_map map = { .fd = fd, .fd_slot = NULL };
+
+	memset(c, 0, sizeof(*c));
+	c->readable = seg && read_table(fd, seg, c->why, sizeof(c->why)) == 0;
+	for (uint32_t p = 0; p < RS_NPROC; p++) {
+		if (rs_seg_alive(&map, p)) {
+			c->nlive++;
+			if (c->readable && seg->procs[p].pid > 0)
+				c->pids[c->npids++] = seg->procs[p].pid;
+		} else if (c->readable && atomic_load(&seg->procs[p].state) == RS_PROC_LIVE) {
+			c->nstale++;
+		}
+	}
+	for (uint32_t i = 0; c->readable && i < RS_NGRANT; i++)
+		c->ngrants += atomic_load(&seg->grants[i].state) != RS_G_FREE;
+}
+
+/*
+ * The refusal: who is alive, in what state, and what to do.  A table is
+ * never removed under a live process, --force or not: the process would
+ * keep the old table, processes started later would make a new one, and
+ * the two groups would not exclude each other (issue 8).
+ */
+static void refuse_live(const char *path, const struct stat *st, struct census *c)
+{
+	int32_t *pids = c->pids;
+	unsigned n = c->npids;
+	char desc[256];
+
+	if (!n)   /* an unreadable table: ask the kernel who has it open */
+		n = openers(st, pids, RS_NPROC);
+	fprintf(stderr, "rangeshim: %s is in use by %u live process(es); not removing it "
+		"(not even with --force: they would keep this table while processes started "
+		"later made a new one, and the two groups would not exclude each other):\n",
+		path, c->nlive);
+	for (unsigned i = 0; i < n && i < RS_NPROC; i++) {
+		rs_nt_describe(pids[i], desc, sizeof(desc));
+		fprintf(stderr, "  %s\n", desc);
+	}
+	if (!n)
+		fputs("  (their pids are not visible from here)\n", stderr);
+	fputs("Let them finish, or end them (a stopped one: kill -CONT PID resumes it, "
+	      "kill PID ends it), then run 'rangeshim clean' again; the slots of dead "
+	      "processes do not count.\n", stderr);
+}
+
+/* Put a table we moved aside back under its name.  If a process created
+ * a new table there meanwhile, swap them: the new one's processes find
+ * their table no longer named and attach again (rs_nt_register), unless
+ * one had finished attaching already, which is said loudly. */
+static void put_back(const char *aside, const char *path)
+{
+	struct rs_seg_map nm = { .fd = -1 };
+	unsigned nlive = 0;
+
+	if (renameat2(AT_FDCWD, aside, AT_FDCWD, path, RENAME_NOREPLACE) == 0)
+		return;
+	if (errno != EEXIST || renameat2(AT_FDCWD, aside, AT_FDCWD, path, RENAME_EXCHANGE) < 0) {
+		fprintf(stderr, "rangeshim: cannot put %s back from %s: %s; its processes no "
+			"longer exclude new ones until it is moved back (mv %s %s)\n",
+			path, aside, strerror(errno), aside, path);
+		return;
+	}
+	nm.fd = open(aside, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	for (uint32_t p = 0; nm.fd >= 0 && p < RS_NPROC; p++)
+		nlive += (unsigned)rs_seg_alive(&nm, p);
+	if (nm.fd >= 0)
+		close(nm.fd);
+	if (nlive)
+		fprintf(stderr, "rangeshim: %u process(es) attached to a table created at %s in "
+			"the moment it was aside; they do not exclude the processes of %s: "
+			"restart them\n", nlive, path, path);
+	unlink(aside);
+}
+
 static int cmd_clean(const struct command *cmd, int argc, char **argv)
 {
 	struct table_opts o;
 	struct stat st, now;
-	struct rs_seg_map map = { .fd = -1 };
+	struct census c;
+	int fd = -1;
 	struct rs_segment *seg = NULL;
-	char why[256] = "", pids[RS_NPROC * 12 + 16] = "";
-	size_t plen = 0;
-	unsigned nlive = 0, nstale = 0, ngrants = 0;
-	bool readable, in_use;
+	char aside[sizeof(o.path) + 64];
+	const char *slash;
+	bool foreign;
 	int rc = parse_table_opts(cmd, argc, argv, &o);
 
 	if (rc >= 0)
 		return rc;
-	rc = open_table(o.path, &map.fd);
+	rc = open_table(o.path, &fd);
 	if (rc == 1) {
 		printf("nothing to clean: no node lock table at %s\n", o.path);
 		return 0;
@@ -1168,71 +1482,87 @@ static int cmd_clean(const struct command *cmd, int argc, char **argv)
 	if (rc < 0)
 		return 1;
 	rc = 1;
-	if (fstat(map.fd, &st) < 0 || !ours(&st)) {
+	if (fstat(fd, &st) < 0 || !ours(&st)) {
 		fprintf(stderr, "rangeshim: %s is not a regular file owned by uid %u; "
 			"not removing\n", o.path, (unsigned)geteuid());
 		goto out;
 	}
-	if (lock_setup(map.fd) < 0) {
+	if (lock_setup(fd) < 0) {
 		fprintf(stderr, "rangeshim: %s stays locked by a process setting it up; "
 			"not removing\n", o.path);
 		goto out;
 	}
-	/* Liveness locks are probed on every slot byte whatever the slots
-	 * say, because what they say is untrusted; pids come from the copy,
-	 * if it is readable. */
 	seg = aligned_alloc(_Alignof(struct rs_segment), sizeof(*seg));
-	readable = seg && read_table(map.fd, seg, why, sizeof(why)) == 0;
-	for (uint32_t p = 0; p < RS_NPROC; p++) {
-		if (rs_seg_alive(&map, p)) {
-			nlive++;
-			if (readable && seg->procs[p].pid > 0 && plen + 12 < sizeof(pids))
-				plen += (size_t)snprintf(pids + plen, sizeof(pids) - plen, "%s%d",
-							 plen ? " " : "", (int)seg->procs[p].pid);
-		} else if (readable && atomic_load(&seg->procs[p].state) == RS_PROC_LIVE) {
-			nstale++;
-		}
+	take_census(fd, seg, &c);
+	if (c.nlive) {
+		refuse_live(o.path, &st, &c);
+		goto out;
 	}
-	for (uint32_t i = 0; readable && i < RS_NGRANT; i++)
-		ngrants += atomic_load(&seg->grants[i].state) != RS_G_FREE;
-	in_use = nlive > 0 || file_locked(map.fd);
-	if (in_use && !plen)
-		openers(&st, pids, sizeof(pids));
-	if (in_use && !o.force) {
-		if (nlive)
-			fprintf(stderr, "rangeshim: %s is in use by %u live process(es) (pids %s); "
-				"not removing\n", o.path, nlive, pids);
-		else
-			fprintf(stderr, "rangeshim: %s is locked by another process; "
-				"not removing\n", o.path);
+	/* Some other lock, on no slot's liveness byte: not a process attached
+	 * to this table (a foreign lock, or another layout's).  --force
+	 * removes the table anyway. */
+	foreign = file_locked(fd);
+	if (foreign && !o.force) {
+		fprintf(stderr, "rangeshim: %s is locked by another process, though no process "
+			"is attached to it as a table; not removing (--force removes it)\n", o.path);
+		goto out;
+	}
+	/*
+	 * A process may be attaching right now: it claims a slot, then checks
+	 * that the name still leads to its file (rs_nt_register).  So move the
+	 * file aside first, look again, and only then unlink: a process that
+	 * claimed before the move is seen now, and one that claims after it
+	 * finds its file unnamed and attaches again, to a new table.
+	 */
+	slash = strrchr(o.path, '/');
+	snprintf(aside, sizeof(aside), "%.*s/.rangeshim-clean.%d.%llx",
+		 (int)(slash ? slash - o.path : 0), o.path, (int)getpid(),
+		 (unsigned long long)realtime_now_ns());
+	if (renameat2(AT_FDCWD, o.path, AT_FDCWD, aside, RENAME_NOREPLACE) < 0) {
+		if (errno == ENOENT) {
+			printf("nothing to clean: %s was removed meanwhile\n", o.path);
+			rc = 0;
+		} else {
+			fprintf(stderr, "rangeshim: cannot move %s aside to remove it: %s; "
+				"not removing\n", o.path, strerror(errno));
+		}
 		goto out;
 	}
 	/* Remove the file we examined, not one created under its name since. */
-	if (stat(o.path, &now) < 0 || now.st_dev != st.st_dev || now.st_ino != st.st_ino) {
+	if (lstat(aside, &now) < 0 || now.st_dev != st.st_dev || now.st_ino != st.st_ino) {
+		put_back(aside, o.path);
 		fprintf(stderr, "rangeshim: %s was replaced while we looked at it; "
 			"not removing\n", o.path);
 		goto out;
 	}
-	if (unlink(o.path) < 0) {
-		fprintf(stderr, "rangeshim: cannot remove %s: %s\n", o.path, strerror(errno));
+	take_census(fd, seg, &c);
+	if (c.nlive || (file_locked(fd) && !o.force)) {
+		put_back(aside, o.path);
+		if (c.nlive)
+			refuse_live(o.path, &st, &c);
+		else
+			fprintf(stderr, "rangeshim: %s was locked by another process meanwhile; "
+				"not removing\n", o.path);
+		goto out;
+	}
+	if (unlink(aside) < 0) {
+		fprintf(stderr, "rangeshim: cannot remove %s (moved aside from %s): %s\n",
+			aside, o.path, strerror(errno));
 		goto out;
 	}
 	rc = 0;
-	if (in_use)
-		fprintf(stderr, "rangeshim: removed %s although %u live process(es) use it "
-			"(pids %s); they keep the old table and do not coordinate with "
-			"processes started from now on\n", o.path, nlive, pids);
-	else if (!readable)
-		printf("removed %s: an unusable table (%s), and no process had it open\n",
-		       o.path, why);
-	else if (nstale || ngrants)
+	if (!c.readable)
+		printf("removed %s: an unusable table (%s), and no process was attached%s\n",
+		       o.path, c.why, foreign ? " (another lock on it was overridden by --force)" : "");
+	else if (c.nstale || c.ngrants)
 		printf("removed %s: no live process; it still listed %u dead process(es) "
-		       "and %u grant(s)\n", o.path, nstale, ngrants);
+		       "and %u grant(s)\n", o.path, c.nstale, c.ngrants);
 	else
-		printf("removed %s: no process was attached\n", o.path);
+		printf("removed %s: no process was attached%s\n", o.path,
+		       foreign ? " (another lock on it was overridden by --force)" : "");
 out:
 	free(seg);
-	close(map.fd);
+	close(fd);
 	return rc;
 }
 

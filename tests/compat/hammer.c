@@ -4,17 +4,25 @@
  *
  *   hammer FILE [procs=8] [seconds=10] [blocks=48] [maxblocks=3]
  *          [kill_min_ms=50] [kill_max_ms=400] [max_gap_ms=2000]
+ *          [stop_min_ms=0] [stop_max_ms=0] [stop_gap_min_ms=100] [stop_gap_max_ms=600]
  *
  * Writer w (slot w, the same in every incarnation) writes 1..maxblocks
  * 64 KiB blocks at a random block-aligned offset, every byte w+1, then
  * preads a random range and checks that each 64 KiB block in it is
  * uniform.  Half the incarnations are forked, half are forked and exec'd.
  * The supervisor kills a random worker every kill_min..kill_max ms and
- * starts a replacement.
+ * starts a replacement.  With stop_max_ms > 0 it also SIGSTOPs a random
+ * worker every stop_gap_min..stop_gap_max ms, for stop_min..stop_max ms,
+ * then SIGCONTs it (a stopped worker may be killed meanwhile): a stopped
+ * holder legitimately stalls every writer that needs its range, so
+ * progress gaps are measured excluding the time during which any worker
+ * was stopped (max_gap_ms, checked), and reported including it
+ * (max_gap_incl_stop_ms, not checked).
  *
  * What is verified:
  *   - progress: every live worker completes an operation at least every
- *     max_gap_ms (the largest gap seen is reported);
+ *     max_gap_ms, not counting time when some worker was stopped (the
+ *     largest gap seen is reported);
  *   - a block a writer was in the middle of writing when it was killed may
  *     be left mixed (the kernel stops a write at a page boundary on a
  *     fatal signal): such blocks are "tainted"; every other block of the
@@ -240,6 +248,12 @@ int main(int argc, char **argv)
 	double seconds;
 	uint64_t kill_min, kill_max, max_gap_allowed, s = 0x1234567;
 	uint64_t t_end, next_kill, max_gap = 0, kills = 0, restarts = 0;
+	uint64_t stop_min, stop_max, stop_gap_min, stop_gap_max, next_stop, stops = 0;
+	uint64_t stopped_until[MAXW] = { 0 }, stopped_at[MAXW] = { 0 };
+	/* Time during which at least one worker was stopped, summed; and its
+	 * value when each worker's progress was last seen. */
+	uint64_t stop_accum = 0, prev_now = 0, seen_last[MAXW] = { 0 }, accum_at[MAXW] = { 0 };
+	uint64_t max_gap_incl = 0, max_stop = 0;
 	uint64_t writes = 0, reads = 0, torn = 0, ops = 0;
 	int worst = -1, exec_next = 0;
 	long mixed = 0, mixed_tainted = 0, lost = 0, tainted = 0, hung = 0;
@@ -261,6 +275,12 @@ int main(int argc, char **argv)
 	kill_min = (uint64_t)arg_num(argc, argv, "kill_min_ms", 50);
 	kill_max = (uint64_t)arg_num(argc, argv, "kill_max_ms", 400);
 	max_gap_allowed = (uint64_t)arg_num(argc, argv, "max_gap_ms", 2000);
+	stop_min = (uint64_t)arg_num(argc, argv, "stop_min_ms", 0);
+	stop_max = (uint64_t)arg_num(argc, argv, "stop_max_ms", 0);
+	stop_gap_min = (uint64_t)arg_num(argc, argv, "stop_gap_min_ms", 100);
+	stop_gap_max = (uint64_t)arg_num(argc, argv, "stop_gap_max_ms", 600);
+	if (stop_max < stop_min || stop_gap_max < stop_gap_min || (stop_max && !stop_gap_max))
+		die("bad stop_*_ms");
 	if (procs < 2 || procs > MAXW)
 		die("procs must be 2..%d", MAXW);
 	snprintf(cpath, sizeof(cpath), "%s.ctl", file);
@@ -281,13 +301,53 @@ int main(int argc, char **argv)
 		pids[i] = start(i, (exec_next ^= 1));
 	t_end = now_ns() + (uint64_t)(seconds * 1e9);
 	next_kill = now_ns() + (kill_min + rnd(&s) % (kill_max - kill_min + 1)) * 1000000ull;
+	next_stop = now_ns() + (stop_gap_min + rnd(&s) % (stop_gap_max - stop_gap_min + 1)) * 1000000ull;
+	prev_now = now_ns();
 	for (;;) {
 		uint64_t now = now_ns();
+		int any_stopped = 0;
 
+		/* The stop storm: resume those whose time is up, stop another. */
+		for (int i = 0; i < procs; i++) {
+			if (!stopped_until[i])
+				continue;
+			if (now >= stopped_until[i]) {
+				kill(pids[i], SIGCONT);
+				if (now - stopped_at[i] > max_stop)
+					max_stop = now - stopped_at[i];
+				stopped_until[i] = 0;
+			} else {
+				any_stopped = 1;
+			}
+		}
+		if (any_stopped)
+			stop_accum += now - prev_now;
+		prev_now = now;
+		if (stop_max && now >= next_stop && now < t_end) {
+			int v = (int)(rnd(&s) % (uint64_t)procs);
+
+			if (!stopped_until[v] && kill(pids[v], SIGSTOP) == 0) {
+				stopped_at[v] = now;
+				stopped_until[v] = now + (stop_min + rnd(&s) % (stop_max - stop_min + 1)) *
+								 1000000ull;
+				stops++;
+			}
+			next_stop = now + (stop_gap_min + rnd(&s) % (stop_gap_max - stop_gap_min + 1)) *
+						1000000ull;
+		}
 		for (int i = 0; i < procs; i++) {
 			uint64_t last = atomic_load(&C->w[i].last_ns);
 			uint64_t gap = now > last ? now - last : 0;
 
+			if (last != seen_last[i]) {
+				seen_last[i] = last;
+				accum_at[i] = stop_accum;
+			}
+			if (gap > max_gap_incl)
+				max_gap_incl = gap;
+			/* Not counting the time some worker was stopped: a
+			 * stopped holder stalls its waiters, as it must. */
+			gap -= gap > stop_accum - accum_at[i] ? stop_accum - accum_at[i] : gap;
 			if (gap > max_gap) {
 				max_gap = gap;
 				worst = i;
@@ -308,6 +368,11 @@ int main(int argc, char **argv)
 
 			kill(pids[v], SIGKILL);
 			waitpid(pids[v], &st, 0);
+			if (stopped_until[v]) {
+				if (now - stopped_at[v] > max_stop)
+					max_stop = now - stopped_at[v];
+				stopped_until[v] = 0;
+			}
 			n = atomic_load(&C->w[v].inflight_n);
 			if (n > 0) {
 				int64_t b = atomic_load(&C->w[v].inflight_b);
@@ -319,12 +384,17 @@ int main(int argc, char **argv)
 			}
 			kills++;
 			pids[v] = start(v, (exec_next ^= 1));
+			seen_last[v] = atomic_load(&C->w[v].last_ns);
+			accum_at[v] = stop_accum;
 			restarts++;
 			next_kill = now + (kill_min + rnd(&s) % (kill_max - kill_min + 1)) * 1000000ull;
 		}
 		sleep_ms(5);
 	}
 	atomic_store(&C->stop, 1);
+	for (int i = 0; i < procs; i++)
+		if (stopped_until[i])
+			kill(pids[i], SIGCONT);
 	for (int i = 0; i < procs; i++) {
 		uint64_t t0 = now_ns();
 		int st = 0;
@@ -385,15 +455,18 @@ int main(int argc, char **argv)
 	unlink(ctlpath);
 	fprintf(stderr,
 		"hammer: procs=%d seconds=%.1f ops=%llu writes=%llu reads=%llu kills=%llu "
-		"restarts=%llu max_gap_ms=%llu (worker %d) blocks=%u tainted=%ld "
+		"restarts=%llu stops=%llu max_stop_ms=%llu stopped_ms=%llu max_gap_ms=%llu (worker %d) "
+		"max_gap_incl_stop_ms=%llu blocks=%u tainted=%ld "
 		"mixed_tainted=%ld mixed=%ld lost=%ld torn_reads=%llu excused_reads=%llu hung=%ld shim=%d\n",
 		procs, seconds, (unsigned long long)ops, (unsigned long long)writes,
 		(unsigned long long)reads, (unsigned long long)kills, (unsigned long long)restarts,
-		(unsigned long long)(max_gap / 1000000), worst, C->nblocks, tainted, mixed_tainted,
+		(unsigned long long)stops, (unsigned long long)(max_stop / 1000000),
+		(unsigned long long)(stop_accum / 1000000), (unsigned long long)(max_gap / 1000000), worst,
+		(unsigned long long)(max_gap_incl / 1000000), C->nblocks, tainted, mixed_tainted,
 		mixed, lost, (unsigned long long)torn, (unsigned long long)atomic_load(&C->excused),
 		hung, shim_loaded());
 	if (max_gap / 1000000 > max_gap_allowed || mixed || lost || hung ||
-	    (torn && strict_mode()) || kills == 0) {
+	    (torn && strict_mode()) || kills == 0 || (stop_max && stops == 0)) {
 		printf("hammer FAIL: max_gap_ms=%llu mixed=%ld lost=%ld hung=%ld torn_reads=%llu kills=%llu\n",
 		       (unsigned long long)(max_gap / 1000000), mixed, lost, hung,
 		       (unsigned long long)torn, (unsigned long long)kills);

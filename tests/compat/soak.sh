@@ -6,7 +6,12 @@
 # Everything shares one node lock table of its own
 # (RANGESHIM_SHM=/rangeshim-soak.PID) and runs with RS_COMPAT_STRICT=1:
 #   - hammer: 8 processes on overlapping ranges of one file, a random one
-#     SIGKILLed every 50-400 ms and restarted, for the whole time;
+#     SIGKILLed every 50-400 ms and restarted, and a random one SIGSTOPped
+#     every 100-600 ms for 50-500 ms, then SIGCONTed, for the whole time.
+#     A stopped holder stalls its waiters for as long as it is stopped (it
+#     must: a lock is not given up while its holder lives), so the stall
+#     limit applies to progress gaps not counting the time when a worker
+#     was stopped; the gaps including it are reported as well;
 #   - sigstorm: the SIGALRM storm whose handlers write, for the whole time;
 #   - fdchaos: close/dup2/reopen against I/O, for the whole time;
 #   - a loop, until the time is up, of: limits files (1500 files in one
@@ -40,7 +45,9 @@ deadline=$((start + SECONDS_WANTED))
 
 HAMMER_LOCKS_CMD="env -u LD_PRELOAD '$BUILD/rangeshim' locks --shm '$SHM' | tail -4 >&2" \
 "$BIN/hammer" "$WORK/hammer/f" procs=8 seconds="$SECONDS_WANTED" blocks=64 maxblocks=4 \
-    kill_min_ms=50 kill_max_ms=400 max_gap_ms=2000 >"$WORK/hammer.out" 2>"$WORK/hammer.err" &
+    kill_min_ms=50 kill_max_ms=400 max_gap_ms=2000 \
+    stop_min_ms=50 stop_max_ms=500 stop_gap_min_ms=100 stop_gap_max_ms=600 \
+    >"$WORK/hammer.out" 2>"$WORK/hammer.err" &
 hammer_pid=$!
 "$BIN/sigstorm" "$WORK/sigstorm" seconds="$SECONDS_WANTED" threads=4 usec=200 storm_gap_us=100 \
     >"$WORK/sigstorm.out" 2>"$WORK/sigstorm.err" &
@@ -137,8 +144,11 @@ echo
 echo "soak: ran ${elapsed}s"
 echo "  hammer:   $(num procs "$WORK/hammer.err") processes, $(num ops "$WORK/hammer.err") operations" \
      "($(num writes "$WORK/hammer.err") pwrites, $(num reads "$WORK/hammer.err") preads of 64-256 KiB)," \
-     "$(num kills "$WORK/hammer.err") SIGKILLs and restarts"
-echo "            verified: longest stall of a live writer $(num max_gap_ms "$WORK/hammer.err") ms (limit 2000)," \
+     "$(num kills "$WORK/hammer.err") SIGKILLs and restarts," \
+     "$(num stops "$WORK/hammer.err") SIGSTOP/SIGCONTs (longest stop $(num max_stop_ms "$WORK/hammer.err") ms," \
+     "a worker stopped $(num stopped_ms "$WORK/hammer.err") ms in all)"
+echo "            verified: longest stall of a live writer $(num max_gap_ms "$WORK/hammer.err") ms not counting" \
+     "stopped time (limit 2000), $(num max_gap_incl_stop_ms "$WORK/hammer.err") ms counting it," \
      "$(num mixed "$WORK/hammer.err") mixed and $(num lost "$WORK/hammer.err") lost blocks of $(num blocks "$WORK/hammer.err")" \
      "(+$(num mixed_tainted "$WORK/hammer.err") left mixed by a killed writer), $(num torn_reads "$WORK/hammer.err") torn reads"
 stalls=$(grep -c "no progress" "$WORK/hammer.err" 2>/dev/null)

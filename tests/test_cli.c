@@ -1,0 +1,318 @@
+/*
+ * Criterion suite: the `rangeshim` command's view of the node table
+ * (locks, clean), run as a separate program (build/rangeshim) against a
+ * table of the test's own (RANGESHIM_SHM=/rangeshim-cli-test.<pid>).
+ *
+ * The holders are forked children of this runner that attach to the table
+ * by the table code linked in directly (nodelock.c), so that a holder can
+ * be stopped exactly inside a grant; waiters are real programs under the
+ * shim (node_probe closehold, LD_PRELOAD in their environment only).
+ *
+ *  locks_blocker_stopped   A holder counted into an EXSH grant on
+ *                          [0, 1 MiB) stops itself (SIGSTOP); a writer
+ *                          under the shim must queue behind it.  `locks`
+ *                          shows the WAIT entry with BLOCKER = the holder's
+ *                          pid, the holder's PSTATE "stopped", a line that
+ *                          says whom the waiter waits for; `locks --json`
+ *                          the same (blockers, process_state, waited_ns).
+ *                          `clean --force` refuses meanwhile.  After
+ *                          SIGCONT the holder leaves, the writer completes
+ *                          and nothing waits.
+ *  clean_force_refuses     `clean --force` refuses while an attached
+ *                          process lives (naming its pid, its state and how
+ *                          to proceed) and leaves the table; once it has
+ *                          exited, `clean` removes it.
+ *  clean_dead_only         A table whose only process died without
+ *                          detaching (its slot and grant still listed) is
+ *                          removed by plain `clean`.
+ */
+#include <stdatomic.h>
+#include <sys/stat.h>
+
+#include "common.h"
+#include "nodelock.h"
+
+#define RS_CLI RS_BUILD_DIR "/rangeshim"
+#define MIB (1024ull * 1024ull)
+
+static char shm_name[96], shm_path[300], shm_env[128], data[256];
+
+static void setup(void)
+{
+	int fd;
+
+	snprintf(shm_name, sizeof(shm_name), "/rangeshim-cli-test.%d", (int)getpid());
+	rs_seg_path(shm_name, shm_path, sizeof(shm_path));
+	unlink(shm_path);
+	snprintf(shm_env, sizeof(shm_env), "RANGESHIM_SHM=%s", shm_name);
+	snprintf(data, sizeof(data), "/dev/shm/rs-cli-test.%d.data", (int)getpid());
+	fd = open(data, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	cr_assert_geq(fd, 0, "create %s: %s", data, strerror(errno));
+	cr_assert_eq(ftruncate(fd, (off_t)(2 * MIB)), 0);
+	close(fd);
+}
+
+static void teardown(void)
+{
+	unlink(shm_path);
+	unlink(data);
+}
+
+TestSuite(cli, .init = setup, .fini = teardown, .timeout = 90);
+
+/*
+ * A holder: attach, take an EXSH grant on [0, 1 MiB) of the data file with
+ * ourselves counted in (as a thread inside a pwrite would be), say so on
+ * the pipe, then either stop ourselves (stop=1) or wait for a byte on the
+ * command pipe; then leave the grant, release it and detach (or, die=1,
+ * exit without detaching, as a killed process would).
+ */
+struct holder {
+	pid_t pid;
+	int ready, cmd;   /* read end: "ready" byte; write end: "go" byte */
+};
+
+static void holder_start(struct holder *h, int stop, int die)
+{
+	int rp[2], cp[2];
+	char c;
+
+	cr_assert_eq(pipe2(rp, O_CLOEXEC), 0);
+	cr_assert_eq(pipe2(cp, O_CLOEXEC), 0);
+	h->pid = fork();
+	cr_assert_geq(h->pid, 0);
+	if (h->pid == 0) {
+		struct rs_nt t;
+		struct rs_nt_result res;
+		struct stat st;
+		char why[256];
+
+		close(rp[0]);
+		close(cp[1]);
+		memset(&t, 0, sizeof(t));
+		if (stat(data, &st) < 0 || rs_nt_register(&t, shm_name, why, sizeof(why)) < 0)
+			_exit(2);
+		struct rs_nt_req q = { .dev = st.st_dev, .ino = st.st_ino, .start = 0,
+				       .end = MIB, .mode = RS_G_EXSH, .window = 0 };
+		if (rs_nt_acquire(&t, &q, &res, why, sizeof(why)) < 0)
+			_exit(3);
+		c = 'r';
+		if (write(rp[1], &c, 1) != 1)
+			_exit(4);
+		if (stop)
+			raise(SIGSTOP);
+		else if (read(cp[0], &c, 1) < 0)
+			_exit(5);
+		if (die)
+			_exit(0);
+		atomic_fetch_sub(&t.map.seg->grants[res.idx].gw, 1);
+		rs_nt_release(&t, res.idx, res.gen);
+		rs_nt_unregister(&t);
+		_exit(0);
+	}
+	close(rp[1]);
+	close(cp[0]);
+	h->ready = rp[0];
+	h->cmd = cp[1];
+	cr_assert_eq(read(h->ready, &c, 1), 1, "the holder did not get its grant");
+}
+
+static int holder_finish(struct holder *h)
+{
+	int st;
+	char c = 'g';
+
+	if (write(h->cmd, &c, 1) != 1)
+		cr_log_warn("holder pipe: %s", strerror(errno));
+	cr_assert_eq(waitpid(h->pid, &st, 0), h->pid);
+	close(h->ready);
+	close(h->cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* A writer under the shim: node_probe closehold writes [0, 64 KiB). */
+static pid_t start_writer(void)
+{
+	pid_t p = fork();
+
+	cr_assert_geq(p, 0);
+	if (p == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		dup2(null, 1);
+		dup2(null, 2);
+		unsetenv("LD_PRELOAD");
+		setenv("RANGESHIM_SHM", shm_name, 1);
+		setenv("LD_PRELOAD", RS_LIB, 1);
+		char file[300];
+		snprintf(file, sizeof(file), "file=%s", data);
+		execl(RS_HELPER("node_probe"), "node_probe", "closehold", file, "hold_ms=0",
+		      "keep_open=0", (char *)NULL);
+		_exit(127);
+	}
+	return p;
+}
+
+static int cli(struct rs_run *r, const char *cmd, const char *opt)
+{
+	char *argv[] = { RS_CLI, (char *)cmd, "--shm", shm_name, (char *)opt, NULL };
+
+	return rs_run(r, argv, NULL, 0, 30);
+}
+
+/* The whitespace-separated fields of the first line of s containing key. */
+static int line_fields(const char *s, const char *key, char f[][64], int max)
+{
+	const char *p = strstr(s, key), *b, *e;
+	int n = 0;
+
+	if (!p)
+		return 0;
+	for (b = p; b > s && b[-1] != '\n'; b--)
+		;
+	e = strchr(p, '\n');
+	if (!e)
+		e = p + strlen(p);
+	while (b < e && n < max) {
+		size_t l;
+
+		while (b < e && (*b == ' ' || *b == '\t'))
+			b++;
+		l = strcspn(b, " \t\n");
+		if (!l)
+			break;
+		snprintf(f[n++], 64, "%.*s", (int)(l < 63 ? l : 63), b);
+		b += l;
+	}
+	return n;
+}
+
+/* Does some occurrence of key in s have a number after it? */
+static bool has_number(const char *s, const char *key)
+{
+	for (const char *p = s; (p = strstr(p, key)); p++)
+		if (p[strlen(key)] >= '0' && p[strlen(key)] <= '9')
+			return true;
+	return false;
+}
+
+static bool exists(const char *p)
+{
+	struct stat st;
+
+	return lstat(p, &st) == 0;
+}
+
+Test(cli, locks_blocker_stopped)
+{
+	struct holder h;
+	struct rs_run *r = malloc(sizeof(*r));
+	char f[16][64], want[64], hpid[16];
+	int st, nf = 0, w_rc;
+	pid_t w;
+
+	cr_assert(r);
+	holder_start(&h, 1, 0);
+	cr_assert_eq(waitpid(h.pid, &st, WUNTRACED), h.pid);
+	cr_assert(WIFSTOPPED(st), "the holder did not stop");
+	w = start_writer();
+
+	/* The writer must queue: wait until the table shows it (generous). */
+	for (int i = 0; i < 300; i++) {
+		cr_assert_eq(cli(r, "locks", NULL), 0, "locks: %s", r->out);
+		if (strstr(r->out, " WAIT "))
+			break;
+		usleep(50 * 1000);
+	}
+	cr_log_info("rangeshim locks with a stopped holder:\n%s", r->out);
+	cr_assert(strstr(r->out, " WAIT "), "the writer never queued:\n%s", r->out);
+	snprintf(hpid, sizeof(hpid), "%d", (int)h.pid);
+
+	/* COMMAND PID PSTATE STATE MODE USERS WANTED AGE BLOCKER RANGE ... */
+	nf = line_fields(r->out, " WAIT ", f, 16);
+	cr_assert_geq(nf, 10, "%s", r->out);
+	cr_assert_eq(atoi(f[1]), (int)w, "waiter pid %s, not %d:\n%s", f[1], (int)w, r->out);
+	cr_assert_str_eq(f[3], "WAIT");
+	cr_assert_str_eq(f[8], hpid, "BLOCKER %s, not the holder %s:\n%s", f[8], hpid, r->out);
+	nf = line_fields(r->out, " HELD ", f, 16);
+	cr_assert_geq(nf, 10, "%s", r->out);
+	cr_assert_str_eq(f[1], hpid, "%s", r->out);
+	cr_assert_str_eq(f[2], "stopped", "holder PSTATE %s:\n%s", f[2], r->out);
+	cr_assert_str_eq(f[6], "yes", "the holder's grant is not marked wanted:\n%s", r->out);
+	snprintf(want, sizeof(want), "blocked by pid %d (", (int)h.pid);
+	cr_assert(strstr(r->out, want) && strstr(r->out, "stopped (SIGSTOP"),
+		  "no line saying the waiter is blocked by a stopped holder:\n%s", r->out);
+
+	cr_assert_eq(cli(r, "locks", "--json"), 0, "%s", r->out);
+	cr_log_info("rangeshim locks --json:\n%s", r->out);
+	snprintf(want, sizeof(want), "\"blockers\": [%d]", (int)h.pid);
+	cr_assert(strstr(r->out, want), "no %s:\n%s", want, r->out);
+	cr_assert(strstr(r->out, "\"process_state\": \"stopped\""), "%s", r->out);
+	cr_assert(strstr(r->out, "\"state\": \"WAIT\""), "%s", r->out);
+	cr_assert(has_number(r->out, "\"waited_ns\": "), "no waited_ns for the WAIT entry:\n%s",
+		  r->out);
+
+	/* Nor may clean take the table from under them, --force or not. */
+	cr_assert_neq(cli(r, "clean", "--force"), 0, "clean --force removed a table in use:\n%s",
+		      r->out);
+	cr_assert(exists(shm_path), "clean --force removed %s", shm_path);
+	cr_assert(strstr(r->out, hpid) && strstr(r->out, "stopped"), "%s", r->out);
+
+	/* Resume: the holder leaves, the writer gets through, nothing waits. */
+	kill(h.pid, SIGCONT);
+	cr_assert_eq(holder_finish(&h), 0);
+	for (int i = 0; i < 600 && waitpid(w, &st, WNOHANG) == 0; i++)
+		usleep(50 * 1000);
+	if (waitpid(w, &st, WNOHANG) == 0) {
+		kill(w, SIGKILL);
+		waitpid(w, &st, 0);
+		cr_assert_fail("the writer did not finish after the holder resumed");
+	}
+	w_rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	cr_assert_eq(w_rc, 0, "the writer exited with %d", w_rc);
+	cr_assert_eq(cli(r, "locks", NULL), 0);
+	cr_assert_null(strstr(r->out, " WAIT "), "%s", r->out);
+	free(r);
+}
+
+Test(cli, clean_force_refuses)
+{
+	struct holder h;
+	struct rs_run *r = malloc(sizeof(*r));
+	char hpid[16];
+
+	cr_assert(r);
+	holder_start(&h, 0, 0);
+	snprintf(hpid, sizeof(hpid), "pid %d (", (int)h.pid);
+	for (int force = 0; force < 2; force++) {
+		cr_assert_eq(cli(r, "clean", force ? "--force" : NULL), 1, "clean%s: %s",
+			     force ? " --force" : "", r->out);
+		cr_log_info("clean%s with a live process:\n%s", force ? " --force" : "", r->out);
+		cr_assert(exists(shm_path), "clean%s removed a table in use", force ? " --force" : "");
+		cr_assert(strstr(r->out, hpid) && strstr(r->out, "sleeping"),
+			  "the refusal does not name %s and its state:\n%s", hpid, r->out);
+		cr_assert(strstr(r->out, "not removing"), "%s", r->out);
+	}
+	cr_assert_eq(holder_finish(&h), 0);
+	cr_assert_eq(cli(r, "clean", "--force"), 0, "%s", r->out);
+	cr_assert_not(exists(shm_path), "clean --force left %s after its process exited", shm_path);
+	cr_assert_eq(cli(r, "clean", NULL), 0, "%s", r->out);
+	cr_assert(strstr(r->out, "nothing to clean"), "%s", r->out);
+	free(r);
+}
+
+Test(cli, clean_dead_only)
+{
+	struct holder h;
+	struct rs_run *r = malloc(sizeof(*r));
+
+	cr_assert(r);
+	holder_start(&h, 0, 1);
+	cr_assert_eq(holder_finish(&h), 0);
+	cr_assert_eq(cli(r, "locks", NULL), 0);
+	cr_assert(strstr(r->out, "dead"), "the dead holder is not shown dead:\n%s", r->out);
+	cr_assert_eq(cli(r, "clean", NULL), 0, "%s", r->out);
+	cr_assert(strstr(r->out, "1 dead process(es) and 1 grant(s)"), "%s", r->out);
+	cr_assert_not(exists(shm_path));
+	free(r);
+}
