@@ -173,21 +173,42 @@ static int32_t slot_pid(const struct rs_segment *s, uint32_t slot)
 	return slot < RS_NPROC ? s->procs[slot].pid : -1;
 }
 
+/* Book-keeping of used_hi/nused (segment.h), under the table lock.
+ * Counts move before a slot becomes used and after it becomes free, so a
+ * death in between leaves nused too high: a mismatch, never a hidden
+ * grant. */
+static void slot_using(struct rs_segment *s, uint32_t idx)
+{
+	if (atomic_load(&s->grants[idx].state) != RS_G_FREE)
+		return;
+	s->hdr.nused++;
+	if (s->hdr.used_hi <= idx)
+		s->hdr.used_hi = idx + 1;
+}
+
+static void slot_freed(struct rs_segment *s)
+{
+	if (s->hdr.nused)
+		s->hdr.nused--;
+}
+
 /* A freed slot: the next generation, no users, no wanted bits; only
  * then does its state say FREE, so nobody can count into it meanwhile. */
-static void free_grant(struct rs_seg_grant *g)
+static void free_grant(struct rs_segment *s, struct rs_seg_grant *g)
 {
 	uint64_t v = atomic_load(&g->gw);
 
 	while (!atomic_compare_exchange_weak(&g->gw, &v, RS_GW_FREE(RS_GW_GEN(v) + 1)))
 		;
-	atomic_store(&g->state, RS_G_FREE);
+	if (atomic_exchange(&g->state, RS_G_FREE) != RS_G_FREE)
+		slot_freed(s);
 }
 
 /* Revoke g if nobody is inside it; otherwise mark it wanted.  One CAS
  * decides, so a holder entering at the same moment either gets in first
  * (and we mark it) or finds the generation moved on.  1 if revoked. */
-static int revoke_or_want(struct rs_seg_grant *g, unsigned bit, int *newly_wanted)
+static int revoke_or_want(struct rs_segment *s, struct rs_seg_grant *g, unsigned bit,
+			  int *newly_wanted)
 {
 	uint64_t v = atomic_load(&g->gw);
 
@@ -195,7 +216,8 @@ static int revoke_or_want(struct rs_seg_grant *g, unsigned bit, int *newly_wante
 	for (;;) {
 		if (RS_GW_USERS(v) == 0) {
 			if (atomic_compare_exchange_weak(&g->gw, &v, RS_GW_FREE(RS_GW_GEN(v) + 1))) {
-				atomic_store(&g->state, RS_G_FREE);
+				if (atomic_exchange(&g->state, RS_G_FREE) != RS_G_FREE)
+					slot_freed(s);
 				return 1;
 			}
 		} else if (v & bit) {
@@ -211,12 +233,26 @@ static int revoke_or_want(struct rs_seg_grant *g, unsigned bit, int *newly_wante
  * inside.  Records are written state-last and grants are freed by one
  * CAS on their word, so the only loose end is a slot it was filling or
  * freeing: give every free slot a clean word of a new generation. */
+static void recount(struct rs_segment *s)
+{
+	uint32_t n = 0, hi = 0;
+
+	for (uint32_t i = 0; i < RS_NGRANT; i++)
+		if (atomic_load(&s->grants[i].state) != RS_G_FREE) {
+			n++;
+			hi = i + 1;
+		}
+	s->hdr.nused = n;
+	s->hdr.used_hi = hi;
+}
+
 static void scrub(struct rs_segment *s)
 {
 	for (uint32_t i = 0; i < RS_NGRANT; i++)
 		if (atomic_load(&s->grants[i].state) == RS_G_FREE)
 			atomic_store(&s->grants[i].gw,
 				     RS_GW_FREE(RS_GW_GEN(atomic_load(&s->grants[i].gw)) + 1));
+	recount(s);
 }
 
 /*
@@ -347,7 +383,7 @@ static uint32_t reclaim_locked(struct rs_nt *t)
 			continue;
 		if (o >= RS_NPROC || gone[o] ||
 		    atomic_load(&s->procs[o].state) != RS_PROC_LIVE) {
-			free_grant(g);
+			free_grant(s, g);
 			dead += !(o < RS_NPROC && gone[o]);
 		}
 	}
@@ -440,7 +476,7 @@ static int register_once(struct rs_nt *t, const char *name, char *why, size_t wh
 	/* Our slot may still list a dead previous owner's grants. */
 	for (uint32_t i = 0; i < RS_NGRANT; i++)
 		if (atomic_load(&s->grants[i].state) != RS_G_FREE && s->grants[i].owner == t->me)
-			free_grant(&s->grants[i]);
+			free_grant(s, &s->grants[i]);
 	s->procs[t->me].pid = t->pid;
 	s->procs[t->me].gen++;
 	s->procs[t->me].attached_ns = realtime_ns();
@@ -465,7 +501,7 @@ void rs_nt_unregister(struct rs_nt *t)
 			continue;
 		/* A thread still inside a call (exit with threads running)
 		 * keeps its grant; its last user or our death frees it. */
-		if (!revoke_or_want(g, RS_WANTED_SELF, &ignored))
+		if (!revoke_or_want(s, g, RS_WANTED_SELF, &ignored))
 			busy++;
 	}
 	if (!busy) {
@@ -536,16 +572,19 @@ static uint32_t evict_idle(struct rs_segment *s)
 
 		if (atomic_load(&g->state) != RS_G_HELD)
 			continue;
-		if (revoke_or_want(g, RS_WANTED, &ignored))
+		if (revoke_or_want(s, g, RS_WANTED, &ignored))
 			return i;
 	}
 	return UINT32_MAX;
 }
 
 /* users: 1 to hand the grant over with the caller counted in. */
-static void fill(struct rs_nt *t, struct rs_seg_grant *g, const struct rs_nt_req *r,
+static void fill(struct rs_nt *t, uint32_t idx, const struct rs_nt_req *r,
 		 uint64_t start, uint64_t end, uint32_t state, uint32_t ticket, uint32_t users)
 {
+	struct rs_seg_grant *g = &t->map.seg->grants[idx];
+
+	slot_using(t->map.seg, idx);
 	__atomic_store_n(&g->mode, r->mode, __ATOMIC_RELAXED);
 	g->owner = t->me;
 	g->ticket = ticket;
@@ -593,25 +632,38 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 		return -1;
 	}
 	for (;;) {
-		uint64_t lo = 0, hi = RS_RANGE_EOF;
-		uint32_t conflicts = 0, seen, idx;
+		uint64_t lo, top;
+		uint32_t conflicts, seen, idx, hi, nused, used, last;
 		struct blocker blk = { UINT32_MAX, 0, 0 };
 
 		table_lock(t);
+		hi = s->hdr.used_hi < RS_NGRANT ? s->hdr.used_hi : RS_NGRANT;
+		nused = s->hdr.nused;
+rescan:
+		used = 0;
+		last = 0;
+		lo = 0;
+		top = RS_RANGE_EOF;
+		conflicts = 0;
+		blk.owner = UINT32_MAX;
 		if (wait_idx != UINT32_MAX &&
 		    (atomic_load(&s->grants[wait_idx].state) != RS_G_WAIT ||
 		     s->grants[wait_idx].owner != t->me))
 			wait_idx = UINT32_MAX;	/* reclaimed from under us: queue again */
-		for (uint32_t i = 0; i < RS_NGRANT; i++) {
+		for (uint32_t i = 0; i < hi; i++) {
 			struct rs_seg_grant *g = &s->grants[i];
 			uint32_t st = atomic_load(&g->state);
 			int newly;
 
+			if (st != RS_G_FREE) {
+				used++;
+				last = i + 1;
+			}
 			if (st == RS_G_FREE || g->owner == t->me || g->dev != r->dev || g->ino != r->ino)
 				continue;
 			if (g->owner >= RS_NPROC) {
 				/* Names no process: nobody could hold it. */
-				free_grant(g);
+				free_grant(s, g);
 				res->reclaimed++;
 				continue;
 			}
@@ -621,8 +673,8 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 				/* Room to expand into stops at others' grants. */
 				if (g->end <= r->start && g->end > lo)
 					lo = g->end;
-				if (g->start >= r->end && g->start < hi)
-					hi = g->start;
+				if (g->start >= r->end && g->start < top)
+					top = g->start;
 				continue;
 			}
 			contended = 1;
@@ -633,7 +685,7 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 			}
 			/* HELD, or a state only a stray write makes: either way
 			 * it goes only once nobody is inside it. */
-			if (revoke_or_want(g, RS_WANTED, &newly)) {
+			if (revoke_or_want(s, g, RS_WANTED, &newly)) {
 				res->revoked++;
 				atomic_fetch_add(&s->hdr.revokes, 1);
 				continue;
@@ -646,6 +698,16 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 				blk = (struct blocker){ g->owner, g->start, g->end };
 			conflicts++;
 		}
+		if (used != nused && hi != RS_NGRANT) {
+			/* The bounds hide something (a death between a count and
+			 * a state, or a stray write): look at every slot. */
+			recount(s);
+			hi = RS_NGRANT;
+			nused = s->hdr.nused;
+			goto rescan;
+		}
+		if (used == nused && last < s->hdr.used_hi)
+			s->hdr.used_hi = last;	/* the top slots have been freed */
 		if (conflicts == 0) {
 			uint64_t start = r->start, end = r->end;
 
@@ -660,11 +722,11 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 					if (we < end)
 						we = RS_RANGE_EOF;	/* wrapped */
 					start = ws > lo ? ws : lo;
-					end = we < hi ? we : hi;
+					end = we < top ? we : top;
 				}
 				/* Counted in before the table is unlocked: an idle
 				 * grant is revocable, and this one is about to be used. */
-				fill(t, &s->grants[idx], r, start, end, RS_G_HELD, 0, 1);
+				fill(t, idx, r, start, end, RS_G_HELD, 0, 1);
 				atomic_fetch_add(&s->hdr.acquires, 1);
 				res->gen = RS_GW_GEN(atomic_load(&s->grants[idx].gw));
 				table_unlock(t);
@@ -687,7 +749,7 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 			idx = find_free(s);
 			if (idx != UINT32_MAX) {
 				ticket = ++s->hdr.next_ticket;
-				fill(t, &s->grants[idx], r, r->start, r->end, RS_G_WAIT, ticket, 0);
+				fill(t, idx, r, r->start, r->end, RS_G_WAIT, ticket, 0);
 				wait_idx = idx;
 			}
 		}
@@ -723,7 +785,8 @@ void rs_nt_release(struct rs_nt *t, uint32_t idx, uint32_t gen)
 		/* Only our incarnation, and only once nobody is inside. */
 		while (RS_GW_GEN(v) == gen && RS_GW_USERS(v) == 0) {
 			if (atomic_compare_exchange_weak(&g->gw, &v, RS_GW_FREE(gen + 1))) {
-				atomic_store(&g->state, RS_G_FREE);
+				if (atomic_exchange(&g->state, RS_G_FREE) != RS_G_FREE)
+					slot_freed(s);
 				break;
 			}
 		}

@@ -1045,6 +1045,34 @@ Test(nodelock, stopped_registrant, .timeout = 40)
  * with an impossible count blocks its own range only: the rest of the
  * table works, nobody is refused, and its owner's death frees it.
  */
+/*
+ * Acquisitions scan only up to hdr.used_hi and check hdr.nused against
+ * what they saw.  A bound that would hide a busy grant (a death between a
+ * count and a state, or a stray write) must be noticed: the request still
+ * waits for the grant, and the counts are repaired.
+ */
+Test(nodelock, scan_bounds_hide_nothing)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct cmd q = acq_cmd(0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+	struct rs_segment *s;
+	struct rep ra, rb;
+
+	agent_register(a);
+	agent_register(b);
+	acquire(a, 32 * MIB, 32 * MIB + 4096, RS_G_EXSH, 0, 0);	/* slot 0 */
+	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, WINDOW, 1);	/* busy, above it */
+	s = view_attach();
+	cr_assert_gt(ra.idx, 0);
+	s->hdr.used_hi = ra.idx;	/* hides A's busy grant */
+	agent_send(b, &q);
+	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS), "B was granted a range hidden above used_hi");
+	cr_assert_gt(s->hdr.used_hi, ra.idx, "used_hi was not repaired");
+	simple(a, OP_LEAVE, ra.idx, 0);
+	rb = agent_wait(b, MUST_MS, "B once A left");
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+}
+
 Test(nodelock, malformed_user_count)
 {
 	struct agent *a = agent_start(), *b = agent_start(), *c = agent_start();
