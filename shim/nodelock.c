@@ -410,11 +410,26 @@ static int still_named(const struct rs_nt *t)
 }
 
 static int register_once(struct rs_nt *t, const char *name, char *why, size_t whylen);
+static int register_loop(struct rs_nt *t, const char *name, char *why, size_t whylen);
+
+int rs_nt_register(struct rs_nt *t, const char *name, char *why, size_t whylen)
+{
+	atomic_store(&t->local, 0);	/* a fresh handle */
+	return register_loop(t, name, why, whylen);
+}
+
+/* Again, after rs_nt_unregister, on a handle other threads of ours may
+ * still be using: t->local is left alone (a thread asleep on it would
+ * never be woken if it were reset under it). */
+int rs_nt_register_again(struct rs_nt *t, const char *name, char *why, size_t whylen)
+{
+	return register_loop(t, name, why, whylen);
+}
 
 /* `rangeshim clean` may unlink the segment between our attach and our
  * claim; then we would be alone on a table nobody else sees.  Check the
  * name still leads to our file once we hold a slot, and start over if not. */
-int rs_nt_register(struct rs_nt *t, const char *name, char *why, size_t whylen)
+static int register_loop(struct rs_nt *t, const char *name, char *why, size_t whylen)
 {
 	for (int tries = 0; tries < 3; tries++) {
 		if (register_once(t, name, why, whylen) < 0)
@@ -437,8 +452,6 @@ static int register_once(struct rs_nt *t, const char *name, char *why, size_t wh
 {
 	struct rs_segment *s;
 
-	/* t->local is not reset here: after exit unregistered us, other
-	 * threads may be asleep on it (rs_nt_forget resets it in a child). */
 	__atomic_store_n(&t->me, UINT32_MAX, __ATOMIC_RELAXED);
 	t->pid = (int32_t)syscall(SYS_getpid);
 	if (rs_seg_attach(&t->map, name, 1, why, whylen) < 0)

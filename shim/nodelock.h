@@ -43,6 +43,9 @@ struct rs_nt_result {
 /* Attach to the segment named name (creating it) and take a process slot.
  * 0, or -1 with a one-line reason. */
 int rs_nt_register(struct rs_nt *t, const char *name, char *why, size_t whylen);
+/* The same on a handle that was registered before and unregistered,
+ * which other threads may still be using (exit, then a straggler). */
+int rs_nt_register_again(struct rs_nt *t, const char *name, char *why, size_t whylen);
 /* Release every grant and the slot; close the fd.  The mapping is kept
  * (other threads may still touch grants they hold). */
 void rs_nt_unregister(struct rs_nt *t);
