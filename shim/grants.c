@@ -66,6 +66,8 @@ static int attach_locked(void)
 {
 	char why[256];
 
+	int again = table.map.seg != NULL;
+
 	if (table.map.seg)
 		for (int i = 0; i < 4; i++)
 			if (!old_maps[i] || old_maps[i] == table.map.seg) {
@@ -73,7 +75,8 @@ static int attach_locked(void)
 				break;
 			}
 
-	if (rs_nt_register(&table, rs_cfg.shm_name, why, sizeof(why)) < 0) {
+	if ((again ? rs_nt_register_again : rs_nt_register)(&table, rs_cfg.shm_name, why,
+							     sizeof(why)) < 0) {
 		node_off(why);
 		return -1;
 	}

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -664,6 +665,20 @@ static inline long raw_syscall6(long nr, long a, long b, long c, long d, long e,
 #endif
 }
 
+/* A fork made through syscall() (SYS_fork, or SYS_clone with neither a
+ * shared address space nor a new stack) runs no atfork handler: without
+ * ours the child would keep the parent's grant cache, and enter the
+ * parent's EXSH grants as if it were one of its threads.  (clone3 takes
+ * its flags through a pointer, which the shim does not read.) */
+static int fork_like(long nr, long flags, long stack)
+{
+#ifdef SYS_fork
+	if (nr == SYS_fork)
+		return 1;
+#endif
+	return nr == SYS_clone && !(flags & (CLONE_VM | CLONE_THREAD | CLONE_VFORK)) && stack == 0;
+}
+
 /* va_arg past the arguments given reads the caller's frame, as glibc's
  * assembly does; ASan would take that for an overflow. */
 __attribute__((no_sanitize("address")))
@@ -680,7 +695,19 @@ RS_EXPORT long syscall(long nr, ...)
 	e = va_arg(ap, long);
 	f = va_arg(ap, long);
 	va_end(ap);
-	r = raw_syscall6(nr, a, b, c, d, e, f);
+	if (__builtin_expect(fork_like(nr, a, b), 0)) {
+		int locked = rs_ready() && !RS_LOAD(rs_depth);
+
+		if (locked)
+			rs_fork_prepare();
+		r = raw_syscall6(nr, a, b, c, d, e, f);
+		if (r == 0)
+			rs_after_fork_child();
+		else if (locked)
+			rs_fork_parent();
+	} else {
+		r = raw_syscall6(nr, a, b, c, d, e, f);
+	}
 	if (__builtin_expect((unsigned long)r > -4096UL, 0)) {
 		errno = (int)-r;
 		return -1;

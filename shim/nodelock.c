@@ -258,8 +258,12 @@ static void scrub(struct rs_segment *s)
 /*
  * The table lock.
  *
- * Pre:  t->me is our process slot, whose liveness byte we hold.
- * Post: hdr.lock == t->me + 1, and no other live process is inside.
+ * Pre:  t->me is our process slot, whose liveness byte we hold, or
+ *       UINT32_MAX once unregistered.
+ * Post: 0 and hdr.lock == t->me + 1, and no other live process is inside;
+ *       or -1 (nothing taken) if t->me is not a slot any more: another
+ *       thread unregistered us (exit) while this one was waiting, and a
+ *       thread must never use the table under an id it does not own.
  *
  * Threads of one process take t->local first, so within a process only
  * one thread ever contends for the shared word, and our own id in it can
@@ -270,43 +274,56 @@ static void scrub(struct rs_segment *s)
  * waits for.  A value naming no slot (only a stray write makes one) is
  * taken over once it has stood still for GARBAGE_NS.
  */
-static void table_lock(struct rs_nt *t)
+static int table_lock(struct rs_nt *t)
 {
-	struct rs_segment *s = t->map.seg;
-	uint32_t me = t->me + 1, seen = 0;
+	struct rs_segment *s;
+	uint32_t me, slot, seen = 0;
 	uint64_t start = rs_nt_now_ns(), seen_since = start, last_live = 0;
 	int warned = 0;
 
 	rs_mutex_lock(&t->local);
+	/* Read under the local mutex: rs_nt_unregister changes them under it. */
+	s = t->map.seg;
+	slot = __atomic_load_n(&t->me, __ATOMIC_RELAXED);
+	if (!s || slot >= RS_NPROC) {
+		rs_mutex_unlock(&t->local);
+		return -1;
+	}
+	me = RS_LOCK_ID(slot, t->nonce);
 	for (;;) {
-		uint32_t v = 0;
+		uint32_t v = 0, vs;
 		uint64_t now;
 		int steal = 0;
 
 		if (atomic_compare_exchange_strong(&s->hdr.lock, &v, me))
-			return;
+			return 0;
+		vs = RS_LOCK_SLOT(v);
 		now = rs_nt_now_ns();
 		if (v != seen) {
 			seen = v;
 			seen_since = now;
 		}
-		if (v == me)
+		/* Our slot under any id: only a dead predecessor of ours
+		 * (the local mutex keeps our own threads out).  Taking it
+		 * changes the word, so a waiter that judged the predecessor
+		 * dead cannot also take it from under us (its CAS fails). */
+		if (vs == slot + 1)
 			steal = 1;
-		else if (v > RS_NPROC)
+		else if (vs == 0 || vs > RS_NPROC)
 			steal = now - seen_since > GARBAGE_NS;
 		else if (now - last_live > LIVENESS_NS) {
 			last_live = now;
-			steal = !rs_seg_alive(&t->map, v - 1);
+			steal = !rs_seg_alive(&t->map, vs - 1);
 		}
 		if (steal && atomic_compare_exchange_strong(&s->hdr.lock, &v, me)) {
 			scrub(s);
-			return;
+			return 0;
 		}
-		if (!steal && !warned && now - start > rs_nt_warn_ns && v && v <= RS_NPROC) {
+		if (!steal && !warned && now - start > rs_nt_warn_ns && vs && vs <= RS_NPROC) {
 			char who[160];
 
 			warned = 1;
-			rs_nt_describe(slot_pid(s, v - 1), who, sizeof(who));
+			rs_nt_describe(slot_pid(s, vs - 1), who, sizeof(who));
 			rs_log(RS_LOG_WARN, "blocked for %llu s on the node lock table %s, held by %s; "
 			       "waiting (no lock is given up while its holder lives)",
 			       (unsigned long long)((now - start) / 1000000000ull), t->map.path, who);
@@ -325,15 +342,15 @@ static void table_lock(struct rs_nt *t)
 
 /* Release from our own id only: a lock that is no longer ours (only a
  * stray write can do that) is left to whoever has it. */
-static void table_unlock(struct rs_nt *t)
+static void table_unlock_as(struct rs_nt *t, uint32_t slot)
 {
 	struct rs_segment *s = t->map.seg;
-	uint32_t me = t->me + 1;
+	uint32_t id = RS_LOCK_ID(slot, t->nonce), me = id;
 
 	if (!atomic_compare_exchange_strong(&s->hdr.lock, &me, 0))
 		rs_log(RS_LOG_ERROR, "node lock table %s: the table lock was overwritten "
-		       "(it holds %u, not our %u): the segment is being written by something "
-		       "other than rangeshim", t->map.path, me, t->me + 1);
+		       "(it holds %#x, not our %#x): the segment is being written by something "
+		       "other than rangeshim", t->map.path, me, id);
 	if (atomic_load(&s->hdr.lock_waiters)) {
 		int saved = errno;
 
@@ -343,9 +360,14 @@ static void table_unlock(struct rs_nt *t)
 	rs_mutex_unlock(&t->local);
 }
 
+static void table_unlock(struct rs_nt *t)
+{
+	table_unlock_as(t, t->me);
+}
+
 void rs_nt_lock_table(struct rs_nt *t)
 {
-	table_lock(t);
+	(void)table_lock(t);
 }
 
 void rs_nt_unlock_table(struct rs_nt *t)
@@ -372,26 +394,36 @@ static uint32_t reclaim_locked(struct rs_nt *t)
 		gone[p] = (unsigned char)slot_dead(t, p);
 		dead += gone[p];
 	}
-	/* Grants of the dead, and grants naming no live slot at all (only a
-	 * stray write makes one): nobody will ever drain or release them.
-	 * Their threads died inside calls; nobody can count into them. */
+	/* Grants of the dead: their threads died inside calls; nobody can
+	 * count into them, nobody will drain them.  Only the liveness byte
+	 * says who is dead.  A grant whose owner field names no slot, or a
+	 * slot whose state word is not LIVE, may be a live holder's under a
+	 * stray write (or a registrant's predecessor's): it goes only once
+	 * nobody is inside, as any other grant would. */
 	for (uint32_t i = 0; i < RS_NGRANT; i++) {
 		struct rs_seg_grant *g = &s->grants[i];
 		uint32_t o = g->owner;
+		int ignored;
 
 		if (atomic_load(&g->state) == RS_G_FREE || o == t->me)
 			continue;
-		if (o >= RS_NPROC || gone[o] ||
-		    atomic_load(&s->procs[o].state) != RS_PROC_LIVE) {
+		if (o < RS_NPROC && gone[o]) {
 			free_grant(s, g);
-			dead += !(o < RS_NPROC && gone[o]);
+			continue;
 		}
+		if (o < RS_NPROC && atomic_load(&s->procs[o].state) == RS_PROC_LIVE)
+			continue;
+		if (o < RS_NPROC && !rs_seg_alive(&t->map, o))
+			free_grant(s, g);		/* dead, its slot word garbage */
+		else if (!revoke_or_want(s, g, RS_WANTED, &ignored))
+			continue;
+		dead++;
 	}
 	for (uint32_t p = 0; p < RS_NPROC; p++) {
 		if (!gone[p])
 			continue;
 		atomic_store(&s->procs[p].state, RS_PROC_FREE);
-		s->procs[p].gen++;
+		__atomic_add_fetch(&s->procs[p].gen, 1, __ATOMIC_RELAXED);
 	}
 	if (dead) {
 		atomic_fetch_add(&s->hdr.reclaims, dead);
@@ -404,9 +436,8 @@ uint32_t rs_nt_reclaim(struct rs_nt *t)
 {
 	uint32_t n;
 
-	if (!t->map.seg || t->me >= RS_NPROC)
+	if (!t->map.seg || t->me >= RS_NPROC || table_lock(t) < 0)
 		return 0;
-	table_lock(t);
 	n = reclaim_locked(t);
 	table_unlock(t);
 	return n;
@@ -421,11 +452,26 @@ static int still_named(const struct rs_nt *t)
 }
 
 static int register_once(struct rs_nt *t, const char *name, char *why, size_t whylen);
+static int register_loop(struct rs_nt *t, const char *name, char *why, size_t whylen);
+
+int rs_nt_register(struct rs_nt *t, const char *name, char *why, size_t whylen)
+{
+	atomic_store(&t->local, 0);	/* a fresh handle */
+	return register_loop(t, name, why, whylen);
+}
+
+/* Again, after rs_nt_unregister, on a handle other threads of ours may
+ * still be using: t->local is left alone (a thread asleep on it would
+ * never be woken if it were reset under it). */
+int rs_nt_register_again(struct rs_nt *t, const char *name, char *why, size_t whylen)
+{
+	return register_loop(t, name, why, whylen);
+}
 
 /* `rangeshim clean` may unlink the segment between our attach and our
  * claim; then we would be alone on a table nobody else sees.  Check the
  * name still leads to our file once we hold a slot, and start over if not. */
-int rs_nt_register(struct rs_nt *t, const char *name, char *why, size_t whylen)
+static int register_loop(struct rs_nt *t, const char *name, char *why, size_t whylen)
 {
 	for (int tries = 0; tries < 3; tries++) {
 		if (register_once(t, name, why, whylen) < 0)
@@ -448,8 +494,7 @@ static int register_once(struct rs_nt *t, const char *name, char *why, size_t wh
 {
 	struct rs_segment *s;
 
-	t->me = UINT32_MAX;
-	atomic_store(&t->local, 0);
+	__atomic_store_n(&t->me, UINT32_MAX, __ATOMIC_RELAXED);
 	t->pid = (int32_t)syscall(SYS_getpid);
 	if (rs_seg_attach(&t->map, name, 1, why, whylen) < 0)
 		return -1;
@@ -460,7 +505,10 @@ static int register_once(struct rs_nt *t, const char *name, char *why, size_t wh
 			continue;
 		if (rs_seg_claim(&t->map, p) < 0)
 			continue;
-		t->me = p;
+		/* A nonce no earlier holder of this slot had (segment.h). */
+		t->nonce = __atomic_add_fetch(&s->procs[p].gen, 1, __ATOMIC_RELAXED) &
+			   ((1u << (32 - RS_LOCK_SLOT_BITS)) - 1);
+		__atomic_store_n(&t->me, p, __ATOMIC_RELAXED);
 		break;
 	}
 	if (t->me == UINT32_MAX) {
@@ -471,14 +519,14 @@ static int register_once(struct rs_nt *t, const char *name, char *why, size_t wh
 	/* Ours alone while we hold its byte: name ourselves before we take
 	 * the lock, so that whoever waits for us can say who we are. */
 	s->procs[t->me].pid = t->pid;
-	table_lock(t);
+	(void)table_lock(t);	/* cannot fail: t->me is ours */
 	reclaim_locked(t);
 	/* Our slot may still list a dead previous owner's grants. */
 	for (uint32_t i = 0; i < RS_NGRANT; i++)
 		if (atomic_load(&s->grants[i].state) != RS_G_FREE && s->grants[i].owner == t->me)
 			free_grant(s, &s->grants[i]);
 	s->procs[t->me].pid = t->pid;
-	s->procs[t->me].gen++;
+	__atomic_add_fetch(&s->procs[t->me].gen, 1, __ATOMIC_RELAXED);
 	s->procs[t->me].attached_ns = realtime_ns();
 	atomic_store(&s->procs[t->me].state, RS_PROC_LIVE);
 	table_unlock(t);
@@ -490,9 +538,10 @@ void rs_nt_unregister(struct rs_nt *t)
 	struct rs_segment *s = t->map.seg;
 	uint32_t busy = 0;
 
-	if (!s || t->me >= RS_NPROC)
+	uint32_t me = t->me;
+
+	if (!s || me >= RS_NPROC || table_lock(t) < 0)
 		return;
-	table_lock(t);
 	for (uint32_t i = 0; i < RS_NGRANT; i++) {
 		struct rs_seg_grant *g = &s->grants[i];
 		int ignored;
@@ -505,10 +554,14 @@ void rs_nt_unregister(struct rs_nt *t)
 			busy++;
 	}
 	if (!busy) {
-		atomic_store(&s->procs[t->me].state, RS_PROC_FREE);
-		s->procs[t->me].gen++;
+		atomic_store(&s->procs[me].state, RS_PROC_FREE);
+		__atomic_add_fetch(&s->procs[me].gen, 1, __ATOMIC_RELAXED);
+		/* Before the lock goes: a thread of ours that waits in
+		 * rs_nt_acquire must find itself unregistered when it next
+		 * takes the lock, not go on under a slot it no longer has. */
+		__atomic_store_n(&t->me, UINT32_MAX, __ATOMIC_RELAXED);
 	}
-	table_unlock(t);
+	table_unlock_as(t, me);
 	wake_all(s);
 	if (busy)
 		return;	/* keep slot and fd: the liveness lock goes when we die */
@@ -523,7 +576,6 @@ void rs_nt_unregister(struct rs_nt *t)
 		syscall(SYS_close, t->map.fd);
 	}
 	t->map.fd = -1;
-	t->me = UINT32_MAX;
 }
 
 void rs_nt_forget(struct rs_nt *t)
@@ -636,7 +688,12 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 		uint32_t conflicts, seen, idx, hi, nused, used, last;
 		struct blocker blk = { UINT32_MAX, 0, 0 };
 
-		table_lock(t);
+		if (table_lock(t) < 0) {
+			/* Unregistered meanwhile (exit): our queue entry went
+			 * with our grants; the caller attaches again. */
+			snprintf(why, whylen, "not attached to the node lock table");
+			return -1;
+		}
 		hi = s->hdr.used_hi < RS_NGRANT ? s->hdr.used_hi : RS_NGRANT;
 		nused = s->hdr.nused;
 rescan:
@@ -661,12 +718,9 @@ rescan:
 			}
 			if (st == RS_G_FREE || g->owner == t->me || g->dev != r->dev || g->ino != r->ino)
 				continue;
-			if (g->owner >= RS_NPROC) {
-				/* Names no process: nobody could hold it. */
-				free_grant(s, g);
-				res->reclaimed++;
-				continue;
-			}
+			/* An owner naming no slot (a stray write) is no reason to
+			 * let anyone in: such a grant goes as any other, once
+			 * nobody is inside (revoke_or_want below). */
 			if (compatible(g->mode, r->mode))
 				continue;
 			if (!overlaps(g, r->start, r->end)) {
@@ -775,9 +829,8 @@ void rs_nt_release(struct rs_nt *t, uint32_t idx, uint32_t gen)
 	struct rs_segment *s = t->map.seg;
 	struct rs_seg_grant *g;
 
-	if (!s || idx >= RS_NGRANT || t->me >= RS_NPROC)
+	if (!s || idx >= RS_NGRANT || t->me >= RS_NPROC || table_lock(t) < 0)
 		return;
-	table_lock(t);
 	g = &s->grants[idx];
 	if (atomic_load(&g->state) == RS_G_HELD && g->owner == t->me) {
 		uint64_t v = atomic_load(&g->gw);

@@ -17,6 +17,7 @@ struct rs_nt {
 	uint32_t me;          /* our process slot */
 	int32_t pid;
 	_Atomic uint32_t local;  /* one thread of ours at the table lock at a time */
+	uint32_t nonce;          /* this registration's, in the lock word */
 };
 
 /* Blocked on a live process this long: say whom we wait for. */
@@ -43,6 +44,9 @@ struct rs_nt_result {
 /* Attach to the segment named name (creating it) and take a process slot.
  * 0, or -1 with a one-line reason. */
 int rs_nt_register(struct rs_nt *t, const char *name, char *why, size_t whylen);
+/* The same on a handle that was registered before and unregistered,
+ * which other threads may still be using (exit, then a straggler). */
+int rs_nt_register_again(struct rs_nt *t, const char *name, char *why, size_t whylen);
 /* Release every grant and the slot; close the fd.  The mapping is kept
  * (other threads may still touch grants they hold). */
 void rs_nt_unregister(struct rs_nt *t);

@@ -22,6 +22,13 @@
  * the process dies, so a dead holder is told from a live one exactly, and
  * a reused pid cannot pass for it. */
 #define RS_LIVE_BASE   (1ull << 40)
+/* The table lock word: the holder's slot + 1 in the low 9 bits, and a
+ * nonce drawn at registration above them, so that a registrant that
+ * inherits a dead holder's slot is never taken for that holder (nodelock.c). */
+#define RS_LOCK_SLOT_BITS 9
+#define RS_LOCK_SLOT(v)   ((v) & ((1u << RS_LOCK_SLOT_BITS) - 1))
+#define RS_LOCK_ID(slot, nonce) (((slot) + 1) | ((nonce) << RS_LOCK_SLOT_BITS))
+_Static_assert(RS_NPROC < (1u << RS_LOCK_SLOT_BITS), "lock word slot field too small");
 /* More threads than this in one grant means the count is garbage. */
 #define RS_MAX_USERS   (1u << 20)
 

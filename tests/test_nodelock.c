@@ -997,7 +997,7 @@ static void stopped_in_lock(int registrant)
 	if (!registrant)
 		ra.me = a->me;
 	wait_stopped(a->pid);
-	cr_assert_eq(atomic_load(&view_attach()->hdr.lock), ra.me + 1,
+	cr_assert_eq(RS_LOCK_SLOT(atomic_load(&view_attach()->hdr.lock)), ra.me + 1,
 		     "the lock word does not name the stopped holder's slot");
 	agent_send(b, &q);
 	snprintf(reg.name, sizeof(reg.name), "%s", seg_name);
@@ -1005,7 +1005,7 @@ static void stopped_in_lock(int registrant)
 	cr_assert_not(agent_poll(b, &rb, 3500),
 		      "B got a grant while a live process held the table lock, stopped");
 	cr_assert_not(agent_poll(c, &rc, 10), "C registered while a live process held the table lock");
-	cr_assert_eq(atomic_load(&view_attach()->hdr.lock), ra.me + 1,
+	cr_assert_eq(RS_LOCK_SLOT(atomic_load(&view_attach()->hdr.lock)), ra.me + 1,
 		     "the table lock was taken from a live, stopped holder");
 	kill(a->pid, SIGCONT);
 	agent_wait(a, MUST_MS, "the resumed holder lets go");
