@@ -11,6 +11,15 @@
 #include "futex.h"
 #include "rangeshim/rangelock.h"
 
+/*
+ * Succession thresholds (rangelock.c, "Thresholds"): how long a waiter
+ * spins before it sleeps, and how long it waits before it is starved and
+ * the range is handed to it.  Not part of the API; tests and benchmarks
+ * that link rangelock.c may change them before any lock is used.
+ */
+extern uint64_t rs_rl_spin_ns;
+extern uint64_t rs_rl_handoff_ns;
+
 static inline __attribute__((always_inline)) int
 rs_rangelock_lock_fast(struct rs_rangelock *rl, struct rs_rl_node *node,
 		       uint64_t start, uint64_t end, unsigned mode)
@@ -24,7 +33,8 @@ rs_rangelock_lock_fast(struct rs_rangelock *rl, struct rs_rl_node *node,
 			node->start = start;
 			node->end = end;
 			node->mode = mode;
-			/* blocked is read only by a waiting node's owner: not us. */
+			/* mode without flags: granted.  blocked and since are
+			 * read only on waiting nodes. */
 			node->prev = NULL;
 			node->next = NULL;
 			rl->head = node;
