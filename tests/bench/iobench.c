@@ -1680,10 +1680,17 @@ static void cmd_contended(const struct opts *o)
 {
 	double ns[CM_COUNT][MAX_ROUNDS], med[CM_COUNT], torn[W_COUNT][CM_COUNT] = { { 0 } };
 	double same4 = NAN, append4 = NAN;
-	char file[256];
+	char file[256], log[256];
+	int fd;
 
 	snprintf(file, sizeof file, "%s/iobench-%ld.contended", o->dir, (long)getpid());
 	create_file(file, CT_REGION, false, CT_BLOCK);
+	/* Appends get a file of their own: each run starts it empty. */
+	snprintf(log, sizeof log, "%s/iobench-%ld.log", o->dir, (long)getpid());
+	if ((fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600)) < 0)
+		die("create %s", log);
+	close(fd);
+	track_file(log);
 	printf("\n== Contended (threads): the threads of one process meet on one file, %s %s ==\n",
 	       o->dir, fs_name(o->dir));
 	printf("  us = one thread's time per call (threads x wall / calls); (x) = that over "
@@ -1706,7 +1713,9 @@ static void cmd_contended(const struct opts *o)
 				for (int k = 0; k < CM_COUNT; k++) {
 					int c = (k + (int)r) % CM_COUNT;
 
-					ns[c][r] = run_contended(o, c, w, n, file, &torn[w][c]);
+					ns[c][r] = run_contended(o, c, w, n,
+								 w == W_APPEND ? log : file,
+								 &torn[w][c]);
 				}
 				for (int c = 0; c < CM_COUNT; c++)
 					ratio[c][r] = ns[c][r] / ns[CM_UNLOCKED][r];
@@ -1744,6 +1753,7 @@ static void cmd_contended(const struct opts *o)
 		printf("  rangeshim / unlocked, 4 threads, append:     %.2fx (bar 1.5, goal 1.2): %s\n",
 		       append4, append4 <= 1.2 ? "goal met" : append4 <= 1.5 ? "bar met" : "MISSED");
 	remove_file(file);
+	remove_file(log);
 }
 
 /* ------------------------------------------------------------------ */
