@@ -316,10 +316,24 @@ static void await_signal(struct rs_rl_node *node, uint64_t until)
 	}
 }
 
+#ifndef RL_BACKOFF_NS
+#define RL_BACKOFF_NS 4000
+#endif
+
+static void backoff_for(uint64_t ns)
+{
+	uint64_t end = clock_ns() + ns;
+
+	do {
+		for (int i = 0; i < 16; i++)
+			rs_cpu_relax();
+	} while (clock_ns() < end);
+}
+
 int rs_rangelock_lock(struct rs_rangelock *rl, struct rs_rl_node *node,
 		      uint64_t start, uint64_t end, unsigned mode)
 {
-	uint64_t deadline;
+	uint64_t deadline, backoff = RL_BACKOFF_NS;
 	struct wakes wk;
 
 	rs_mutex_lock(&rl->mtx);
@@ -366,6 +380,12 @@ int rs_rangelock_lock(struct rs_rangelock *rl, struct rs_rl_node *node,
 			wake_pass(rl, &wk);	/* we may have held others back */
 		rs_mutex_unlock(&rl->mtx);
 		pay_wakes(&wk);
+		/* Lost to a barger: back off before looking again, touching
+		 * nothing shared, so that the running thread keeps the queue's
+		 * cache lines (exponential backoff, Anderson 1990). */
+		if (backoff < rs_rl_spin_ns)
+			backoff_for(backoff);
+		backoff *= 2;
 	}
 	/* Pairs with the release in wake_pass of the granting unlock. */
 	rs_tsan_acquire(node);
@@ -387,9 +407,14 @@ int rs_rangelock_trylock(struct rs_rangelock *rl, struct rs_rl_node *node,
 
 void rs_rangelock_unlock(struct rs_rangelock *rl, struct rs_rl_node *node)
 {
+	rs_mutex_lock(&rl->mtx);
+	rs_rangelock_unlock_locked(rl, node);
+}
+
+void rs_rangelock_unlock_locked(struct rs_rangelock *rl, struct rs_rl_node *node)
+{
 	struct wakes wk = { .n = 0 };
 
-	rs_mutex_lock(&rl->mtx);
 	if (node->prev)
 		node->prev->next = node->next;
 	else
