@@ -63,7 +63,8 @@
  * 1 s, at least 10 grants in a second) sit about three orders of magnitude
  * above what the hand-off gives (1 ms threshold, waits of 1-10 ms).  All
  * state shared between threads is C11 atomics or pthread primitives, so
- * the suite is clean under -fsanitize=thread and -fsanitize=address,undefined.  Under TSan, run with
+ * the suite is clean under -fsanitize=thread and
+ * -fsanitize=address,undefined.  Under TSan, run with
  * TSAN_OPTIONS=halt_on_error=1: otherwise a race report does not fail the
  * Criterion test that caused it.
  */
