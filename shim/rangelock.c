@@ -398,10 +398,12 @@ int rs_rangelock_lock(struct rs_rangelock *rl, struct rs_rl_node *node,
 		pay_wakes(&wk);
 		/* Lost to a barger: back off before looking again, touching
 		 * nothing shared, so that the running thread keeps the queue's
-		 * cache lines (exponential backoff, Anderson 1990). */
-		if (backoff < rs_rl_spin_ns)
+		 * cache lines (exponential backoff, Anderson 1990).  Not once
+		 * starved: the range may be handed to us at any moment. */
+		if (deadline && backoff < rs_rl_spin_ns) {
 			backoff_for(backoff);
-		backoff *= 2;
+			backoff *= 2;
+		}
 	}
 	/* Pairs with the release in wake_pass of the granting unlock. */
 	rs_tsan_acquire(node);
