@@ -29,17 +29,21 @@ enum rs_rl_mode {
 struct rs_rl_node {
 	uint64_t start;
 	uint64_t end;
+	/* RS_RL_READ or RS_RL_WRITE; while the request waits, also internal
+	 * flags (waiting, hand-off), changed only under the queue mutex. */
 	uint32_t mode;
-	/* Earlier conflicting requests still queued; the futex word. */
+	/* The futex word: 0 once the range is granted, non-zero while the
+	 * request waits. */
 	_Atomic uint32_t blocked;
 	struct rs_rl_node *prev;
 	struct rs_rl_node *next;
+	uint64_t since;            /* a waiter's own clock: when it began */
 };
 
 struct rs_rangelock {
 	_Atomic uint32_t mtx;      /* guards the queue below; see futex.h */
-	uint32_t pad;
-	struct rs_rl_node *head;   /* oldest request first (FIFO) */
+	uint32_t nwait;            /* queued requests not yet granted */
+	struct rs_rl_node *head;   /* in arrival order */
 	struct rs_rl_node *tail;
 };
 
@@ -49,8 +53,13 @@ RS_RANGELOCK_API void rs_rangelock_init(struct rs_rangelock *rl);
 
 /*
  * Pre:  start < end; mode is RS_RL_READ or RS_RL_WRITE; node is not queued.
- * Post: [start, end) is held in the given mode.  Returns 0 when it was
- *       granted at once, 1 when the caller had to wait.
+ * Post: [start, end) is held in the given mode: no overlapping range is
+ *       held in a conflicting mode.  Returns 0 when it was granted at
+ *       once, 1 when the caller had to wait.  A running caller may take a
+ *       free range ahead of earlier waiters, but never ahead of a waiter
+ *       that has waited longer than the hand-off threshold (rangelock.c,
+ *       "Fairness"), so every request is granted in bounded time as long
+ *       as every holder unlocks.
  */
 RS_RANGELOCK_API int rs_rangelock_lock(struct rs_rangelock *rl, struct rs_rl_node *node,
 		      uint64_t start, uint64_t end, unsigned mode);
@@ -58,14 +67,16 @@ RS_RANGELOCK_API int rs_rangelock_lock(struct rs_rangelock *rl, struct rs_rl_nod
 /*
  * Pre:  as rs_rangelock_lock.
  * Post: returns 0 and holds the range, or returns -1 and node is not queued
- *       (some earlier request conflicts).
+ *       (a held range, or a starved waiter, conflicts).
  */
 RS_RANGELOCK_API int rs_rangelock_trylock(struct rs_rangelock *rl, struct rs_rl_node *node,
 			 uint64_t start, uint64_t end, unsigned mode);
 
 /*
  * Pre:  node holds its range in rl.
- * Post: the range is released and every waiter it alone blocked is woken.
+ * Post: the range is released; every waiter that no held range (and no
+ *       starved waiter) now blocks has been granted (if starved) or woken
+ *       to compete for it, unless a conflicting waiter is already awake.
  */
 RS_RANGELOCK_API void rs_rangelock_unlock(struct rs_rangelock *rl, struct rs_rl_node *node);
 

@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench.sh BUILD [SECTION...]: what `make bench` runs (issue 4, BRIEF §5).
 #
-# Sections, in this order unless named: lustre gfs2 mixed lock fastpath small.
+# Sections, in this order unless named: lustre gfs2 mixed lock contended
+# fastpath small.
 # Every table prints the ratio of each mode to `unlocked` measured in the
 # same run, because on a 2-core machine absolute figures drift while ratios
 # hold.  Nothing here fails on a slow result: benchmarks measure, tests check.
@@ -23,7 +24,7 @@
 set -eu
 
 if [ $# -lt 1 ] || [ ! -d "$1" ]; then
-	echo "usage: sh tests/bench/bench.sh BUILD [lustre|gfs2|mixed|lock|fastpath|small]..." >&2
+	echo "usage: sh tests/bench/bench.sh BUILD [lustre|gfs2|mixed|lock|contended|fastpath|small]..." >&2
 	exit 2
 fi
 B=$(cd "$1" && pwd)
@@ -39,7 +40,7 @@ for f in "$IOB" "$LIB"; do
 	[ -e "$f" ] || { echo "bench.sh: $f not found; run 'make bench'" >&2; exit 2; }
 done
 mkdir -p "$OUT"
-SECTIONS=${*:-lustre gfs2 mixed lock fastpath small}
+SECTIONS=${*:-lustre gfs2 mixed lock contended fastpath small}
 
 # Sizes: the default run must stay under 5 minutes on 2 cores.  Buffered
 # runs rewrite cached pages at 10-20 GB/s, so they make several passes
@@ -50,11 +51,13 @@ if [ "$FULL" = 1 ]; then
 	BUF_TOTAL=512M BUF_PASSES=8  DIO_TOTAL=1G
 	GFS_WRITERS=1,2,4,6,8,10,12,14,16 GFS_SIZE=64M GFS_PASSES=16
 	MIX_SECS=1 LOCK_TASKS=1,2,4,8,16 LOCK_SECS=0.3 SMALL_SECS=1 SMALL_ROUNDS=9
+	CT_TASKS=2,4,8 CT_SECS=0.5 CT_ROUNDS=5
 else
 	TASKS=1,2,4,8,16  ROUNDS=3
 	BUF_TOTAL=512M BUF_PASSES=4  DIO_TOTAL=512M
 	GFS_WRITERS=1,2,4,8,16 GFS_SIZE=64M GFS_PASSES=16
 	MIX_SECS=0.3 LOCK_TASKS=1,2,4 LOCK_SECS=0.1 SMALL_SECS=0.3 SMALL_ROUNDS=5
+	CT_TASKS=2,4 CT_SECS=0.2 CT_ROUNDS=3
 fi
 ncpu=$(nproc)
 RW=$(( ncpu / 2 )); [ "$RW" -ge 1 ] || RW=1   # readers = writers = half the cores
@@ -105,6 +108,12 @@ mixed() {
 
 lock() {
 	run "$IOB" lock $common --dir="$SHM" --tasks="$LOCK_TASKS" --secs="$LOCK_SECS"
+}
+
+# Threads meeting on the same bytes (issue 9): about 16 s.
+contended() {
+	run "$IOB" contended $common --rounds="$CT_ROUNDS" --dir="$SHM" --tasks="$CT_TASKS" \
+	    --secs="$CT_SECS"
 }
 
 fastpath() {
@@ -158,7 +167,7 @@ main() {
 	header
 	for s in $SECTIONS; do
 		case $s in
-		lustre|gfs2|mixed|lock|fastpath|small) $s ;;
+		lustre|gfs2|mixed|lock|contended|fastpath|small) $s ;;
 		*) echo "bench.sh: unknown section '$s'" >&2; return 2 ;;
 		esac
 	done

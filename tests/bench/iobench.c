@@ -11,6 +11,9 @@
  *   small    512-byte pwrite: nanoseconds per call in each mode
  *   lock     the range lock alone against pthread_mutex, pthread_rwlock
  *            and OFD locks (links shim/rangelock.c; no shim, no I/O)
+ *   contended threads of one process on the same bytes: one 4 KiB block,
+ *            random 4 KiB blocks of a shared region, O_APPEND lines
+ *            (issue 9), with torn-read and line checks
  *   scope    which scope the shim really runs in its default setting
  *
  * The table subcommands never do the timed I/O themselves.  For every
@@ -1464,6 +1467,296 @@ static void cmd_small(const struct opts *o)
 }
 
 /* ------------------------------------------------------------------ */
+/* contended: threads of one process meeting on the same bytes (i9).   */
+
+enum work { W_SAME, W_RANDOM, W_APPEND, W_COUNT };
+static const char *const work_names[W_COUNT] = { "same", "random", "append" };
+static const char *const work_titles[W_COUNT] = {
+	"same 4 KiB block, pwrite",
+	"random 4 KiB r/w, 16 MiB",
+	"O_APPEND 100-byte lines",
+};
+
+#define CT_BLOCK 4096
+#define CT_REGION (16u << 20)
+#define CT_LINE 100
+#define CT_CHECK_EVERY 16   /* same: one checking pread per 16 pwrites */
+
+struct ct_thread {
+	const struct opts *o;
+	pthread_barrier_t *start;
+	atomic_bool *stop;
+	unsigned idx;
+	uint64_t calls, torn;
+	pthread_t tid;
+};
+
+/* A block is written whole with one byte value; anything else read back
+ * is a torn or mixed read. */
+static bool ct_uniform(const unsigned char *b, size_t n)
+{
+	for (size_t i = 1; i < n; i++)
+		if (b[i] != b[0])
+			return false;
+	return true;
+}
+
+/* Line k of thread t: "t<t> <k> " padded with a per-line letter, then a
+ * check digit and '\n'; exactly CT_LINE bytes. */
+static void ct_line(char *l, unsigned t, uint64_t k)
+{
+	int n = snprintf(l, CT_LINE, "t%u %" PRIu64 " ", t, k);
+	unsigned sum = 0;
+
+	memset(l + n, 'a' + (int)((t + k) % 26), (size_t)(CT_LINE - 2 - n));
+	for (int i = 0; i < CT_LINE - 2; i++)
+		sum += (unsigned char)l[i];
+	l[CT_LINE - 2] = (char)('0' + sum % 10);
+	l[CT_LINE - 1] = '\n';
+}
+
+static void *ct_thread_main(void *arg)
+{
+	struct ct_thread *t = arg;
+	const struct opts *o = t->o;
+	int work = o->layout;
+	bool ofd = o->mode == M_OFD;
+	int fd = open(o->file, work == W_APPEND ? O_WRONLY | O_APPEND : O_RDWR);
+	unsigned char *wbuf = xalloc(CT_BLOCK), *rbuf = xalloc(CT_BLOCK);
+	uint64_t rng = 0x9e3779b97f4a7c15ull * (t->idx + 1), k = 0;
+	char line[CT_LINE];
+
+	if (fd < 0)
+		die("open %s", o->file);
+	pthread_barrier_wait(t->start);
+	while (!atomic_load_explicit(t->stop, memory_order_relaxed)) {
+		for (int i = 0; i < 16; i++, k++) {
+			uint64_t off = 0;
+			bool rd = false;
+
+			rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+			if (work == W_SAME) {
+				rd = k % CT_CHECK_EVERY == CT_CHECK_EVERY - 1;
+			} else if (work == W_RANDOM) {
+				off = (rng >> 8) % (CT_REGION / CT_BLOCK) * CT_BLOCK;
+				rd = rng & 1;
+			} else {
+				ct_line(line, t->idx, k);
+				if (ofd)
+					ofd_lock(fd, F_WRLCK, 0, 0);
+				if (write(fd, line, CT_LINE) != CT_LINE)
+					die("append");
+				if (ofd)
+					ofd_lock(fd, F_UNLCK, 0, 0);
+				continue;
+			}
+			if (ofd)
+				ofd_lock(fd, rd ? F_RDLCK : F_WRLCK, off, CT_BLOCK);
+			if (rd) {
+				read_full(fd, rbuf, CT_BLOCK, off);
+				t->torn += !ct_uniform(rbuf, CT_BLOCK);
+			} else {
+				memset(wbuf, 'A' + (int)((t->idx * 7 + k) % 58), CT_BLOCK);
+				write_full(fd, wbuf, CT_BLOCK, off);
+			}
+			if (ofd)
+				ofd_lock(fd, F_UNLCK, off, CT_BLOCK);
+		}
+		t->calls += 16;
+	}
+	close(fd);
+	free(wbuf);
+	free(rbuf);
+	return NULL;
+}
+
+/* Every appended line whole and each thread's lines in order: returns the
+ * number of bad lines (counting missing bytes as a bad line). */
+static uint64_t ct_check_append(const char *path, const struct ct_thread *t, unsigned n)
+{
+	uint64_t next[MAX_TASKS] = { 0 }, bad = 0, lines = 0, want = 0;
+	char l[CT_LINE], expect[CT_LINE];
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		die("open %s", path);
+	while (fread(l, 1, CT_LINE, f) == CT_LINE) {
+		unsigned tt;
+		uint64_t kk;
+
+		lines++;
+		if (sscanf(l, "t%u %" SCNu64 " ", &tt, &kk) != 2 || tt >= n || kk != next[tt]) {
+			bad++;
+			continue;
+		}
+		ct_line(expect, tt, kk);
+		bad += memcmp(l, expect, CT_LINE) != 0;
+		next[tt] = kk + 1;
+	}
+	if (ftell(f) % CT_LINE)
+		bad++;
+	fclose(f);
+	for (unsigned i = 0; i < n; i++)
+		want += t[i].calls;
+	/* A line still being written at stop was counted by nobody. */
+	return bad + (lines < want ? want - lines : 0);
+}
+
+static int cmd_run_contended(const struct opts *o)
+{
+	unsigned n = o->tasks;
+	struct ct_thread *t = calloc(n, sizeof *t);
+	pthread_barrier_t start;
+	atomic_bool stop = false;
+	struct timespec ts = { (time_t)o->secs, (long)((o->secs - (double)(time_t)o->secs) * 1e9) };
+	uint64_t calls = 0, torn = 0;
+	double t0, t1;
+
+	if (!t)
+		die("calloc");
+	if (o->layout == W_APPEND) {
+		int fd = open(o->file, O_WRONLY | O_TRUNC);
+
+		if (fd < 0)
+			die("truncate %s", o->file);
+		close(fd);
+	}
+	pthread_barrier_init(&start, NULL, n + 1);
+	for (unsigned i = 0; i < n; i++) {
+		t[i] = (struct ct_thread){ .o = o, .start = &start, .stop = &stop, .idx = i };
+		errno = pthread_create(&t[i].tid, NULL, ct_thread_main, &t[i]);
+		if (errno)
+			die("pthread_create");
+	}
+	pthread_barrier_wait(&start);
+	t0 = now();
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+	atomic_store(&stop, true);
+	for (unsigned i = 0; i < n; i++) {
+		pthread_join(t[i].tid, NULL);
+		calls += t[i].calls;
+		torn += t[i].torn;
+	}
+	t1 = now();
+	if (o->layout == W_APPEND)
+		torn = ct_check_append(o->file, t, n);
+	/* One thread's time per call: threads x wall / calls. */
+	printf("calls=%" PRIu64 " torn=%" PRIu64 " ns=%.1f\n", calls, torn,
+	       (t1 - t0) * 1e9 * n / (double)calls);
+	free(t);
+	return 0;
+}
+
+enum { CM_UNLOCKED, CM_OFD, CM_RANGESHIM, CM_PROCESS, CM_COUNT };
+static const char *const cm_names[CM_COUNT] = { "unlocked", "ofd", "rangeshim", "rs-process" };
+
+static double run_contended(const struct opts *o, int cm, int work, unsigned n,
+			    const char *file, double *torn)
+{
+	static const enum mode cm_mode[CM_COUNT] = { M_UNLOCKED, M_OFD, M_RANGESHIM, M_RANGESHIM };
+	struct opts po = *o;
+	struct args a = { .n = 0 };
+	char out[OUT_MAX];
+
+	if (cm == CM_PROCESS)
+		po.scope = "process";
+	arg(&a, PROG);
+	arg(&a, "run-contended");
+	arg(&a, "--mode=%s", mode_names[cm_mode[cm]]);
+	arg(&a, "--work=%s", work_names[work]);
+	arg(&a, "--tasks=%u", n);
+	arg(&a, "--secs=%g", o->secs);
+	arg(&a, "--file=%s", file);
+	if (!spawn(&po, cm_mode[cm], NULL, &a, out, sizeof out, NULL, 0)) {
+		*torn += NAN;
+		return NAN;
+	}
+	*torn += field(out, "torn");
+	return field(out, "ns");
+}
+
+static void cmd_contended(const struct opts *o)
+{
+	double ns[CM_COUNT][MAX_ROUNDS], med[CM_COUNT], torn[W_COUNT][CM_COUNT] = { { 0 } };
+	double same4 = NAN, append4 = NAN;
+	char file[256], log[256];
+	int fd;
+
+	snprintf(file, sizeof file, "%s/iobench-%ld.contended", o->dir, (long)getpid());
+	create_file(file, CT_REGION, false, CT_BLOCK);
+	/* Appends get a file of their own: each run starts it empty. */
+	snprintf(log, sizeof log, "%s/iobench-%ld.log", o->dir, (long)getpid());
+	if ((fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600)) < 0)
+		die("create %s", log);
+	close(fd);
+	track_file(log);
+	printf("\n== Contended (threads): the threads of one process meet on one file, %s %s ==\n",
+	       o->dir, fs_name(o->dir));
+	printf("  us = one thread's time per call (threads x wall / calls); (x) = that over "
+	       "unlocked in the same round;\n  %.2f s per run, median of %u rounds, modes "
+	       "interleaved.  same: every thread pwrites [0, 4K),\n  one checking pread per "
+	       "%d calls; random: pread or pwrite (half each) of a random 4 KiB block of\n"
+	       "  16 MiB; append: write() of 100-byte lines to one O_APPEND file (ofd: a "
+	       "whole-file lock per line).\n  rs-process: the shim with RANGESHIM_SCOPE=process "
+	       "(the range lock alone), as reference.\n\n", o->secs, o->rounds, CT_CHECK_EVERY);
+	printf("  %-26s %7s", "workload", "threads");
+	for (int c = 0; c < CM_COUNT; c++)
+		printf(" %19s", cm_names[c]);
+	printf("\n");
+	for (int w = 0; w < W_COUNT; w++) {
+		for (int li = 0; li < o->nlist; li++) {
+			unsigned n = o->list[li];
+			double ratio[CM_COUNT][MAX_ROUNDS];
+
+			for (unsigned r = 0; r < o->rounds; r++) {
+				for (int k = 0; k < CM_COUNT; k++) {
+					int c = (k + (int)r) % CM_COUNT;
+
+					ns[c][r] = run_contended(o, c, w, n,
+								 w == W_APPEND ? log : file,
+								 &torn[w][c]);
+				}
+				for (int c = 0; c < CM_COUNT; c++)
+					ratio[c][r] = ns[c][r] / ns[CM_UNLOCKED][r];
+			}
+			printf("  %-26s %7u", work_titles[w], n);
+			for (int c = 0; c < CM_COUNT; c++) {
+				med[c] = median(ns[c], o->rounds);
+				if (c == CM_UNLOCKED)
+					printf(" %9.2f us        ", med[c] / 1e3);
+				else
+					printf(" %9.2f us (%4.2fx)", med[c] / 1e3,
+					       median(ratio[c], o->rounds));
+			}
+			printf("\n");
+			fflush(stdout);
+			if (n == 4 && w == W_SAME)
+				same4 = median(ratio[CM_RANGESHIM], o->rounds);
+			if (n == 4 && w == W_APPEND)
+				append4 = median(ratio[CM_RANGESHIM], o->rounds);
+		}
+	}
+	printf("\n  correctness, all rounds (torn or mixed reads; for append, bad or missing "
+	       "lines):\n");
+	for (int w = 0; w < W_COUNT; w++) {
+		printf("    %-8s", work_names[w]);
+		for (int c = 0; c < CM_COUNT; c++)
+			printf("  %s %.0f", cm_names[c], torn[w][c]);
+		printf("%s\n", torn[w][CM_RANGESHIM] == 0 && torn[w][CM_PROCESS] == 0 ? "" :
+		       "   <- the shim let a conflict through");
+	}
+	if (!isnan(same4))
+		printf("  rangeshim / unlocked, 4 threads, same block: %.2fx (bar 2, goal 1.3): %s\n",
+		       same4, same4 <= 1.3 ? "goal met" : same4 <= 2 ? "bar met" : "MISSED");
+	if (!isnan(append4))
+		printf("  rangeshim / unlocked, 4 threads, append:     %.2fx (bar 1.5, goal 1.2): %s\n",
+		       append4, append4 <= 1.2 ? "goal met" : append4 <= 1.5 ? "bar met" : "MISSED");
+	remove_file(file);
+	remove_file(log);
+}
+
+/* ------------------------------------------------------------------ */
 /* lock: the range lock alone.                                         */
 
 enum lk { LK_RANGE, LK_FAST, LK_MUTEX, LK_RWLOCK, LK_OFD, LK_COUNT };
@@ -1634,7 +1927,8 @@ static void cmd_lock(const struct opts *o)
 	       "cell, median of %u rounds (not the best: a lucky\n  round in which the threads "
 	       "seldom met would flatter a slow contended path).\n  ns = one thread's time per pair (threads x wall / "
 	       "pairs); M/s = million pairs per second, all threads;\n  rangelock/ofd = "
-	       "rangelock pairs per second over ofd pairs per second.\n", o->secs, o->rounds);
+	       "rangelock pairs per second over ofd pairs per second (above 1: faster);\n  rangelock/mutex = "
+	       "rangelock time per pair over pthread_mutex's (issue 9's goal: at most 2).\n", o->secs, o->rounds);
 	if (o->list[o->nlist - 1] > 2)
 		printf("  More threads than the %ld cores: contended rows measure the scheduler "
 		       "as much as the lock.\n", sysconf(_SC_NPROCESSORS_ONLN));
@@ -1642,7 +1936,7 @@ static void cmd_lock(const struct opts *o)
 		printf("\n  %s\n  %7s", pat_names[p], "threads");
 		for (int k = 0; k < LK_COUNT; k++)
 			printf(" %19s", lk_names[k]);
-		printf(" | rangelock/ofd\n");
+		printf(" | rangelock/ofd  ns: rangelock/mutex\n");
 		for (int li = 0; li < o->nlist; li++) {
 			unsigned n = o->list[li];
 
@@ -1657,7 +1951,8 @@ static void cmd_lock(const struct opts *o)
 				med[k] = median(rate[k], o->rounds);
 				printf(" %6.0f ns %6.2f M/s", 1e9 * n / med[k], med[k] / 1e6);
 			}
-			printf(" | %12.1fx\n", med[LK_RANGE] / med[LK_OFD]);
+			printf(" | %12.1fx %20.2fx\n", med[LK_RANGE] / med[LK_OFD],
+			       med[LK_MUTEX] / med[LK_RANGE]);
 			fflush(stdout);
 		}
 	}
@@ -1704,6 +1999,7 @@ static void usage(FILE *f)
 "  mixed   [--readers=N] [--writers=N] [--size=SIZE] [--secs=S]\n"
 "  small   [--secs=S]\n"
 "  lock    [--tasks=1,2,4 (threads)] [--secs=S]\n"
+"  contended [--tasks=2,4 (threads)] [--secs=S]\n"
 "  scope   print the scope the shim really runs in by default\n"
 "Common: --dir=DIR (files go here; default /tmp) --lib=PATH (librangeshim.so)\n"
 "        --block=SIZE --rounds=N --dat=FILE (plot data) --scope=S (RANGESHIM_SCOPE\n"
@@ -1711,14 +2007,15 @@ static void usage(FILE *f)
 "        --timeout=S (a run still going after S seconds is killed; default 60)\n"
 "        --shm=NAME (each shim run gets RANGESHIM_SHM=NAME-N, removed after the\n"
 "        run; default /iobench-PID; empty: the shim's default segment)\n"
-"Internal: run, run-mixed, run-small, run-first, run-probe (--mode, --file, ...)\n");
+"Internal: run, run-mixed, run-small, run-first, run-probe, run-contended\n"
+"        (--mode, --file, --work=same|random|append, ...)\n");
 }
 
 static void parse_args(int argc, char **argv, struct opts *o)
 {
 	enum { O_DIR = 256, O_LIB, O_DAT, O_FILE, O_SCOPE, O_SHM, O_TASKS, O_PROCS, O_DIRECT_, O_TOTAL,
 	       O_SIZE, O_BLOCK, O_PASSES, O_ROUNDS, O_SECS, O_READERS, O_WRITERS, O_MODE,
-	       O_LAYOUT, O_TIMEOUT, O_HELP };
+	       O_LAYOUT, O_TIMEOUT, O_WORK, O_HELP };
 	static const struct option lopts[] = {
 		{ "dir", required_argument, NULL, O_DIR },
 		{ "lib", required_argument, NULL, O_LIB },
@@ -1740,6 +2037,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		{ "mode", required_argument, NULL, O_MODE },
 		{ "layout", required_argument, NULL, O_LAYOUT },
 		{ "timeout", required_argument, NULL, O_TIMEOUT },
+		{ "work", required_argument, NULL, O_WORK },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1798,6 +2096,13 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			if (*end || !(o->timeout >= 1 && o->timeout < 86400))
 				goto bad;
 			break;
+		case O_WORK:
+			for (o->layout = 0; o->layout < W_COUNT; o->layout++)
+				if (strcmp(optarg, work_names[o->layout]) == 0)
+					break;
+			if (o->layout == W_COUNT)
+				goto bad;
+			break;
 		case O_HELP: usage(stdout); exit(0);
 		default: usage(stderr); exit(2);
 		}
@@ -1842,6 +2147,8 @@ int main(int argc, char **argv)
 		return cmd_run_probe(&o);
 	if (!strcmp(cmd, "run-first"))
 		return cmd_run_first(&o);
+	if (!strcmp(cmd, "run-contended"))
+		return cmd_run_contended(&o);
 
 	if (getenv("LD_PRELOAD"))
 		fprintf(stderr, PROG ": note: LD_PRELOAD is set for the table process; "
@@ -1873,6 +2180,8 @@ int main(int argc, char **argv)
 		cmd_small(&o);
 	else if (!strcmp(cmd, "lock"))
 		cmd_lock(&o);
+	else if (!strcmp(cmd, "contended"))
+		cmd_contended(&o);
 	else if (!strcmp(cmd, "scope"))
 		printf("%s\n", effective_scope(&o));
 	else {
