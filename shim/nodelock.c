@@ -103,12 +103,19 @@ static uint64_t realtime_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* A release bumps the change counter, and makes the system call only if
+ * someone sleeps on it: most releases meet nobody.  Dekker with
+ * wait_change: the waiter counts itself in, then re-reads the counter; we
+ * bump the counter, then read the count (both sequentially consistent),
+ * so either we see the sleeper or it sees the bump.  A garbage count only
+ * costs a useless wake, or a sleeper its 20 ms slice. */
 static void wake_all(struct rs_segment *s)
 {
 	int saved = errno;
 
 	atomic_fetch_add(&s->hdr.change, 1);
-	syscall(SYS_futex, &s->hdr.change, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	if (atomic_load(&s->hdr.change_waiters))
+		syscall(SYS_futex, &s->hdr.change, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 	errno = saved;
 }
 
@@ -117,7 +124,10 @@ static void wait_change(struct rs_segment *s, uint32_t seen, uint64_t ns)
 	struct timespec ts = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) };
 	int saved = errno;
 
-	syscall(SYS_futex, &s->hdr.change, FUTEX_WAIT, seen, &ts, NULL, 0);
+	atomic_fetch_add(&s->hdr.change_waiters, 1);
+	if (atomic_load(&s->hdr.change) == seen)
+		syscall(SYS_futex, &s->hdr.change, FUTEX_WAIT, seen, &ts, NULL, 0);
+	atomic_fetch_sub(&s->hdr.change_waiters, 1);
 	errno = saved;
 }
 

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define RS_SEG_MAGIC   0x31304d4853534752ull   /* "RGSSHM01" */
-#define RS_SEG_VERSION 5u
+#define RS_SEG_VERSION 6u
 #define RS_NPROC       256u
 #define RS_NGRANT      1024u
 /* Liveness: each attached process holds an OFD write lock on one byte of
@@ -98,6 +98,7 @@ struct rs_seg_header {
 	_Atomic uint32_t lock;
 	_Atomic uint32_t lock_waiters;
 	_Atomic uint32_t change __attribute__((aligned(64)));  /* futex: bumped on release */
+	_Atomic uint32_t change_waiters;                       /* asleep on change */
 	uint32_t next_ticket;
 	/* Under the table lock: grant slots at or above used_hi are all
 	 * FREE, and nused slots are not.  Scans stop at used_hi and check the
