@@ -16,6 +16,7 @@
 #include <mntent.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -307,6 +308,86 @@ static inline void rs_require_direct(const char *dir)
 	cr_assert_geq(fd, 0, "open %s: %s", path, strerror(errno));
 	close(fd);
 	unlink(path);
+}
+
+/*
+ * A helper program running in the background, its stdout and stderr
+ * collected: for tests that act on a process while it runs (stop it,
+ * inspect the table).  env_entry ("RANGESHIM_SHM=...") is put into its
+ * environment; preload says whether the shim is.
+ */
+struct rs_bg {
+	pid_t pid;
+	int fd;
+	size_t used;
+	char out[16384];
+};
+
+static inline uint64_t rs_bg_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void rs_bg_start(struct rs_bg *b, char *env_entry, int preload, char *const argv[])
+{
+	int p[2];
+
+	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+	b->pid = fork();
+	cr_assert_geq(b->pid, 0);
+	if (b->pid == 0) {
+		dup2(p[1], 1);
+		dup2(p[1], 2);
+		unsetenv("LD_PRELOAD");
+		putenv(env_entry);
+		if (preload)
+			setenv("LD_PRELOAD", RS_LIB, 1);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(p[1]);
+	b->fd = p[0];
+	b->used = 0;
+	b->out[0] = '\0';
+}
+
+/* Read until needle appears (1), or ms pass or EOF (0). */
+static inline int rs_bg_wait_for(struct rs_bg *b, const char *needle, int ms)
+{
+	uint64_t end = rs_bg_now_ns() + (uint64_t)ms * 1000000ull;
+
+	while (!strstr(b->out, needle)) {
+		struct pollfd p = { b->fd, POLLIN, 0 };
+		ssize_t n;
+
+		if (rs_bg_now_ns() > end || b->used >= sizeof(b->out) - 1)
+			return 0;
+		if (poll(&p, 1, 50) <= 0)
+			continue;
+		n = read(b->fd, b->out + b->used, sizeof(b->out) - 1 - b->used);
+		if (n <= 0)
+			return 0;
+		b->used += (size_t)n;
+		b->out[b->used] = '\0';
+	}
+	return 1;
+}
+
+/* Wait for its verdict line, killing it after ms; its exit status (128 +
+ * signal if it died), with what it printed in b->out. */
+static inline int rs_bg_finish(struct rs_bg *b, int ms)
+{
+	int st;
+
+	if (!rs_bg_wait_for(b, "verdict=", ms))
+		kill(b->pid, SIGKILL);
+	waitpid(b->pid, &st, 0);
+	rs_bg_wait_for(b, "\n\n", 200);	/* drain what is left */
+	close(b->fd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 #endif

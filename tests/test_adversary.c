@@ -74,70 +74,9 @@ static const char *data(const char *tag)
 
 /* ---- background helpers ---- */
 
-struct bg {
-	pid_t pid;
-	int fd;
-	size_t used;
-	char out[16384];
-};
 
-static void bg_start(struct bg *b, int preload, char *const argv[])
-{
-	int p[2];
 
-	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
-	b->pid = fork();
-	cr_assert_geq(b->pid, 0);
-	if (b->pid == 0) {
-		dup2(p[1], 1);
-		dup2(p[1], 2);
-		unsetenv("LD_PRELOAD");
-		putenv(shm_env);
-		if (preload)
-			setenv("LD_PRELOAD", RS_LIB, 1);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	close(p[1]);
-	b->fd = p[0];
-	b->used = 0;
-	b->out[0] = '\0';
-}
 
-/* Read until needle appears (1), or ms pass or EOF (0). */
-static int bg_wait_for(struct bg *b, const char *needle, int ms)
-{
-	uint64_t end = rs_nt_now_ns() + (uint64_t)ms * 1000000ull;
-
-	while (!strstr(b->out, needle)) {
-		struct pollfd p = { b->fd, POLLIN, 0 };
-		ssize_t n;
-
-		if (rs_nt_now_ns() > end || b->used >= sizeof(b->out) - 1)
-			return 0;
-		if (poll(&p, 1, 50) <= 0)
-			continue;
-		n = read(b->fd, b->out + b->used, sizeof(b->out) - 1 - b->used);
-		if (n <= 0)
-			return 0;
-		b->used += (size_t)n;
-		b->out[b->used] = '\0';
-	}
-	return 1;
-}
-
-/* Wait for its verdict line (killing it after ms): 0 if it gave one. */
-static int bg_finish(struct bg *b, int ms)
-{
-	int ok = bg_wait_for(b, "verdict=", ms), st;
-
-	if (!ok)
-		kill(b->pid, SIGKILL);
-	waitpid(b->pid, &st, 0);
-	bg_wait_for(b, "\n\n", 200);	/* drain what is left */
-	close(b->fd);
-	return ok ? 0 : -1;
-}
 
 /* Run a helper to completion, with the table's name in its environment. */
 static struct rs_run *run(int preload, int timeout_s, char *const argv[])
@@ -207,17 +146,18 @@ static long long rw_rig(int preload, const char *tag, const char *secs,
 	const char *f = data(tag);
 	char *wargv[] = { ADV, "w", (char *)f, MIB, (char *)secs, NULL };
 	char *rargv[] = { ADV, "r", (char *)f, MIB, (char *)secs, NULL };
-	struct bg w, r;
+	struct rs_bg w, r;
 	long long torn;
 	int rok;
 
-	bg_start(&w, preload, wargv);
-	bg_start(&r, preload, rargv);
+	rs_bg_start(&w, shm_env, preload, wargv);
+	rs_bg_start(&r, shm_env, preload, rargv);
 	if (attack)
 		attack(w.pid, r.pid, arg);
 	/* Both run for secs (under 5): 20 s more means hung. */
-	rok = bg_finish(&r, 20000);
-	bg_finish(&w, 20000);
+	rs_bg_finish(&r, 20000);
+	rs_bg_finish(&w, 20000);
+	rok = strstr(r.out, "verdict=") ? 0 : -1;
 	cr_log_info("%s (shim %d): writer: %s reader: %s", tag, preload, w.out, r.out);
 	cr_assert(!fell_open(w.out) && !fell_open(r.out), "%s: fell open: %s %s", tag,
 		  w.out, r.out);
@@ -465,12 +405,12 @@ Test(adversary, parent_killed_mid_write_child_sleeps)
 	const char *f = data("killed");
 	char *hargv[] = { ADV, "forkhold", (char *)f, MIB, "8000", NULL };
 	char *wargv[] = { ADV, "w1", (char *)f, MIB, NULL };
-	struct bg h;
+	struct rs_bg h;
 	struct rs_run *r;
 	int st;
 
-	bg_start(&h, 1, hargv);
-	cr_assert(bg_wait_for(&h, "writing", 10000), "%s", h.out);
+	rs_bg_start(&h, shm_env, 1, hargv);
+	cr_assert(rs_bg_wait_for(&h, "writing", 10000), "%s", h.out);
 	usleep(200000);
 	kill(h.pid, SIGKILL);
 	waitpid(h.pid, &st, 0);
@@ -495,15 +435,15 @@ static void stop_storm(pid_t w, pid_t r, void *arg)
 		/* A registrant too: a fresh writer every few rounds. */
 		if (n % 8 == 0) {
 			char *argv[] = { ADV, "w", (char *)data("stop"), MIB, "0.2", NULL };
-			struct bg x;
+			struct rs_bg x;
 
-			bg_start(&x, 1, argv);
+			rs_bg_start(&x, shm_env, 1, argv);
 			who[2] = x.pid;
 			usleep((useconds_t)(rand_r(&seed) % 3000));
 			kill(x.pid, SIGSTOP);
 			usleep(30000);
 			kill(x.pid, SIGCONT);
-			bg_finish(&x, 20000);
+			rs_bg_finish(&x, 20000);
 			cr_assert(!fell_open(x.out), "%s", x.out);
 			continue;
 		}

@@ -954,67 +954,9 @@ Test(node, default_table_private_dir, .timeout = 60)
 
 /* ---- (g) closed files leave no state ---- */
 
-struct bg {
-	pid_t pid;
-	int fd;
-	size_t used;
-	char out[4096];
-};
 
-static void bg_start(struct bg *b, char *const argv[])
-{
-	int p[2];
 
-	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
-	b->pid = fork();
-	cr_assert_geq(b->pid, 0);
-	if (b->pid == 0) {
-		dup2(p[1], 1);
-		dup2(p[1], 2);
-		putenv(shm_env);
-		setenv("LD_PRELOAD", RS_LIB, 1);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	close(p[1]);
-	b->fd = p[0];
-	b->used = 0;
-	b->out[0] = '\0';
-}
 
-/* Read until needle appears (1) or ms pass / EOF (0). */
-static int bg_wait_for(struct bg *b, const char *needle, int ms)
-{
-	uint64_t end = rs_nt_now_ns() + (uint64_t)ms * 1000000ull;
-
-	while (!strstr(b->out, needle)) {
-		struct pollfd p = { b->fd, POLLIN, 0 };
-		ssize_t n;
-
-		if (rs_nt_now_ns() > end || b->used >= sizeof(b->out) - 1)
-			return 0;
-		if (poll(&p, 1, 50) <= 0)
-			continue;
-		n = read(b->fd, b->out + b->used, sizeof(b->out) - 1 - b->used);
-		if (n <= 0)
-			return 0;
-		b->used += (size_t)n;
-		b->out[b->used] = '\0';
-	}
-	return 1;
-}
-
-static int bg_finish(struct bg *b, int ms)
-{
-	int st;
-
-	bg_wait_for(b, "verdict=", ms);
-	if (!strstr(b->out, "verdict="))
-		kill(b->pid, SIGKILL);
-	waitpid(b->pid, &st, 0);
-	close(b->fd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
 
 static void run_closehold(int keep_open)
 {
@@ -1022,18 +964,18 @@ static void run_closehold(int keep_open)
 	char farg[300], karg[32];
 	char *argv[] = { (char *)PROBE, (char *)"closehold", farg, (char *)"hold_ms=1500", karg,
 			 NULL };
-	struct bg b;
+	struct rs_bg b;
 	struct stat st;
 	int32_t holder = 0;
 	int held, status;
 
 	snprintf(farg, sizeof(farg), "file=%s", file);
 	snprintf(karg, sizeof(karg), "keep_open=%d", keep_open);
-	bg_start(&b, argv);
-	cr_assert(bg_wait_for(&b, "closed=", 10000), "probe did not get going: %s", b.out);
+	rs_bg_start(&b, shm_env, 1, argv);
+	cr_assert(rs_bg_wait_for(&b, "closed=", 10000), "probe did not get going: %s", b.out);
 	cr_assert_eq(stat(file, &st), 0);
 	held = table_grants(RS_G_HELD, st.st_dev, st.st_ino, &holder);
-	status = bg_finish(&b, 10000);
+	status = rs_bg_finish(&b, 10000);
 	cr_assert_eq(status, 0, "status %d: %s", status, b.out);
 	cr_assert_eq(warnings(b.out), 0, "%s", b.out);
 	if (keep_open) {
