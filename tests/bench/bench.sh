@@ -76,7 +76,7 @@ header() {
 	echo "  date:     $(date -u '+%Y-%m-%d %H:%M UTC')"
 	echo "  machine:  $ncpu cores ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), $(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), Linux $(uname -r)"
 	echo "  files:    $DIR ($(fstype "$DIR")), $SHM ($(fstype "$SHM"))"
-	echo "  shim:     $LIB; rangeshim mode: RANGESHIM_SCOPE=${BENCH_SCOPE:-<unset>}, effective scope: $("$IOB" scope --lib="$LIB" --dir="$SHM" ${BENCH_SCOPE:+--scope=$BENCH_SCOPE})"
+	echo "  shim:     ${LIB#"$SRC"/}; rangeshim mode: RANGESHIM_SCOPE=${BENCH_SCOPE:-<unset>}, effective scope: $("$IOB" scope --lib="$LIB" --dir="$SHM" ${BENCH_SCOPE:+--scope=$BENCH_SCOPE})"
 	echo "  load:     $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) before the run; anything else running skews the figures"
 	echo "  modes:    file-per-task  one file per task, no locking (Lustre seed Test 1)"
 	echo "            unlocked       one shared file, no locking: unsafe, the ceiling"

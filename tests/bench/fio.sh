@@ -48,7 +48,7 @@ run() {
 
 best() { sort -n | tail -n 1; }
 
-echo "fio $(fio --version | sed 's/^fio-//'): examples/fio/*.fio without and with the shim ($LIB)"
+echo "fio $(fio --version | sed 's/^fio-//'): examples/fio/*.fio without and with the shim (${LIB#"$SRC"/})"
 echo "MB/s (10^6 bytes), best of $ROUNDS rounds after one warm-up; (x): ratio to unlocked"
 echo "file: $FILE ($(df -PT /tmp | awk 'NR == 2 { print $2 }')), $(nproc) cores, Linux $(uname -r)"
 printf '\n%-16s %-6s %10s %20s %20s\n' job "" unlocked rangeshim mutex
