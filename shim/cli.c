@@ -656,47 +656,24 @@ static void escape_text(const char *in, char *out, size_t len);
  */
 static void proc_info(struct proc_info *pi, int32_t pid, bool alive)
 {
-	char file[64], stat[512], comm[64] = "?";
-	ssize_t n = -1;
-	int fd;
+	char comm[64];
 
-	pi->state = "?";
 	if (!alive) {
 		pi->state = "dead";
 		snprintf(pi->comm, sizeof(pi->comm), "(dead)");
 		return;
 	}
-	snprintf(file, sizeof(file), "/proc/%d/stat", (int)pid);
-	fd = pid > 0 ? open(file, O_RDONLY | O_CLOEXEC) : -1;
-	if (fd >= 0) {
-		n = read(fd, stat, sizeof(stat) - 1);
-		close(fd);
-	}
-	if (n > 0) {
-		char *open_paren, *close_paren;
-
-		stat[n] = '\0';
-		open_paren = strchr(stat, '(');
-		close_paren = strrchr(stat, ')');
-		if (open_paren && close_paren && close_paren > open_paren && close_paren[1] == ' ') {
-			size_t c = (size_t)(close_paren - open_paren - 1);
-
-			if (c >= sizeof(comm))
-				c = sizeof(comm) - 1;
-			memcpy(comm, open_paren + 1, c);
-			comm[c] = '\0';
-			switch (close_paren[2]) {
-			case 'R': pi->state = "running"; break;
-			case 'S': pi->state = "sleeping"; break;
-			case 'D': pi->state = "disk"; break;      /* uninterruptible */
-			case 'I': pi->state = "idle"; break;
-			case 'T': pi->state = "stopped"; break;
-			case 't': pi->state = "traced"; break;    /* stopped by a debugger */
-			case 'Z': pi->state = "zombie"; break;
-			case 'X': case 'x': pi->state = "dead"; break;
-			default: pi->state = "alive"; break;
-			}
-		}
+	switch (rs_nt_proc_stat(pid, comm, sizeof(comm))) {
+	case 0: pi->state = "?"; break;
+	case 'R': pi->state = "running"; break;
+	case 'S': pi->state = "sleeping"; break;
+	case 'D': pi->state = "disk"; break;      /* uninterruptible */
+	case 'I': pi->state = "idle"; break;
+	case 'T': pi->state = "stopped"; break;
+	case 't': pi->state = "traced"; break;    /* stopped by a debugger */
+	case 'Z': pi->state = "zombie"; break;
+	case 'X': case 'x': pi->state = "dead"; break;
+	default: pi->state = "alive"; break;
 	}
 	escape_text(comm, pi->comm, sizeof(pi->comm));
 }

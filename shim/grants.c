@@ -16,7 +16,6 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -303,16 +302,13 @@ void rs_grants_fork_parent(void)
  */
 void rs_grants_fork_child(void)
 {
-	int fd = atomic_exchange(&rs_private_fd[0], -1);
-
-	if (fd >= 0)
-		syscall(SYS_close, fd);
+	/* Where the descriptor is now (the application may have moved it). */
+	table.map.fd = atomic_exchange(&rs_private_fd[0], -1);
+	table.map.fd_slot = NULL;
 	if (table.map.seg)
 		mmap(table.map.seg, sizeof(struct rs_segment), PROT_READ | PROT_WRITE,
 		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-	table.map.fd = -1;
-	table.map.fd_slot = NULL;
-	rs_nt_forget(&table);
+	rs_nt_forget(&table);	/* closes it */
 	__atomic_store_n(&rs_node_seg, NULL, __ATOMIC_RELAXED);
 	attach_state = 0;
 	atomic_store(&attach_mtx, 0);

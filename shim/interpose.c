@@ -343,21 +343,35 @@ static int close_range_around(unsigned lo, unsigned hi, int flags)
 	return REAL(int, close_range, (lo, hi, flags));
 }
 
+/* The fork handlers, for forks that run no atfork handler of their own
+ * (_Fork, and forks made through syscall()).  Not from a handler that
+ * interrupted the shim: its thread may hold the locks prepare takes. */
+static int fork_begin(void)
+{
+	int locked = rs_ready() && !RS_LOAD(rs_depth);
+
+	if (locked)
+		rs_fork_prepare();
+	return locked;
+}
+
+static void fork_end(long r, int locked)
+{
+	if (r == 0)
+		rs_after_fork_child();
+	else if (locked)
+		rs_fork_parent();
+}
+
 /* _Fork runs no atfork handlers, and its child may call any
  * async-signal-safe function, pwrite among them. */
 pid_t _Fork(void);
 RS_EXPORT pid_t _Fork(void)
 {
-	int locked = rs_ready() && !RS_LOAD(rs_depth);
-	pid_t p;
+	int locked = fork_begin();
+	pid_t p = REAL(pid_t, _Fork, ());
 
-	if (locked)
-		rs_fork_prepare();
-	p = REAL(pid_t, _Fork, ());
-	if (p == 0)
-		rs_after_fork_child();
-	else if (locked)
-		rs_fork_parent();
+	fork_end(p, locked);
 	return p;
 }
 
@@ -533,8 +547,7 @@ static void reopen_end(struct dup_hold *h, int fd)
 	int saved = errno;
 
 	if (!h->entered) {
-		if (fd >= 0 && RS_LOAD(rs_depth) && syscall(SYS_getpid) == rs_pid)
-			rs_fdt_forget(fd, rs_fdt_get(fd));
+		duped_in_handler(-1, fd);
 	} else {
 		rs_fdt_replaced(fd);
 		dup_unlock(h);
@@ -696,15 +709,10 @@ RS_EXPORT long syscall(long nr, ...)
 	f = va_arg(ap, long);
 	va_end(ap);
 	if (__builtin_expect(fork_like(nr, a, b), 0)) {
-		int locked = rs_ready() && !RS_LOAD(rs_depth);
+		int locked = fork_begin();
 
-		if (locked)
-			rs_fork_prepare();
 		r = raw_syscall6(nr, a, b, c, d, e, f);
-		if (r == 0)
-			rs_after_fork_child();
-		else if (locked)
-			rs_fork_parent();
+		fork_end(r, locked);
 	} else {
 		r = raw_syscall6(nr, a, b, c, d, e, f);
 	}

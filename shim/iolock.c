@@ -423,7 +423,7 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 	return 1;
 }
 
-/* Nothing held: what rs_io_end needs to see for a call passed through. */
+/* Nothing held: what the wrappers need to see for a call passed through. */
 static void io_clear(struct rs_io *io)
 {
 	io->fast = 0;

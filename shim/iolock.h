@@ -1,7 +1,8 @@
 /*
  * What each intercepted call locks, in one place (BRIEF §2, "What each
  * call locks").  A wrapper describes its call as one or two targets, calls
- * rs_io_begin, makes the real call, and calls rs_io_end.
+ * rs_io_begin (or rs_io_at), makes the real call, and calls rs_io_end_fast
+ * or rs_io_end_slow.
  */
 #ifndef RS_IOLOCK_H
 #define RS_IOLOCK_H
@@ -223,16 +224,6 @@ rs_io_end_fast(struct rs_io *io)
 	RS_STORE(rs_depth, 0);	/* the fast path runs only from depth 0 */
 }
 
-static inline __attribute__((always_inline)) void
-rs_io_end(struct rs_io *io)
-{
-	if (__builtin_expect(io->fast, 1)) {
-		rs_io_end_fast(io);
-		return;
-	}
-	if (io->entered)
-		rs_io_end_slow(io);
-}
 
 /* One fd, one range. */
 static inline __attribute__((always_inline)) void

@@ -10,33 +10,30 @@
  * other processes and shared by all the threads of the holder, which then
  * order themselves with the process-wide range lock (rangelock.c).
  *
- * Interface.  rs_nt_acquire(table, request) returns a grant; the process
- * keeps it after the call (grants.c caches it) and counts its users in the
- * grant's first cache line, which only the holder writes.  rs_nt_release
- * frees it.  Everything is an index into fixed arrays; nothing in the
- * segment is a pointer.
+ * Interface.  rs_nt_acquire(table, request) returns a grant with the
+ * caller counted in; the process keeps it after the call (grants.c caches
+ * it) and counts its users in the grant's word, gw = generation | wanted
+ * bits | users (segment.h).  rs_nt_release frees it.  Everything is an
+ * index into fixed arrays; nothing in the segment is a pointer.
  *
  * Common case.  A process working in its own region acquires a grant once,
  * expanded when nothing conflicts to the surrounding aligned window
  * (req->window, 4 MiB by default) clipped to the gaps between other
  * processes' grants, the way Lustre's LDLM grows extent locks.  Later calls
- * inside it only increment the user count: no table lock, no shared lock
- * word.  A request that had to revoke someone is not expanded, so two
- * processes that meet in a window settle on disjoint grants instead of
- * taking the window from each other in turn.
+ * inside it only CAS the user count: no table lock.  A request that had to
+ * revoke someone is not expanded, so two processes that meet in a window
+ * settle on disjoint grants instead of taking the window from each other
+ * in turn.
  *
- * Conflicts.  Under the table mutex the requester scans the grants of the
- * same file.  An idle grant (users == 0) of another process is revoked
- * directly: freed, its generation bumped, so the holder's cached copy is
- * seen to be stale.  A busy one is marked wanted: its holder admits no new
- * users (the fast path checks the flag after incrementing users, and the
- * requester re-reads users after setting it: each sees the other, both
- * accesses being sequentially consistent), drains, and releases it when
- * the last user leaves, waking the table's futex.  That is GFS2's blocking
- * callback and demote.  No minimum hold time: a grant wanted by another
- * process is given up as soon as its current calls finish, because here a
- * demote costs microseconds, not a DLM round trip, and a hold time would be
- * added latency for every writer that meets another.
+ * Conflicts.  Under the table lock the requester scans the grant slots in
+ * use (up to used_hi, checked against nused) for the same file.  Each
+ * conflicting grant is decided by one CAS on its word: with no users it is
+ * revoked (its generation moves on, so the holder's cached copy is seen
+ * to be stale); otherwise it is marked wanted, its holder admits no new
+ * users, drains, and releases it when the last user leaves, waking the
+ * sleepers.  That is GFS2's blocking callback and demote.  No minimum hold
+ * time: a demote here costs microseconds, not a DLM round trip, and a hold
+ * time would be added latency for every writer that meets another.
  *
  * Fairness.  A requester that must wait records its request in the table
  * as a WAIT entry with a ticket.  Later requests that conflict with an
@@ -45,20 +42,20 @@
  *
  * Waiting.  Sleep on the table's change counter (a shared futex) with a
  * 20 ms timeout; every wake re-scans.  Every 100 ms of waiting, and on
- * every attach, the liveness of the processes we wait for is checked.
+ * every attach, the liveness of the processes we wait for is checked.  A
+ * live holder is waited for however long it takes (stopped, traced,
+ * frozen); after rs_nt_warn_ns the waiter says whom it waits for.
  *
  * Crashes.  Each attached process holds an OFD lock on one byte of the
  * segment file (segment.h): the kernel drops it when the process dies,
  * however it dies, and a new process with the same pid does not hold it.
- * A dead process's grants and slot are freed by whoever waits on them.  The
- * table lock word holds its holder's process slot: a waiter that finds the
- * holder dead (by the same liveness lock) takes it over, re-validates
- * every slot, and carries on; since the table has no lists, only
- * per-slot records whose state word is written last, there is nothing to
- * repair beyond that check.  (A robust pthread mutex would do the same,
- * but its glibc internals would have to be trusted in untrusted memory: a
- * garbage mutex kind makes glibc abort.)  A segment
- * that fails validation is refused; the caller falls back to process scope.
+ * Only that byte says who is dead; a dead process's grants and slot are
+ * freed by whoever waits on them.  The table lock word names its holder's
+ * slot (and a nonce of its registration): a waiter that finds the holder
+ * dead takes it over and scrubs the loose ends (scrub()).  Fail safe:
+ * nothing in the segment ever makes an attached process run without
+ * exclusion; only a process that could never attach (bad header, no free
+ * slot) runs in process scope, and says so.
  */
 #include "nodelock.h"
 
@@ -132,18 +129,19 @@ static void wait_change(struct rs_segment *s, uint32_t seen, uint64_t ns)
 }
 
 /*
- * "pid 1234 (dd), stopped": who a waiter waits for, from /proc, read with
- * raw syscalls (the shim's wrappers are not for its own files).  The pid
- * comes from untrusted memory; it is only ever printed.
+ * The command and state letter of pid from /proc/PID/stat, read with raw
+ * syscalls (the shim's wrappers are not for its own files).  The pid comes
+ * from untrusted memory; it is only ever looked up and printed.
  */
-void rs_nt_describe(int32_t pid, char *buf, size_t len)
+char rs_nt_proc_stat(int32_t pid, char *comm, size_t commlen)
 {
-	char path[48], stat[512], comm[64] = "?";
-	const char *state = "state unknown";
+	char path[48], stat[512];
 	int saved = errno;
 	long n = -1;
+	char state = 0;
 	int fd;
 
+	snprintf(comm, commlen, "?");
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 	fd = pid > 0 ? (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC) : -1;
 	if (fd >= 0) {
@@ -151,31 +149,43 @@ void rs_nt_describe(int32_t pid, char *buf, size_t len)
 		syscall(SYS_close, fd);
 	}
 	if (n > 0) {
+		/* The command may hold ')' itself: the last one ends it. */
 		char *open, *close;
 
 		stat[n] = '\0';
 		open = strchr(stat, '(');
 		close = strrchr(stat, ')');
-		if (open && close && close > open && close[1] == ' ') {
+		if (open && close && close > open && close[1] == ' ' && commlen) {
 			size_t c = (size_t)(close - open - 1);
 
-			if (c >= sizeof(comm))
-				c = sizeof(comm) - 1;
+			if (c >= commlen)
+				c = commlen - 1;
 			memcpy(comm, open + 1, c);
 			comm[c] = '\0';
-			switch (close[2]) {
-			case 'R': state = "running"; break;
-			case 'S': state = "sleeping"; break;
-			case 'D': state = "in uninterruptible sleep"; break;
-			case 'T': state = "stopped (SIGSTOP or Ctrl-Z; SIGCONT resumes it)"; break;
-			case 't': state = "stopped by a debugger"; break;
-			case 'Z': state = "a zombie"; break;
-			default: state = "alive"; break;
-			}
+			state = close[2];
 		}
 	}
-	snprintf(buf, len, "pid %d (%s), %s", (int)pid, comm, state);
 	errno = saved;
+	return state;
+}
+
+/* "pid 1234 (dd), stopped (...)": whom a waiter waits for. */
+void rs_nt_describe(int32_t pid, char *buf, size_t len)
+{
+	char comm[64];
+	const char *state;
+
+	switch (rs_nt_proc_stat(pid, comm, sizeof(comm))) {
+	case 0: state = "state unknown"; break;
+	case 'R': state = "running"; break;
+	case 'S': state = "sleeping"; break;
+	case 'D': state = "in uninterruptible sleep"; break;
+	case 'T': state = "stopped (SIGSTOP or Ctrl-Z; SIGCONT resumes it)"; break;
+	case 't': state = "stopped by a debugger"; break;
+	case 'Z': state = "a zombie"; break;
+	default: state = "alive"; break;
+	}
+	snprintf(buf, len, "pid %d (%s), %s", (int)pid, comm, state);
 }
 
 static int32_t slot_pid(const struct rs_segment *s, uint32_t slot)
@@ -202,6 +212,13 @@ static void slot_freed(struct rs_segment *s)
 		s->hdr.nused--;
 }
 
+/* The state word last, once the grant's word has moved on. */
+static void mark_free(struct rs_segment *s, struct rs_seg_grant *g)
+{
+	if (atomic_exchange(&g->state, RS_G_FREE) != RS_G_FREE)
+		slot_freed(s);
+}
+
 /* A freed slot: the next generation, no users, no wanted bits; only
  * then does its state say FREE, so nobody can count into it meanwhile. */
 static void free_grant(struct rs_segment *s, struct rs_seg_grant *g)
@@ -210,8 +227,7 @@ static void free_grant(struct rs_segment *s, struct rs_seg_grant *g)
 
 	while (!atomic_compare_exchange_weak(&g->gw, &v, RS_GW_FREE(RS_GW_GEN(v) + 1)))
 		;
-	if (atomic_exchange(&g->state, RS_G_FREE) != RS_G_FREE)
-		slot_freed(s);
+	mark_free(s, g);
 }
 
 /* Revoke g if nobody is inside it; otherwise mark it wanted.  One CAS
@@ -226,8 +242,7 @@ static int revoke_or_want(struct rs_segment *s, struct rs_seg_grant *g, unsigned
 	for (;;) {
 		if (RS_GW_USERS(v) == 0) {
 			if (atomic_compare_exchange_weak(&g->gw, &v, RS_GW_FREE(RS_GW_GEN(v) + 1))) {
-				if (atomic_exchange(&g->state, RS_G_FREE) != RS_G_FREE)
-					slot_freed(s);
+				mark_free(s, g);
 				return 1;
 			}
 		} else if (v & bit) {
@@ -239,10 +254,7 @@ static int revoke_or_want(struct rs_segment *s, struct rs_seg_grant *g, unsigned
 	}
 }
 
-/* After taking the lock from a dead holder: it may have died anywhere
- * inside.  Records are written state-last and grants are freed by one
- * CAS on their word, so the only loose end is a slot it was filling or
- * freeing: give every free slot a clean word of a new generation. */
+/* used_hi and nused from the slots themselves. */
 static void recount(struct rs_segment *s)
 {
 	uint32_t n = 0, hi = 0;
@@ -256,6 +268,11 @@ static void recount(struct rs_segment *s)
 	s->hdr.used_hi = hi;
 }
 
+/* After taking the lock from a dead holder: it may have died anywhere
+ * inside.  Records are written state-last and grants are freed by one
+ * CAS on their word, so the only loose ends are a slot it was filling or
+ * freeing (every free slot gets a clean word of a new generation) and the
+ * counts (recounted). */
 static void scrub(struct rs_segment *s)
 {
 	for (uint32_t i = 0; i < RS_NGRANT; i++)
@@ -848,8 +865,7 @@ void rs_nt_release(struct rs_nt *t, uint32_t idx, uint32_t gen)
 		/* Only our incarnation, and only once nobody is inside. */
 		while (RS_GW_GEN(v) == gen && RS_GW_USERS(v) == 0) {
 			if (atomic_compare_exchange_weak(&g->gw, &v, RS_GW_FREE(gen + 1))) {
-				if (atomic_exchange(&g->state, RS_G_FREE) != RS_G_FREE)
-					slot_freed(s);
+				mark_free(s, g);
 				break;
 			}
 		}

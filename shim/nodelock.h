@@ -77,6 +77,9 @@ uint64_t rs_nt_now_ns(void);
 
 /* "pid 1234 (dd), stopped (...)": for messages about whom we wait for. */
 void rs_nt_describe(int32_t pid, char *buf, size_t len);
+/* pid's command (into comm, "?" if unknown) and its /proc state letter
+ * ('R', 'S', 'T', ...), or 0 if /proc has no word on it. */
+char rs_nt_proc_stat(int32_t pid, char *comm, size_t commlen);
 
 /* The table lock itself, for tests that play a holder stopped inside. */
 void rs_nt_lock_table(struct rs_nt *t);

@@ -158,20 +158,18 @@ static int open_file(const char *path, int create)
  * from fd itself, a forked child's inherited mapping (or anything else
  * that outlives our fd) would keep a dead process looking alive.
  */
-static struct rs_segment *map_separately(int fd, const char *path, const struct stat *want,
-					 int *err)
+static struct rs_segment *map_separately(const char *path, const struct stat *want, int *err)
 {
 	struct stat st;
 	void *s;
 	int mfd = open_file(path, 0);
 
-	(void)fd;
 	if (mfd < 0) {
 		*err = errno;
 		return NULL;
 	}
 	if (fstat(mfd, &st) < 0 || st.st_dev != want->st_dev || st.st_ino != want->st_ino) {
-		*err = ESTALE;	/* replaced under us: the caller starts over */
+		*err = ESTALE;	/* the name leads to another file by now */
 		syscall(SYS_close, mfd);
 		return NULL;
 	}
@@ -234,7 +232,7 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 		return WHY("%s has size %lld, expected %zu", m->path, (long long)st.st_size,
 			   sizeof(*s)), -1;
 	}
-	s = map_separately(fd, m->path, &st, &err);
+	s = map_separately(m->path, &st, &err);
 	if (!s) {
 		syscall(SYS_close, fd);
 		return WHY("cannot map %s: %s", m->path, strerror(err)), -1;
