@@ -120,20 +120,6 @@ static int32_t slot_of(struct rs_segment *s, pid_t pid, int ms)
 	return -1;
 }
 
-static int live_slots(void)
-{
-	struct rs_seg_map m;
-	char why[300];
-	int n = 0;
-
-	if (rs_seg_attach(&m, shm_name, 0, why, sizeof(why)) < 0)
-		return -1;
-	for (uint32_t i = 0; i < RS_NPROC; i++)
-		n += atomic_load(&m.seg->procs[i].state) == RS_PROC_LIVE;
-	rs_seg_detach(&m);
-	return n;
-}
-
 /*
  * A writer and a reader of one 1 MiB block at 0, in two processes, for
  * secs; attack() runs meanwhile (in this process).  Returns the reader's
@@ -375,52 +361,9 @@ Test(adversary, stray_grant_owner)
 	cr_assert_eq(torn, 0, "%lld of %lld reads torn", torn, reads);
 }
 
-/* ==== 4. fork-and-exit storm; a parent killed while its child sleeps == */
-
-Test(adversary, fork_exit_storm_leaves_no_slot)
-{
-	const char *f = data("storm");
-
-	for (int i = 0; i < 300; i++) {
-		char *argv[] = { ADV, "forksleep", (char *)f, "4000", NULL };
-		struct rs_run *r = run(1, 20, argv);
-
-		cr_assert_eq(r->status, 0, "round %d: %s", i, r->out);
-		cr_assert(!fell_open(r->out), "round %d fell open: %s", i, r->out);
-		free(r);
-	}
-	cr_assert_eq(live_slots(), 0, "slots still taken after 300 attach-fork-exit rounds");
-	{
-		char *argv[] = { ADV, "w1", (char *)f, MIB, NULL };
-		struct rs_run *r = run(1, 20, argv);
-
-		cr_assert_eq(r->status, 0, "%s", r->out);
-		cr_assert(!fell_open(r->out), "a newcomer fell open: %s", r->out);
-		free(r);
-	}
-}
-
-Test(adversary, parent_killed_mid_write_child_sleeps)
-{
-	const char *f = data("killed");
-	char *hargv[] = { ADV, "forkhold", (char *)f, MIB, "8000", NULL };
-	char *wargv[] = { ADV, "w1", (char *)f, MIB, NULL };
-	struct rs_bg h;
-	struct rs_run *r;
-	int st;
-
-	rs_bg_start(&h, shm_env, 1, hargv);
-	cr_assert(rs_bg_wait_for(&h, "writing", 10000), "%s", h.out);
-	usleep(200000);
-	kill(h.pid, SIGKILL);
-	waitpid(h.pid, &st, 0);
-	close(h.fd);
-	r = run(1, 20, wargv);
-	cr_log_info("after the kill: %s", r->out);
-	cr_assert_eq(r->status, 0, "%s", r->out);
-	/* Promised: about 120 ms; generous. */
-	cr_assert_lt(rs_field(r->out, "ms"), 4000, "the dead parent looked alive: %s", r->out);
-}
+/* ==== 4. fork-and-exit storms and a parent killed while its child
+ * sleeps are in test_node.c (fork_storm_leaves_no_slot,
+ * fork_killed_parent_reclaimed, fork_children_hold_no_table). ==== */
 
 /* ==== 5. SIGSTOP/SIGCONT storm on holders and registrants ============ */
 

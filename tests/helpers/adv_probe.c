@@ -17,13 +17,6 @@
  *       Writes once (a grant in the cache), then forks with
  *       syscall(SYS_fork) (libc: fork()); the parent keeps writing LEN
  *       blocks at 0, the child reads them and counts tears.
- *   adv_probe forksleep FILE SLEEP_MS
- *       Writes once (attached), forks a child that sleeps SLEEP_MS, exits.
- *   adv_probe forkhold FILE LEN SLEEP_MS
- *       Forks a child that sleeps SLEEP_MS, then writes LEN blocks at 0
- *       forever (to be SIGKILLed mid-write); prints "writing" first.
- *   adv_probe w1 FILE LEN
- *       One pwrite of LEN at 0; prints the ms it took to get through.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -235,47 +228,6 @@ int main(int argc, char **argv)
 	if (!strcmp(m, "rawfork") && argc >= 5)
 		return rawfork(f, strtoull(argv[3], 0, 0), atof(argv[4]),
 			       argc > 5 && !strcmp(argv[5], "libc"));
-	if (!strcmp(m, "forksleep") && argc == 4) {
-		int fd = open_rw(f);
-
-		if (pwrite(fd, "x", 1, 0) != 1)
-			return 2;
-		if (fork() == 0) {
-			close(1);
-			close(2);
-			sleep_ms(atol(argv[3]));
-			_exit(0);
-		}
-		printf("verdict=DONE\n");
-		return 0;
-	}
-	if (!strcmp(m, "forkhold") && argc == 5) {
-		int fd = open_rw(f);
-
-		if (pwrite(fd, "x", 1, 0) != 1)
-			return 2;
-		if (fork() == 0) {
-			close(1);
-			close(2);
-			sleep_ms(atol(argv[4]));
-			_exit(0);
-		}
-		printf("writing\n");
-		write_loop(fd, strtoull(argv[3], 0, 0), 0, 1);
-		return 0;
-	}
-	if (!strcmp(m, "w1") && argc == 4) {
-		int fd = open_rw(f);
-		size_t len = strtoull(argv[3], 0, 0);
-		char *b = block(len);
-		uint64_t t0 = now_ns();
-
-		memset(b, 9, len);
-		if (pwrite(fd, b, len, 0) != (ssize_t)len)
-			return 2;
-		printf("ms=%llu verdict=DONE\n", (unsigned long long)((now_ns() - t0) / 1000000));
-		return 0;
-	}
 	fprintf(stderr, "usage: see the comment at the top of adv_probe.c\n");
 	return 2;
 }

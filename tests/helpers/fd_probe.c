@@ -60,23 +60,15 @@
 #include <unistd.h>
 #include <linux/userfaultfd.h>
 
+#include "probe.h"
+
+static int failed;
+
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
 
 #define REC 101
-
-static int failed;
-
-#define CHECK(cond, ...)                                                      \
-	do {                                                                  \
-		if (!(cond)) {                                                \
-			printf("FAIL %s:%d: ", __FILE__, __LINE__);           \
-			printf(__VA_ARGS__);                                  \
-			printf(" (errno %d)\n", errno);                       \
-			failed = 1;                                           \
-		}                                                             \
-	} while (0)
 
 static void record(char *r, char letter)
 {

@@ -53,6 +53,10 @@
 #include <linux/falloc.h>
 #include <linux/fs.h>
 
+#include "probe.h"
+
+static int failed;
+
 #ifndef RWF_NOAPPEND
 #define RWF_NOAPPEND 0x00000020
 #endif
@@ -74,18 +78,6 @@ const char *__tsan_default_suppressions(void)
 
 #define BLK (1u << 20)
 #define GIB (1ull << 30)
-
-static int failed;
-
-#define CHECK(cond, ...)                                                      \
-	do {                                                                  \
-		if (!(cond)) {                                                \
-			printf("FAIL %s:%d: ", __FILE__, __LINE__);           \
-			printf(__VA_ARGS__);                                  \
-			printf(" (errno %d)\n", errno);                       \
-			failed = 1;                                           \
-		}                                                             \
-	} while (0)
 
 static atomic_int stop;
 static atomic_long reads, torn, writes;
@@ -347,11 +339,9 @@ static void *dup_writer(void *arg)
 	return NULL;
 }
 
-static int m_dup2(const char *x, const char *y, int ms)
+/* The two files a rotation switches between, one block of 'x' each. */
+static void open_pair(const char *x, const char *y)
 {
-	void *(*fn[3])(void *) = { rotator, dup_writer, uniform_reader };
-	struct reader r;
-	void *arg[3] = { NULL, NULL, &r };
 	unsigned char *b = xbuf('x');
 
 	fx = open(x, O_RDWR | O_CREAT | O_TRUNC, 0600);
@@ -360,6 +350,15 @@ static int m_dup2(const char *x, const char *y, int ms)
 	CHECK(pwrite(fx, b, BLK, 0) == (ssize_t)BLK && pwrite(fy, b, BLK, 0) == (ssize_t)BLK,
 	      "fill");
 	free(b);
+}
+
+static int m_dup2(const char *x, const char *y, int ms)
+{
+	void *(*fn[3])(void *) = { rotator, dup_writer, uniform_reader };
+	struct reader r;
+	void *arg[3] = { NULL, NULL, &r };
+
+	open_pair(x, y);
 	rot_fd = dup(fx);
 	r.fd[0] = open(x, O_RDONLY);
 	r.fd[1] = open(y, O_RDONLY);
@@ -394,14 +393,8 @@ static int m_freopen(const char *x, const char *y, int ms)
 	void *(*fn[3])(void *) = { reopener, dup_writer, uniform_reader };
 	struct reader r;
 	void *arg[3] = { NULL, NULL, &r };
-	unsigned char *b = xbuf('x');
 
-	fx = open(x, O_RDWR | O_CREAT | O_TRUNC, 0600);
-	fy = open(y, O_RDWR | O_CREAT | O_TRUNC, 0600);
-	CHECK(fx >= 0 && fy >= 0, "open");
-	CHECK(pwrite(fx, b, BLK, 0) == (ssize_t)BLK && pwrite(fy, b, BLK, 0) == (ssize_t)BLK,
-	      "fill");
-	free(b);
+	open_pair(x, y);
 	rot_path[0] = x;
 	rot_path[1] = y;
 	rot_fp = fopen(x, "r+");

@@ -5,7 +5,9 @@
 #ifndef RS_TESTS_HELPERS_PROBE_H
 #define RS_TESTS_HELPERS_PROBE_H
 
+#include <errno.h>
 #include <link.h>
+#include <stdio.h>
 #include <string.h>
 
 static inline int probe_shim_cb(struct dl_phdr_info *info, size_t size, void *data)
@@ -24,5 +26,17 @@ static inline int shim_loaded(void)
 	dl_iterate_phdr(probe_shim_cb, &found);
 	return found;
 }
+
+/* A failed check in a helper: one line naming the place and errno, and
+ * the helper's own `failed` set, which it reports at the end. */
+#define CHECK(cond, ...)                                                      \
+	do {                                                                  \
+		if (!(cond)) {                                                \
+			printf("FAIL %s:%d: ", __FILE__, __LINE__);           \
+			printf(__VA_ARGS__);                                  \
+			printf(" (errno %d)\n", errno);                       \
+			failed = 1;                                           \
+		}                                                             \
+	} while (0)
 
 #endif
