@@ -27,10 +27,17 @@
  *  sigkill_busy      a holder SIGKILLed with a busy grant is reclaimed and
  *                    the waiter is granted within 2 s of the kill.
  *  dead_in_lock      a process killed (by us, or by itself) while holding the
- *                    table lock (hdr.lock = its slot + 1, taken as nodelock.c
- *                    takes it), or while registering (RS_LOCK_ANON): the next
+ *                    table lock (taken as nodelock.c takes it): the next
  *                    acquire works within 2 s, also when the dead one held a
  *                    busy grant, and the lock is free afterwards.
+ *  stopped_*         a live holder of the table lock, or a registrant,
+ *                    stopped with SIGSTOP: nobody takes the lock or gets a
+ *                    grant meanwhile, the waiter names it, all goes on once
+ *                    it resumes.
+ *  malformed_user_count  garbage counts in free slots and in a held grant:
+ *                    a busy grant is never revoked, the garbage one blocks
+ *                    its range only, its owner's death frees it.
+ *  scan_bounds_hide_nothing  a used_hi that hides a busy grant is noticed.
  *  reclaimed_slot_reusable  after a busy holder is reclaimed, the slots the
  *                    table hands out next carry no stale user count: idle
  *                    grants in them are revoked at once.
@@ -43,14 +50,14 @@
  *                    dead pid is not: liveness is the OFD lock, not the pid.
  *  corrupt_random    200 seeded corruptions of a copy of a real segment
  *                    (header fields, slot states, grant owner/mode/range,
- *                    random bytes) in a forked child under alarm(): every
- *                    invalid one is refused with a reason, none crashes or
- *                    hangs, the valid ones still work.
+ *                    random bytes) in a forked child under alarm(): every bad
+ *                    header is refused with a reason, a bad slot is coped
+ *                    with where it is met, none crashes or hangs.
  *  corrupt_orphan    a busy HELD/WAIT grant whose owner slot is FREE (only
  *                    corruption makes one): a request for its range must not
  *                    wait for it forever.
  *  corrupt_lock      garbage in the table lock word (impossible values, a
- *                    free slot's, RS_LOCK_ANON, waiters): register and
+ *                    free slot's, waiters): register and
  *                    acquire return within a few seconds, no crash.
  *  bad_files         mode 0644/0660/0700, wrong sizes, a symlink, a FIFO, a
  *                    directory, a garbage file: refused with a reason.
