@@ -1,22 +1,57 @@
 /*
- * The loop whose instructions callgrind counts: N pwrite and N pread of
- * 512 bytes on one tmpfs file, single-threaded.  tests/callgrind.sh runs it
- * with and without the shim and divides the difference by the call count.
- * Only io_loop is collected (--toggle-collect), so start-up is not counted.
+ * The loops whose instructions callgrind counts, single-threaded, 512-byte
+ * calls on one tmpfs file.  tests/callgrind.sh runs each with and without
+ * the shim and divides the difference by the call count.  Only io_loop is
+ * collected (--toggle-collect), so start-up and the rewinds between phases
+ * are not counted.
+ *
+ *   fastpath PATH N MODE
+ *   pwrite  N pwrite + N pread at offsets below 32 KiB
+ *   rw      N write, rewind, N read at the file offset
+ *   vec     N pwritev + N preadv of two 256-byte iovecs
+ *   writev  N writev of two 256-byte iovecs at the file offset
+ *   append  N write on an O_APPEND descriptor
+ *
+ * Prints calls=C, the number of calls io_loop made.
  */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
-__attribute__((noinline, noclone)) long io_loop(int fd, long n, char *buf);
-long io_loop(int fd, long n, char *buf)
+enum { PWRITE, PREAD, WRITE, READ, PWRITEV, PREADV, WRITEV, APPEND };
+
+__attribute__((noinline, noclone)) long io_loop(int fd, long n, char *buf, int op);
+long io_loop(int fd, long n, char *buf, int op)
 {
+	struct iovec iov[2] = { { buf, 256 }, { buf + 256, 256 } };
 	long bytes = 0;
 
 	for (long i = 0; i < n; i++) {
-		bytes += pwrite(fd, buf, 512, (off_t)(i % 64) * 512);
-		bytes += pread(fd, buf, 512, (off_t)(i % 64) * 512);
+		off_t off = (off_t)(i % 64) * 512;
+
+		switch (op) {
+		case PWRITE:
+			bytes += pwrite(fd, buf, 512, off);
+			bytes += pread(fd, buf, 512, off);
+			break;
+		case WRITE:
+		case APPEND:
+			bytes += write(fd, buf, 512);
+			break;
+		case READ:
+			bytes += read(fd, buf, 512);
+			break;
+		case PWRITEV:
+			bytes += pwritev(fd, iov, 2, off);
+			bytes += preadv(fd, iov, 2, off);
+			break;
+		case WRITEV:
+			bytes += writev(fd, iov, 2);
+			break;
+		}
 	}
 	return bytes;
 }
@@ -25,21 +60,42 @@ int main(int argc, char **argv)
 {
 	const char *path = argc > 1 ? argv[1] : "/dev/shm/rangeshim-fastpath";
 	long n = argc > 2 ? atol(argv[2]) : 10000;
+	const char *mode = argc > 3 ? argv[3] : "pwrite";
 	static char buf[512];
-	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-	long bytes;
+	long bytes, calls = n;
+	int fd;
 
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | (strcmp(mode, "append") == 0 ? O_APPEND : 0),
+		  0600);
 	if (fd < 0) {
 		perror(path);
 		return 2;
 	}
-	bytes = io_loop(fd, n, buf);
+	if (strcmp(mode, "pwrite") == 0) {
+		bytes = io_loop(fd, n, buf, PWRITE);
+		calls = 2 * n;
+	} else if (strcmp(mode, "rw") == 0) {
+		bytes = io_loop(fd, n, buf, WRITE);
+		lseek(fd, 0, SEEK_SET);
+		bytes += io_loop(fd, n, buf, READ);
+		calls = 2 * n;
+	} else if (strcmp(mode, "vec") == 0) {
+		bytes = io_loop(fd, n, buf, PWRITEV);
+		calls = 2 * n;
+	} else if (strcmp(mode, "writev") == 0) {
+		bytes = io_loop(fd, n, buf, WRITEV);
+	} else if (strcmp(mode, "append") == 0) {
+		bytes = io_loop(fd, n, buf, APPEND);
+	} else {
+		fprintf(stderr, "fastpath: unknown mode %s\n", mode);
+		return 2;
+	}
 	close(fd);
 	unlink(path);
-	if (bytes != n * 1024) {
-		fprintf(stderr, "fastpath: short I/O (%ld of %ld bytes)\n", bytes, n * 1024);
+	if (bytes != calls * 512) {
+		fprintf(stderr, "fastpath: short I/O (%ld of %ld bytes)\n", bytes, calls * 512);
 		return 1;
 	}
-	printf("calls=%ld\n", 2 * n);
+	printf("calls=%ld\n", calls);
 	return 0;
 }
