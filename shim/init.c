@@ -77,6 +77,8 @@ void rs_init_slow(void)
 	rs_real_resolve();
 	rs_config_load(&rs_cfg, env);
 	rs_stats_on = rs_cfg.stats != RS_STATS_OFF;
+	if (rs_stats_on)
+		rs_stats_init();
 	rs_pid = syscall(SYS_getpid);
 	if (rs_cfg.effective == RS_SCOPE_OFF) {
 		final = RS_DISABLED;
@@ -99,7 +101,8 @@ void rs_init_slow(void)
 	}
 	rs_grants_init();
 	initializing_here = 0;
-	RS_STORE(rs_fast, final == RS_READY && rs_cfg.lock == RS_LOCK_RANGE && !rs_stats_on);
+	/* Stats count on the inline path too (per-thread counters). */
+	RS_STORE(rs_fast, final == RS_READY && rs_cfg.lock == RS_LOCK_RANGE);
 	atomic_store(&rs_state, final);
 	errno = saved;
 }

@@ -45,9 +45,25 @@ ssize_t __pread64_chk(int, void *, size_t, off_t, size_t);
 
 /* ---- data calls: one shape for all ---------------------------------- */
 
+/* What a call's result counts as in the stats: bytes read, written,
+ * both (copy_file_range, sendfile) or neither. */
+#define RS_B_NONE  0
+#define RS_B_READ  1
+#define RS_B_WRITE 2
+#define RS_B_BOTH  3
+
+static inline __attribute__((always_inline)) void count_bytes(unsigned kind, long long r)
+{
+	if (kind & RS_B_READ)
+		RS_COUNT_BYTES(0, r);
+	if (kind & RS_B_WRITE)
+		RS_COUNT_BYTES(1, r);
+}
+
 /* The fast path gets a copy of its own, so that nothing has to be
- * reloaded and tested after the real call (io escapes to the slow path). */
-#define RS_WRAP(ret, name, params, args, begin)                              \
+ * reloaded and tested after the real call (io escapes to the slow path).
+ * mode and how say which inline path begin took, if any. */
+#define RS_WRAP_K(ret, name, params, args, begin, bytes, mode, how)          \
 	RS_EXPORT ret name params                                            \
 	{                                                                    \
 		struct rs_io io;                                             \
@@ -56,27 +72,36 @@ ssize_t __pread64_chk(int, void *, size_t, off_t, size_t);
 		if (__builtin_expect(io.fast, 1)) {                          \
 			/* Everything is resolved already. */                \
 			r = rs_real.name args;                               \
-			rs_io_end_fast(&io);                                 \
+			rs_io_end_fast(&io, mode, how, (long long)r);        \
 			return r;                                            \
 		}                                                            \
 		r = REAL(ret, name, args);                                   \
-		if (io.entered)                                              \
+		if (io.entered) {                                            \
 			rs_io_end_slow(&io);                                 \
+			count_bytes(bytes, (long long)r);                    \
+		}                                                            \
 		return r;                                                    \
 	}
 
-#define RS_WRAP_IO(ret, name, params, args, fd, mode, where, off, len)       \
-	RS_WRAP(ret, name, params, args, rs_io_one(&io, fd, mode, where, off, len))
+/* Calls that never take the inline path. */
+#define RS_WRAP(ret, name, params, args, begin, bytes)                       \
+	RS_WRAP_K(ret, name, params, args, begin, bytes, RS_RL_READ, RS_HOW_OFF)
+
+/* Calls on one fd that do: how is RS_HOW_*, len or (iov, cnt). */
+#define RS_WRAP_FAST(ret, name, params, args, fd, mode, how, off, len, iov, cnt) \
+	RS_WRAP_K(ret, name, params, args,                                   \
+		  rs_io_fast(&io, fd, mode, how, off, len, iov, cnt),        \
+		  (mode) == RS_RL_WRITE ? RS_B_WRITE : RS_B_READ, mode, how)
 
 #define RS_PREAD(name)                                                        \
-	RS_WRAP_IO(ssize_t, name, (int fd, void *buf, size_t n, off_t off),  \
-		   (fd, buf, n, off), fd, RS_RL_READ, RS_AT_OFFSET, off, n)
+	RS_WRAP_FAST(ssize_t, name, (int fd, void *buf, size_t n, off_t off),\
+		     (fd, buf, n, off), fd, RS_RL_READ, RS_HOW_OFF, off, n, NULL, 0)
 #define RS_PWRITE(name)                                                       \
-	RS_WRAP_IO(ssize_t, name, (int fd, const void *buf, size_t n, off_t off), \
-		   (fd, buf, n, off), fd, RS_RL_WRITE, RS_AT_OFFSET, off, n)
+	RS_WRAP_FAST(ssize_t, name, (int fd, const void *buf, size_t n, off_t off), \
+		     (fd, buf, n, off), fd, RS_RL_WRITE, RS_HOW_OFF, off, n, NULL, 0)
 #define RS_PREADV(name, mode)                                                 \
-	RS_WRAP(ssize_t, name, (int fd, const struct iovec *iov, int cnt, off_t off), \
-		(fd, iov, cnt, off), rs_io_iov(&io, fd, mode, RS_AT_OFFSET, off, iov, cnt, 0))
+	RS_WRAP_FAST(ssize_t, name, (int fd, const struct iovec *iov, int cnt, off_t off), \
+		     (fd, iov, cnt, off), fd, mode, RS_HOW_IOV, off, 0, iov, cnt)
 
 RS_PREAD(pread)
 RS_PREAD(pread64)
@@ -87,20 +112,25 @@ RS_PREADV(preadv64, RS_RL_READ)
 RS_PREADV(pwritev, RS_RL_WRITE)
 RS_PREADV(pwritev64, RS_RL_WRITE)
 
-RS_WRAP_IO(ssize_t, read, (int fd, void *buf, size_t n), (fd, buf, n),
-	   fd, RS_RL_READ, RS_AT_CURSOR, 0, n)
-RS_WRAP_IO(ssize_t, write, (int fd, const void *buf, size_t n), (fd, buf, n),
-	   fd, RS_RL_WRITE, RS_AT_CURSOR, 0, n)
-RS_WRAP(ssize_t, readv, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt),
-	rs_io_iov(&io, fd, RS_RL_READ, RS_AT_CURSOR, 0, iov, cnt, 0))
-RS_WRAP(ssize_t, writev, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt),
-	rs_io_iov(&io, fd, RS_RL_WRITE, RS_AT_CURSOR, 0, iov, cnt, 0))
-RS_WRAP_IO(ssize_t, __read_chk, (int fd, void *buf, size_t n, size_t buflen),
-	   (fd, buf, n, buflen), fd, RS_RL_READ, RS_AT_CURSOR, 0, n)
-RS_WRAP_IO(ssize_t, __pread_chk, (int fd, void *buf, size_t n, off_t off, size_t buflen),
-	   (fd, buf, n, off, buflen), fd, RS_RL_READ, RS_AT_OFFSET, off, n)
-RS_WRAP_IO(ssize_t, __pread64_chk, (int fd, void *buf, size_t n, off_t off, size_t buflen),
-	   (fd, buf, n, off, buflen), fd, RS_RL_READ, RS_AT_OFFSET, off, n)
+RS_WRAP_FAST(ssize_t, read, (int fd, void *buf, size_t n), (fd, buf, n),
+	     fd, RS_RL_READ, RS_HOW_CURSOR, 0, n, NULL, 0)
+RS_WRAP_FAST(ssize_t, write, (int fd, const void *buf, size_t n), (fd, buf, n),
+	     fd, RS_RL_WRITE, RS_HOW_CURSOR, 0, n, NULL, 0)
+RS_WRAP_FAST(ssize_t, readv, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt),
+	     fd, RS_RL_READ, RS_HOW_CURSOR | RS_HOW_IOV, 0, 0, iov, cnt)
+RS_WRAP_FAST(ssize_t, writev, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt),
+	     fd, RS_RL_WRITE, RS_HOW_CURSOR | RS_HOW_IOV, 0, 0, iov, cnt)
+RS_WRAP_FAST(ssize_t, __read_chk, (int fd, void *buf, size_t n, size_t buflen),
+	     (fd, buf, n, buflen), fd, RS_RL_READ, RS_HOW_CURSOR, 0, n, NULL, 0)
+RS_WRAP_FAST(ssize_t, __pread_chk, (int fd, void *buf, size_t n, off_t off, size_t buflen),
+	     (fd, buf, n, off, buflen), fd, RS_RL_READ, RS_HOW_OFF, off, n, NULL, 0)
+RS_WRAP_FAST(ssize_t, __pread64_chk, (int fd, void *buf, size_t n, off_t off, size_t buflen),
+	     (fd, buf, n, off, buflen), fd, RS_RL_READ, RS_HOW_OFF, off, n, NULL, 0)
+
+/* The general path, one target. */
+#define RS_WRAP_IO(ret, name, params, args, fd, mode, where, off, len)       \
+	RS_WRAP(ret, name, params, args, rs_io_one(&io, fd, mode, where, off, len), RS_B_NONE)
+
 RS_WRAP_IO(off_t, lseek, (int fd, off_t off, int whence), (fd, off, whence),
 	   fd, RS_RL_READ, RS_POS_ONLY, 0, 0)
 RS_WRAP_IO(off_t, lseek64, (int fd, off_t off, int whence), (fd, off, whence),
@@ -142,7 +172,8 @@ static inline unsigned rwf_place(unsigned mode, int flags)
 	RS_WRAP(ssize_t, name, (int fd, const struct iovec *iov, int cnt, off_t off, int flags), \
 		(fd, iov, cnt, off, flags),                                   \
 		rs_io_iov(&io, fd, mode, off == -1 ? RS_AT_CURSOR : RS_AT_OFFSET, off, iov, cnt, \
-			  rwf_place(mode, flags)))
+			  rwf_place(mode, flags)),                            \
+		(mode) == RS_RL_WRITE ? RS_B_WRITE : RS_B_READ)
 
 RS_PREADV2(preadv2, RS_RL_READ)
 RS_PREADV2(preadv64v2, RS_RL_READ)
@@ -164,14 +195,14 @@ static void begin_fallocate(struct rs_io *io, int fd, int mode, off_t off, off_t
 
 #define RS_FALLOCATE(name)                                                    \
 	RS_WRAP(int, name, (int fd, int mode, off_t off, off_t len), (fd, mode, off, len), \
-		begin_fallocate(&io, fd, mode, off, len))
+		begin_fallocate(&io, fd, mode, off, len), RS_B_NONE)
 
 RS_FALLOCATE(fallocate)
 RS_FALLOCATE(fallocate64)
 
 #define RS_TRUNCATE_PATH(name)                                                \
 	RS_WRAP(int, name, (const char *path, off_t len), (path, len),       \
-		rs_io_begin_path(&io, path, len))
+		rs_io_begin_path(&io, path, len), RS_B_NONE)
 
 RS_TRUNCATE_PATH(truncate)
 RS_TRUNCATE_PATH(truncate64)
@@ -197,12 +228,12 @@ static void begin_copy(struct rs_io *io, int in, const off_t *in_off, int out,
 RS_WRAP(ssize_t, copy_file_range,
 	(int in, off_t *in_off, int out, off_t *out_off, size_t len, unsigned flags),
 	(in, in_off, out, out_off, len, flags),
-	begin_copy(&io, in, in_off, out, out_off, len, RS_T_WHOLE))
+	begin_copy(&io, in, in_off, out, out_off, len, RS_T_WHOLE), RS_B_BOTH)
 
 /* do_sendfile (fs/read_write.c) caps count at MAX_RW_COUNT. */
 #define RS_SENDFILE(name)                                                     \
 	RS_WRAP(ssize_t, name, (int out, int in, off_t *off, size_t count),  \
-		(out, in, off, count), begin_copy(&io, in, off, out, NULL, count, 0))
+		(out, in, off, count), begin_copy(&io, in, off, out, NULL, count, 0), RS_B_BOTH)
 
 RS_SENDFILE(sendfile)
 RS_SENDFILE(sendfile64)

@@ -412,13 +412,12 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 			return -1;
 		}
 	}
+	/* Bytes are counted by the wrapper, from the call's result. */
 	if (__builtin_expect(rs_stats_on, 0)) {
 		RS_COUNT(io_calls, 1);
 		RS_COUNT(lock_waits, waited);
-		for (int i = 0; i < np; i++) {
+		for (int i = 0; i < np; i++)
 			RS_COUNT(appends, p[i].append);
-			RS_COUNT_BYTES(p[i].mode == RS_RL_WRITE, t[i].len);
-		}
 	}
 	return 1;
 }
@@ -482,6 +481,31 @@ void rs_io_at_slow(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_
 		return;
 	}
 	rs_io_begin(io, &t, 1);
+}
+
+void rs_io_fast_slow(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off,
+		     uint64_t len, const struct iovec *iov, int cnt)
+{
+	struct rs_target t = { fd, mode, (how & RS_HOW_CURSOR) ? RS_AT_CURSOR : RS_AT_OFFSET, 0,
+			       off, len, (how & RS_HOW_IOV) ? iov : NULL, cnt };
+
+	if (how == RS_HOW_OFF)
+		rs_io_at_slow(io, fd, mode, off, len);
+	else
+		rs_io_begin(io, &t, 1);
+}
+
+__thread struct rs_file *rs_ap_file __attribute__((tls_model("initial-exec")));
+__thread uint64_t rs_ap_eof __attribute__((tls_model("initial-exec")));
+
+/* fstat without leaving errno behind (the inline append path has not
+ * saved it). */
+int rs_append_size(int fd, uint64_t *size)
+{
+	int saved = errno, r = file_size(fd, size);
+
+	errno = saved;
+	return r;
 }
 
 void rs_io_end_slow(struct rs_io *io)

@@ -1,10 +1,103 @@
+/*
+ * RANGESHIM_STATS counters, per thread (stats.h).
+ *
+ * Blocks live in a static array, never in thread-local storage, so that a
+ * report that reads them while a thread exits reads memory that is always
+ * there.  A thread claims a free block on its first count and a pthread
+ * key's destructor gives it back at thread exit, after adding it to
+ * `rest`, the shared totals.  Threads beyond the array, and counts made
+ * after the thread's destructor ran, go to `rest` with atomic adds.  A
+ * report taken while a thread is exiting may miss that thread's last
+ * counts (the block is zeroed before it is folded): it never counts
+ * anything twice.
+ */
 #include "stats.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-struct rs_stats rs_stats;
+#define RS_STATS_SLOTS 256
+
 int rs_stats_on;
+__thread struct rs_stats *rs_tstat __attribute__((tls_model("initial-exec")));
+/* 1: this thread has no block of its own (exited, or none was free). */
+static __thread int no_block __attribute__((tls_model("initial-exec")));
+static struct rs_stats slots[RS_STATS_SLOTS];
+static _Atomic int slot_used[RS_STATS_SLOTS];
+static struct rs_stats rest;
+static pthread_key_t exit_key;
+static _Atomic int key_ok;
+
+#define NFIELDS (sizeof(struct rs_stats) / sizeof(_Atomic uint64_t))
+
+static _Atomic uint64_t *field(struct rs_stats *s, size_t i)
+{
+	return (_Atomic uint64_t *)s + i;
+}
+
+static void fold(struct rs_stats *s)
+{
+	for (size_t i = 0; i < NFIELDS; i++) {
+		uint64_t v = atomic_exchange_explicit(field(s, i), 0, memory_order_relaxed);
+
+		if (v)
+			atomic_fetch_add_explicit(field(&rest, i), v, memory_order_relaxed);
+	}
+}
+
+static void thread_exit(void *arg)
+{
+	struct rs_stats *s = rs_tstat;
+
+	(void)arg;
+	no_block = 1;
+	rs_tstat = NULL;
+	if (s) {
+		fold(s);
+		atomic_store_explicit(&slot_used[s - slots], 0, memory_order_release);
+	}
+}
+
+void rs_count_slow(size_t off, uint64_t n)
+{
+	if (!no_block && atomic_load_explicit(&key_ok, memory_order_acquire)) {
+		for (int i = 0; i < RS_STATS_SLOTS; i++) {
+			int z = 0;
+
+			if (atomic_load_explicit(&slot_used[i], memory_order_relaxed) ||
+			    !atomic_compare_exchange_strong(&slot_used[i], &z, 1))
+				continue;
+			/* Non-NULL, so that the destructor runs at thread exit. */
+			if (pthread_setspecific(exit_key, &slots[i]) != 0) {
+				atomic_store(&slot_used[i], 0);
+				break;
+			}
+			rs_tstat = &slots[i];
+			rs_count_add(off, n);
+			return;
+		}
+		no_block = 1;
+	}
+	atomic_fetch_add_explicit((_Atomic uint64_t *)((char *)&rest + off), n,
+				  memory_order_relaxed);
+}
+
+void rs_stats_init(void)
+{
+	if (!atomic_load(&key_ok) && pthread_key_create(&exit_key, thread_exit) == 0)
+		atomic_store_explicit(&key_ok, 1, memory_order_release);
+}
+
+uint64_t rs_stats_get(size_t off)
+{
+	size_t i = off / sizeof(_Atomic uint64_t);
+	uint64_t sum = atomic_load_explicit(field(&rest, i), memory_order_relaxed);
+
+	for (int k = 0; k < RS_STATS_SLOTS; k++)
+		sum += atomic_load_explicit(field(&slots[k], i), memory_order_relaxed);
+	return sum;
+}
 
 #define APPEND(fmt, ...)                                                      \
 	do {                                                                  \
@@ -13,14 +106,14 @@ int rs_stats_on;
 			n += (unsigned long)k_;                               \
 	} while (0)
 
+#define RS_STATS_SUM(name) ((unsigned long long)rs_stats_get(offsetof(struct rs_stats, name)))
+
 int rs_stats_json(char *buf, unsigned long size, long pid)
 {
 	unsigned long n = 0;
 
 	APPEND("{\"pid\": %ld", pid);
-#define RS_STATS_JSON(name, doc) \
-	APPEND(", \"%s\": %llu", #name, \
-	       (unsigned long long)atomic_load_explicit(&rs_stats.name, memory_order_relaxed));
+#define RS_STATS_JSON(name, doc) APPEND(", \"%s\": %llu", #name, RS_STATS_SUM(name));
 	RS_STATS_FIELDS(RS_STATS_JSON)
 #undef RS_STATS_JSON
 	APPEND("%s", "}\n");
@@ -32,17 +125,19 @@ int rs_stats_text(char *buf, unsigned long size, long pid)
 	unsigned long n = 0;
 
 	APPEND("rangeshim[%ld] stats:\n", pid);
-#define RS_STATS_TEXT(name, doc) \
-	APPEND("  %-15s %12llu  %s\n", #name, \
-	       (unsigned long long)atomic_load_explicit(&rs_stats.name, memory_order_relaxed), doc);
+#define RS_STATS_TEXT(name, doc) APPEND("  %-15s %12llu  %s\n", #name, RS_STATS_SUM(name), doc);
 	RS_STATS_FIELDS(RS_STATS_TEXT)
 #undef RS_STATS_TEXT
 	return (int)(n < size ? n : size - 1);
 }
 
+/* fork's child: the other threads are gone, and so are their counts. */
 void rs_stats_reset(void)
 {
-#define RS_STATS_ZERO(name, doc) atomic_store_explicit(&rs_stats.name, 0, memory_order_relaxed);
-	RS_STATS_FIELDS(RS_STATS_ZERO)
-#undef RS_STATS_ZERO
+	for (int k = 0; k < RS_STATS_SLOTS; k++) {
+		memset((void *)&slots[k], 0, sizeof(slots[k]));
+		if (&slots[k] != rs_tstat)
+			atomic_store_explicit(&slot_used[k], 0, memory_order_relaxed);
+	}
+	memset((void *)&rest, 0, sizeof(rest));
 }
