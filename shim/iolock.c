@@ -495,8 +495,7 @@ void rs_io_fast_slow(struct rs_io *io, int fd, unsigned mode, unsigned how, int6
 		rs_io_begin(io, &t, 1);
 }
 
-__thread struct rs_file *rs_ap_file __attribute__((tls_model("initial-exec")));
-__thread uint64_t rs_ap_eof __attribute__((tls_model("initial-exec")));
+__thread struct rs_ap_hint rs_ap __attribute__((tls_model("initial-exec")));
 
 /* fstat without leaving errno behind (the inline append path has not
  * saved it). */

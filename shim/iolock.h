@@ -181,8 +181,11 @@ static inline __attribute__((always_inline)) int rs_fstat_size(int fd, uint64_t 
 /* The end of file this thread last appended at, and the file: a lower
  * bound of end of file for its next append, unless the file shrank,
  * which the re-check under the lock sees. */
-extern __thread struct rs_file *rs_ap_file __attribute__((tls_model("initial-exec")));
-extern __thread uint64_t rs_ap_eof __attribute__((tls_model("initial-exec")));
+struct rs_ap_hint {
+	struct rs_file *file;
+	uint64_t eof;
+};
+extern __thread struct rs_ap_hint rs_ap __attribute__((tls_model("initial-exec")));
 
 /* lseek(fd, 0, SEEK_CUR), made here rather than through libc's wrapper:
  * it cannot fail on a tracked regular file except with EBADF (closed
@@ -338,8 +341,8 @@ rs_io_fast(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, u
 		if (append) {
 			uint64_t size;
 
-			if (__builtin_expect(RS_LOAD(rs_ap_file) == file, 1))
-				off = (int64_t)RS_LOAD(rs_ap_eof);
+			if (__builtin_expect(RS_LOAD(rs_ap.file) == file, 1))
+				off = (int64_t)RS_LOAD(rs_ap.eof);
 			else if (rs_fstat_size(fd, &size) == 0)
 				off = (int64_t)size;
 			else
@@ -387,7 +390,7 @@ undo:
 	if (how & RS_HOW_CURSOR)
 		rs_mutex_unlock(&desc->pos_mtx);
 	if (append)
-		RS_STORE(rs_ap_file, NULL);
+		RS_STORE(rs_ap.file, NULL);
 	RS_STORE(rs_depth, 0);
 general:
 	rs_io_fast_slow(io, fd, mode, how, off, len, iov, cnt);
@@ -413,8 +416,8 @@ rs_io_end_fast(struct rs_io *io, unsigned mode, unsigned how, long long r)
 	if (how & RS_HOW_CURSOR) {
 		if (mode == RS_RL_WRITE && io->fast == 2) {
 			/* End of file now, unless the write failed. */
-			RS_STORE(rs_ap_file, io->hold[0].file);
-			RS_STORE(rs_ap_eof, io->eof + (r > 0 ? (uint64_t)r : 0));
+			RS_STORE(rs_ap.file, io->hold[0].file);
+			RS_STORE(rs_ap.eof, io->eof + (r > 0 ? (uint64_t)r : 0));
 		}
 		rs_mutex_unlock(&io->fdesc->pos_mtx);
 	}
