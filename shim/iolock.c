@@ -1,10 +1,12 @@
 /*
  * Turning a call into locks.
  *
- * The common case, pread/pwrite on a tracked fd, is: one load of the fd
- * entry, two of the description, one range lock, one re-check of the
- * entry.  Everything else (the file offset, end of file, two files) is
- * here too, so that the wrappers in interpose.c stay one line each.
+ * The common case, a data call on one tracked fd, is inlined into its
+ * wrapper (rs_io_fast in iolock.h): one load of the fd entry, two of the
+ * description, [the offset lock and an lseek, or an append's fstat], the
+ * node grant, one range lock, one re-check of the entry.  Everything
+ * else (contention, end of file moved, two files, flags) is here, so
+ * that the wrappers in interpose.c stay one line each.
  *
  * Order, to stay deadlock-free: a call first takes the offset locks of
  * the descriptions it uses at their file offset (lowest address first),
