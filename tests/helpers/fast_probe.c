@@ -19,7 +19,8 @@
  *   stats   A fixed list of calls whose results differ from their
  *           requested lengths (short reads at end of file, -1 results,
  *           copy_file_range and sendfile past the end, writes from exited
- *           and live threads).  Prints "expect_read=X expect_written=Y",
+ *           threads, and from 300 threads alive at once, more than the
+ *           shim has per-thread blocks for).  Prints "expect_read=X expect_written=Y",
  *           the bytes the calls returned, for comparison with the shim's
  *           RANGESHIM_STATS file.
  */
@@ -239,15 +240,38 @@ static void tally(ssize_t r, int is_write)
 		*(is_write ? &expect_w : &expect_r) += r;
 }
 
+static _Atomic int lingering_done;
+
 static void *stats_thread(void *arg)
 {
-	int fd = (int)(long)arg;
+	int fd = (int)(long)arg & 0xffff;
 	char b[1000];
 
 	memset(b, 'x', sizeof(b));
 	for (int i = 0; i < 100; i++)
 		if (pwrite(fd, b, sizeof(b), (off_t)i * 1000) != (ssize_t)sizeof(b))
 			abort();
+	if ((long)arg >> 16) {
+		/* Still alive when the process exits and the report is made. */
+		atomic_store(&lingering_done, 1);
+		for (;;)
+			pause();
+	}
+	return NULL;
+}
+
+/* 300 threads alive at once: more than the 256 per-thread blocks, so
+ * some count into the shared totals. */
+static pthread_barrier_t many_bar;
+
+static void *many_thread(void *arg)
+{
+	int fd = (int)(long)arg;
+	char b[10] = "0123456789";
+
+	if (pwrite(fd, b, sizeof(b), 0) != (ssize_t)sizeof(b))
+		abort();
+	pthread_barrier_wait(&many_bar);
 	return NULL;
 }
 
@@ -296,14 +320,31 @@ static void stats(void)
 		pthread_join(t[i], NULL);
 		expect_w += 100000;
 	}
-	pthread_create(&t[2], NULL, stats_thread, (void *)(long)fd);
-	pthread_join(t[2], NULL);
+	pthread_create(&t[2], NULL, stats_thread, (void *)((long)fd | 1L << 16));
+	while (!atomic_load(&lingering_done))
+		usleep(1000);
 	expect_w += 100000;
+	{
+		enum { MANY = 300 };
+		pthread_t *m = calloc(MANY, sizeof(*m));
+		pthread_attr_t a;
+
+		pthread_attr_init(&a);
+		pthread_attr_setstacksize(&a, 64 * 1024);
+		pthread_barrier_init(&many_bar, NULL, MANY + 1);
+		for (int i = 0; i < MANY; i++)
+			if (pthread_create(&m[i], &a, many_thread, (void *)(long)fd) != 0)
+				abort();
+		pthread_barrier_wait(&many_bar);
+		for (int i = 0; i < MANY; i++)
+			pthread_join(m[i], NULL);
+		expect_w += MANY * 10;
+		free(m);
+	}
 	close(fd2);
 	unlink(p2);
 	printf("expect_read=%lld expect_written=%lld\n", expect_r, expect_w);
 	fflush(stdout);
-	close(fd);
 }
 
 int main(int argc, char **argv)
@@ -320,8 +361,11 @@ int main(int argc, char **argv)
 		race(append_writer, append_reader, O_APPEND, 3.0);
 	else if (strcmp(argv[1], "append_trunc") == 0 && (truncating = 1))
 		race(append_writer, append_reader, O_APPEND, 3.0);
-	else if (strcmp(argv[1], "stats") == 0)
+	else if (strcmp(argv[1], "stats") == 0) {
 		stats();
+		unlink(path);
+		exit(0);	/* with the lingering thread still running */
+	}
 	else
 		return 2;
 	unlink(path);
