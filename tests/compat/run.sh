@@ -20,8 +20,8 @@
 # Missing programs are installed with apt-get when running as root;
 # otherwise the command to run is printed and the cases that need them
 # are skipped.  COMPAT_KEEP=1 keeps the work directory after a clean run.
-# COMPAT_STATS=1 runs every case with RANGESHIM_STATS (which turns off the
-# shim's inline fast path) and adds to each PASS line how many calls the
+# COMPAT_STATS=1 runs every case with RANGESHIM_STATS (per-thread counters,
+# on the inline path too) and adds to each PASS line how many calls the
 # shim locked ("io_calls", from the processes that exited normally).
 set -u
 
