@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -183,23 +184,55 @@ static void noticed(int kind, int fd)
 	errno = saved;
 }
 
-/*
- * Is fd a coordinated file?  An fd first seen here is classified, as its
- * first coordinated call would do; fresh (a stream fopen just opened
- * under a number whose entry may be stale) classifies it afresh.  Not
- * from a signal handler inside the shim (the table mutex may be held),
- * and a vfork child only looks: it shares our memory, not our fds.
- */
-static int coordinated(int fd, int fresh)
+enum look {
+	CLASSIFY,       /* an fd first seen here is classified, as its first
+			 * coordinated call would do */
+	FRESH,          /* fopen just opened it, under a number whose entry
+			 * may be stale: classify it afresh */
+	LOOK_ONLY,      /* report time: no table mutex (see rs_cov_scan) */
+};
+
+/* An fd the table does not know, judged as fdtable.c's wanted() would,
+ * with raw system calls and without the table. */
+static int would_coordinate(int fd)
 {
-	int saved = errno;
+	char link[40], path[4096];
+	struct stat st;
+	long n;
+
+	if (syscall(SYS_fstat, fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return 0;
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = syscall(SYS_readlinkat, AT_FDCWD, link, path, sizeof(path) - 1);
+	if (n <= 0 || path[0] != '/')
+		return 1;
+	path[n] = '\0';
+	return rs_config_path_wanted(&rs_cfg, path);
+}
+
+/*
+ * Is fd a coordinated file?  Not from a signal handler inside the shim
+ * (the table mutex may be held), and a vfork child only looks: it shares
+ * our memory, not our fds.
+ */
+static int coordinated(int fd, enum look how)
+{
+	int saved = errno, r;
 	uint64_t e;
 
-	if (fd < 0 || !rs_enter_slow())
+	if (fd < 0)
+		return 0;
+	if (how == LOOK_ONLY) {
+		e = rs_fdt_get(fd);
+		r = e == RS_FD_UNKNOWN ? would_coordinate(fd) : (e & 3) == RS_FD_TRACKED;
+		errno = saved;
+		return r;
+	}
+	if (!rs_enter_slow())
 		return 0;
 	e = rs_fdt_get(fd);
-	if ((fresh || e == RS_FD_UNKNOWN) && syscall(SYS_getpid) == rs_pid) {
-		if (fresh)
+	if ((how == FRESH || e == RS_FD_UNKNOWN) && syscall(SYS_getpid) == rs_pid) {
+		if (how == FRESH)
 			rs_fdt_replaced(fd);
 		else
 			rs_fdt_classify(fd);
@@ -212,7 +245,7 @@ static int coordinated(int fd, int fresh)
 
 static void notice_fd(int kind, int fd)
 {
-	if (cov_on() && coordinated(fd, 0))
+	if (cov_on() && coordinated(fd, CLASSIFY))
 		noticed(kind, fd);
 }
 
@@ -245,9 +278,9 @@ RS_COV_BEFORE(ssize_t, splice,
 	      (int in, loff_t *in_off, int out, loff_t *out_off, size_t len, unsigned flags),
 	      (in, in_off, out, out_off, len, flags), -1,
 	      if (cov_on()) {
-		      if (coordinated(in, 0))
+		      if (coordinated(in, CLASSIFY))
 			      noticed(COV_splice, in);
-		      else if (coordinated(out, 0))
+		      else if (coordinated(out, CLASSIFY))
 			      noticed(COV_splice, out);
 	      })
 
@@ -294,7 +327,7 @@ static int std_bit(const FILE *fp)
 	       fp == &_IO_2_1_stderr_ ? 4 : 0;
 }
 
-static void notice_stream(FILE *fp, int fresh)
+static void notice_stream(FILE *fp, enum look how)
 {
 	int saved = errno, fd, bit;
 
@@ -302,7 +335,7 @@ static void notice_stream(FILE *fp, int fresh)
 		return;
 	fd = fp->_fileno;
 	bit = std_bit(fp);
-	if (fd >= 0 && coordinated(fd, fresh) &&
+	if (fd >= 0 && coordinated(fd, how) &&
 	    !(bit && (atomic_fetch_or(&std_counted, bit) & bit)))
 		noticed(COV_stdio, fd);
 	errno = saved;
@@ -310,25 +343,25 @@ static void notice_stream(FILE *fp, int fresh)
 
 void rs_cov_stream(FILE *fp)
 {
-	notice_stream(fp, 0);
+	notice_stream(fp, CLASSIFY);
 }
 
-/* No lock, no call into stdio: this also runs at report time. */
-static void notice_std(FILE *fp)
+/* No call into stdio, which may hold the stream's lock. */
+static void notice_std(FILE *fp, enum look how)
 {
 	if (fp->_IO_buf_base && cov_on())
-		notice_stream(fp, 0);
+		notice_stream(fp, how);
 }
 
 void rs_cov_closing(FILE *fp)
 {
 	if (std_bit(fp))
-		notice_std(fp);
+		notice_std(fp, CLASSIFY);
 }
 
 #define RS_COV_FOPEN(name)                                                    \
 	RS_COV_AFTER(FILE *, name, (const char *path, const char *mode), (path, mode), \
-		     NULL, notice_stream(r, 1))
+		     NULL, notice_stream(r, FRESH))
 
 RS_COV_FOPEN(fopen)
 RS_COV_FOPEN(fopen64)
@@ -351,7 +384,7 @@ static inline int shared_writable(int prot, int flags, int fd)
 static void notice_map(void *p, int fd)
 {
 	if (p != MAP_FAILED && !RS_LOAD(rs_depth) && cov_on() &&
-	    !rs_fd_private(fd) && coordinated(fd, 0))
+	    !rs_fd_private(fd) && coordinated(fd, CLASSIFY))
 		noticed(COV_mmap, fd);
 }
 
@@ -431,8 +464,9 @@ void rs_cov_syscall(long nr, long a, long b, long r)
 
 /*
  * The scan runs where the report is written, which may be _exit in a
- * child forked from a threaded parent: it uses raw system calls and the
- * stack only, no stdio, no malloc, no lock.
+ * child forked from a threaded parent, or in a thread while another one
+ * holds the fd table's mutex: it uses raw system calls and the stack
+ * only, no stdio, no malloc, none of the shim's locks.
  */
 struct dirent64_ {
 	uint64_t ino;
@@ -551,8 +585,8 @@ void rs_cov_scan(void)
 		return;
 	scan_fds();
 	scan_maps();
-	notice_std(&_IO_2_1_stdin_);
-	notice_std(&_IO_2_1_stdout_);
-	notice_std(&_IO_2_1_stderr_);
+	notice_std(&_IO_2_1_stdin_, LOOK_ONLY);
+	notice_std(&_IO_2_1_stdout_, LOOK_ONLY);
+	notice_std(&_IO_2_1_stderr_, LOOK_ONLY);
 	errno = saved;
 }
