@@ -78,9 +78,40 @@ static const char *const cov_what[COV_NKINDS] = {
 
 /* ---- the real calls ------------------------------------------------- */
 
-static void *raw_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off)
+/*
+ * TSan's runtime maps memory through our mmap while it is being set up
+ * (its symbolizer, from _dl_init, before any constructor): anything
+ * instrumented on that path crashes the program.  So mmap and this
+ * stand-in are left uninstrumented, and the stand-in makes the system
+ * call itself rather than through the (instrumented) syscall() wrapper.
+ */
+#if defined(__SANITIZE_THREAD__)
+#define RS_NO_TSAN __attribute__((no_sanitize_thread))
+#else
+#define RS_NO_TSAN
+#endif
+
+RS_NO_TSAN static void *raw_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off)
 {
+#if defined(__x86_64__)
+	register long r10 __asm__("r10") = flags;
+	register long r8 __asm__("r8") = fd;
+	register long r9 __asm__("r9") = off;
+	long r;
+
+	__asm__ __volatile__("syscall"
+			     : "=a"(r)
+			     : "a"((long)SYS_mmap), "D"(a), "S"(n), "d"((long)prot), "r"(r10),
+			       "r"(r8), "r"(r9)
+			     : "rcx", "r11", "memory");
+	if ((unsigned long)r > -4096UL) {
+		errno = (int)-r;
+		return MAP_FAILED;
+	}
+	return (void *)r;
+#else
 	return (void *)syscall(SYS_mmap, a, n, prot, flags, fd, off);
+#endif
 }
 
 static ssize_t raw_splice(int in, loff_t *ioff, int out, loff_t *ooff, size_t n, unsigned fl)
@@ -373,7 +404,7 @@ RS_COV_FOPEN(fopen64)
  * are made during start-up or from inside a wrapper (rs_depth raised),
  * and anonymous maps (allocators) leave at the first test.
  */
-static inline int shared_writable(int prot, int flags, int fd)
+static inline __attribute__((always_inline)) int shared_writable(int prot, int flags, int fd)
 {
 	int type = flags & MAP_TYPE;
 
@@ -389,7 +420,8 @@ static void notice_map(void *p, int fd)
 }
 
 #define RS_COV_MMAP(name, off_t_)                                             \
-	RS_EXPORT void *name(void *addr, size_t len, int prot, int flags, int fd, off_t_ off) \
+	RS_EXPORT RS_NO_TSAN                                                  \
+	void *name(void *addr, size_t len, int prot, int flags, int fd, off_t_ off) \
 	{                                                                     \
 		void *p = COV_REAL(MAP_FAILED, name, (addr, len, prot, flags, fd, off)); \
 		if (__builtin_expect(shared_writable(prot, flags, fd), 0))   \
