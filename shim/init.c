@@ -8,6 +8,7 @@
  * recursion) pass straight through; other threads wait the few
  * microseconds it takes.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "coverage.h"
 #include "fdtable.h"
 #include "grants.h"
 #include "iolock.h"
@@ -33,6 +35,9 @@ static int stats_fd = -1;
 static struct stat stats_st;
 long rs_pid;
 static __thread int initializing_here __attribute__((tls_model("initial-exec")));
+/* The report is written once: by the destructor, or by an exit that
+ * skips it (rs_exit_report). */
+static _Atomic int reported;
 
 static const char *env(const char *name)
 {
@@ -58,6 +63,8 @@ void rs_after_fork_child(void)
 	rs_fdt_fork_child();
 	rs_grants_fork_child();
 	rs_stats_reset();
+	rs_cov_fork_child();
+	atomic_store(&reported, 0);
 	rs_pid = syscall(SYS_getpid);
 }
 
@@ -75,6 +82,8 @@ void rs_init_slow(void)
 	}
 	initializing_here = 1;
 	rs_real_resolve();
+	rs_cov_resolve();
+	rs_exit_resolve();
 	rs_config_load(&rs_cfg, env);
 	rs_stats_on = rs_cfg.stats != RS_STATS_OFF;
 	if (rs_stats_on)
@@ -129,19 +138,28 @@ static void write_stats_file(const char *tmpl, const char *text, int len)
 	}
 	path[n] = '\0';
 	fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	/* strerrordesc_np, not strerror: this may run in _exit in a child
+	 * forked from a threaded parent, where gettext's lock may be held. */
 	if (fd < 0 || rs_write_all(fd, text, (unsigned long)len) < 0)
-		rs_log(RS_LOG_ERROR, "RANGESHIM_STATS: cannot write %s: %s", path, strerror(errno));
+		rs_log(RS_LOG_ERROR, "RANGESHIM_STATS: cannot write %s: %s", path,
+		       strerrordesc_np(errno) ? strerrordesc_np(errno) : "unknown error");
 	if (fd >= 0)
 		syscall(SYS_close, fd);
 }
 
-__attribute__((destructor)) static void rs_dtor(void)
+/*
+ * Uses atomics, snprintf into the stack and raw system calls only, and
+ * takes no lock: it also runs from _exit, often in a child forked from a
+ * threaded parent, where a lock another thread held at fork stays held.
+ */
+static void write_report(void)
 {
 	char buf[4096];
 	int saved = errno, len;
 
-	/* Give our grants back now rather than leave them to be reclaimed. */
-	rs_grants_exit();
+	if (atomic_exchange(&reported, 1))
+		return;
+	rs_cov_scan();
 	if (!rs_stats_on)
 		return;
 	if (rs_cfg.stats == RS_STATS_FILE) {
@@ -161,3 +179,51 @@ __attribute__((destructor)) static void rs_dtor(void)
 	}
 	errno = saved;
 }
+
+__attribute__((destructor)) static void rs_dtor(void)
+{
+	/* Give our grants back now rather than leave them to be reclaimed. */
+	rs_grants_exit();
+	write_report();
+}
+
+/*
+ * _exit, _Exit and syscall(SYS_exit_group) end the process without
+ * destructors: fio's jobs, the child side of fork-then-exec code.  Only
+ * the report is written; the grants are left for the others to reclaim
+ * from a dead process, as after a crash (giving them back takes a lock).
+ * Not in a vfork child, which shares our memory and counters.
+ */
+void rs_exit_report(void)
+{
+	int s = atomic_load(&rs_state);
+
+	if ((s == RS_READY || s == RS_DISABLED) && syscall(SYS_getpid) == rs_pid)
+		write_report();
+}
+
+#define RS_EXPORT __attribute__((visibility("default")))
+#define RS_EXIT_CALLS(X) X(_exit) X(_Exit)
+
+#define RS_EXIT_PTR(name) static void (*real##name)(int);
+RS_EXIT_CALLS(RS_EXIT_PTR)
+
+void rs_exit_resolve(void)
+{
+#define RS_EXIT_RESOLVE(name) \
+	__atomic_store_n(&real##name, (void (*)(int))dlsym(RTLD_NEXT, #name), __ATOMIC_RELEASE);
+	RS_EXIT_CALLS(RS_EXIT_RESOLVE)
+}
+
+/* Sanitizer runtimes wrap _exit too: go through the next one. */
+#define RS_EXIT_WRAP(name)                                                    \
+	RS_EXPORT void name(int status)                                       \
+	{                                                                     \
+		void (*f)(int) = __atomic_load_n(&real##name, __ATOMIC_ACQUIRE); \
+		rs_exit_report();                                             \
+		if (f)                                                        \
+			f(status);                                            \
+		for (;;)                                                      \
+			syscall(SYS_exit_group, status);                      \
+	}
+RS_EXIT_CALLS(RS_EXIT_WRAP)

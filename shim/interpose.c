@@ -19,6 +19,7 @@
 #include <linux/falloc.h>
 #include <linux/fs.h>
 
+#include "coverage.h"
 #include "fdtable.h"
 #include "iolock.h"
 #include "real.h"
@@ -339,6 +340,7 @@ RS_EXPORT int fclose(FILE *fp)
 	uint64_t old;
 	int fd, r;
 
+	rs_cov_closing(fp);
 	fd = fileno(fp);
 	old = rs_ready() ? rs_fdt_get(fd) : RS_FD_UNKNOWN;
 	r = REAL(int, fclose, (fp));
@@ -601,6 +603,7 @@ static void reopen_end(struct dup_hold *h, int fd)
 		dup_begin(&h, -1, fd);                                        \
 		r = rs_real.name(path, mode, fp);                             \
 		reopen_end(&h, fd);                                           \
+		rs_cov_stream(r);                                             \
 		return r;                                                     \
 	}
 
@@ -662,6 +665,7 @@ RS_EXPORT FILE *fdopen(int fd, const char *mode)
 	fp = rs_real.fdopen(fd, mode);
 	if (fp)
 		flags_changed(fd);
+	rs_cov_stream(fp);
 	return fp;
 }
 
@@ -739,6 +743,8 @@ RS_EXPORT long syscall(long nr, ...)
 	e = va_arg(ap, long);
 	f = va_arg(ap, long);
 	va_end(ap);
+	if (__builtin_expect(nr == SYS_exit_group, 0))
+		rs_exit_report();
 	if (__builtin_expect(fork_like(nr, a, b), 0)) {
 		int locked = fork_begin();
 
@@ -747,6 +753,8 @@ RS_EXPORT long syscall(long nr, ...)
 	} else {
 		r = raw_syscall6(nr, a, b, c, d, e, f);
 	}
+	if (__builtin_expect(rs_cov_syscall_nr(nr), 0))
+		rs_cov_syscall(nr, a, b, r);
 	if (__builtin_expect((unsigned long)r > -4096UL, 0)) {
 		errno = (int)-r;
 		return -1;

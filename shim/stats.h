@@ -26,6 +26,12 @@
 	X(reentrant,       "calls from a signal handler inside the shim, passed through") \
 	X(files_opened,    "coordinated files first seen (by dev:ino)") \
 	X(fd_races,        "calls retried because their fd was closed or reused meanwhile") \
+	X(uncovered_io_uring,  "io_uring rings set up: their I/O is not coordinated") \
+	X(uncovered_aio,       "Linux AIO contexts used: their I/O is not coordinated") \
+	X(uncovered_posix_aio, "POSIX AIO requests on coordinated files, not coordinated") \
+	X(uncovered_splice,    "splice calls on coordinated files, not coordinated") \
+	X(uncovered_mmap,      "writable MAP_SHARED mappings of coordinated files") \
+	X(uncovered_stdio,     "stdio streams opened on coordinated files, not coordinated") \
 	X(table_full,      "descriptors left uncoordinated because a table was full")
 
 /*
