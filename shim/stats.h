@@ -16,6 +16,7 @@
 	X(node_wait_ns,    "nanoseconds spent waiting for node grants") \
 	X(node_reclaims,   "dead processes whose grants were reclaimed") \
 	X(node_table_full, "acquisitions that found the node table full") \
+	X(node_exact,      "exact, uncached grants acquired on files processes share") \
 	X(bytes_read,      "bytes requested by locked reads") \
 	X(bytes_written,   "bytes requested by locked writes") \
 	X(appends,         "O_APPEND writes locked from end of file") \
