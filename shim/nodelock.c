@@ -119,6 +119,9 @@
 /* After this long blocked on a live process, say who it is (once per
  * wait), as the kernel's hung-task warning does.  Tests lower it. */
 uint64_t rs_nt_warn_ns = 5ull * 1000 * 1000 * 1000;
+/* The longest sleep of a waiter between scans.  Tests raise it to show
+ * that a wake, not the timeout, ended a wait. */
+uint64_t rs_nt_slice_ns = WAIT_SLICE_NS;
 
 uint64_t rs_nt_now_ns(void)
 {
@@ -985,9 +988,9 @@ rescan:
 			t0 = last_live = rs_nt_now_ns();
 		res->waited = 1;
 		if (sl_idx < RS_NGRANT)
-			wait_grant(&s->grants[sl_idx], sl_gen, sl_wait, WAIT_SLICE_NS);
+			wait_grant(&s->grants[sl_idx], sl_gen, sl_wait, rs_nt_slice_ns);
 		else
-			wait_change(s, seen, WAIT_SLICE_NS);
+			wait_change(s, seen, rs_nt_slice_ns);
 		if (rs_nt_now_ns() - last_live > LIVENESS_NS) {
 			res->reclaimed += rs_nt_reclaim(t);
 			last_live = rs_nt_now_ns();

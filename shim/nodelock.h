@@ -22,6 +22,8 @@ struct rs_nt {
 
 /* Blocked on a live process this long: say whom we wait for. */
 extern uint64_t rs_nt_warn_ns;
+/* A waiter sleeps at most this long between scans (20 ms). */
+extern uint64_t rs_nt_slice_ns;
 
 struct rs_nt_req {
 	uint64_t dev, ino;
