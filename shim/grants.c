@@ -50,7 +50,7 @@
  * table indexed by the file object; a collision only costs policy.
  */
 #ifndef RS_MEET_LIMIT
-#define RS_MEET_LIMIT 4
+#define RS_MEET_LIMIT 8
 #endif
 #ifndef RS_MEET_PERIOD_NS
 #define RS_MEET_PERIOD_NS (100ull * 1000 * 1000)

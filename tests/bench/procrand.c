@@ -10,9 +10,11 @@
  * WORKLOAD:
  *   rand    (default) random 4 KiB pread/pwrite, half each, over one shared
  *           16 MiB region
- *   same    pread/pwrite of the same 4 KiB block, half each
+ *   same    pwrite of the same 4 KiB block, one checking pread per 16
  *   stride  each process pwrites and preads its own 64 KiB blocks,
  *           interleaved with the others' (block k belongs to process k % N)
+ *   pair    the same with 2 blocks per process: grants can settle on
+ *           each process's own blocks (nodelock.c, "Expansion")
  *   own     random 4 KiB pread/pwrite, each process in its own 16 MiB
  *           (the disjoint case, for comparison: no process meets another)
  *   append  100-byte lines written to an O_APPEND file (FILE is truncated
@@ -37,7 +39,7 @@
 #define SBLOCK (64 << 10)
 #define LINE 100
 
-enum { RAND, SAME, STRIDE, OWN, APPEND };
+enum { RAND, SAME, STRIDE, PAIR, OWN, APPEND };
 
 static double now(void)
 {
@@ -67,8 +69,10 @@ static long worker(const char *file, int id, int procs, int calls, int work, int
 		return -1;
 	for (int i = 0; i < calls; i++) {
 		struct flock fl = { .l_whence = SEEK_SET };
-		size_t len = work == STRIDE ? SBLOCK : BLOCK;
-		int rd = i & 1;
+		size_t len = work == STRIDE || work == PAIR ? SBLOCK : BLOCK;
+		/* same: mostly writes, a checking read per 16 calls, as the
+		 * threads' table does (iobench contended); else half each. */
+		int rd = work == SAME ? i % 16 == 15 : i & 1;
 		off_t off = 0;
 		ssize_t n;
 
@@ -79,6 +83,8 @@ static long worker(const char *file, int id, int procs, int calls, int work, int
 			off = (off_t)id * REGION + (off_t)((s >> 8) % (REGION / BLOCK)) * BLOCK;
 		else if (work == STRIDE)
 			off = (off_t)(((s >> 8) % (REGION / SBLOCK / procs)) * procs + id) * SBLOCK;
+		else if (work == PAIR)
+			off = (off_t)(((s >> 8) % 2) * procs + id) * SBLOCK;
 		if (work == APPEND) {
 			len = LINE;
 			rd = 0;
@@ -149,7 +155,7 @@ int main(int argc, char **argv)
 	double t0, t;
 
 	if (argc < 4) {
-		fprintf(stderr, "usage: procrand FILE PROCS CALLS [rand|same|stride|own|append] [ofd]\n");
+		fprintf(stderr, "usage: procrand FILE PROCS CALLS [rand|same|stride|pair|own|append] [ofd]\n");
 		return 2;
 	}
 	procs = atoi(argv[2]);
@@ -163,6 +169,8 @@ int main(int argc, char **argv)
 			work = SAME;
 		else if (!strcmp(argv[i], "stride"))
 			work = STRIDE;
+		else if (!strcmp(argv[i], "pair"))
+			work = PAIR;
 		else if (!strcmp(argv[i], "own"))
 			work = OWN;
 		else if (!strcmp(argv[i], "append"))
