@@ -49,6 +49,16 @@
  * spirit).  rs_nt_result.met tells the policy whether another process had
  * an incompatible grant within the request's aligned window.
  *
+ * Appenders.  The kernel orders O_APPEND writes to one file on a node, so
+ * appenders need not exclude each other, only readers and truncaters of
+ * the tail.  On an exact file an append asks for RS_G_APPEND on [end of
+ * file, infinity), compatible with other processes' appends and with
+ * nothing else; elsewhere it asks for a cacheable EXSH grant as before.
+ * An append grant starts at the end of file its caller saw, and the file
+ * only grows while it is held (truncation is excluded), so the append
+ * lands inside it.  An append's window counts other appends as meetings,
+ * so a shared log stays exact.
+ *
  * Fairness.  A requester that must wait records its request in the table
  * as a WAIT entry with a ticket.  Once it has waited STARVE_NS (1 ms) the
  * entry is marked starved, and later requests that conflict with it wait
@@ -727,9 +737,11 @@ void rs_nt_forget(struct rs_nt *t)
 	atomic_store(&t->local, 0);
 }
 
+/* Unknown modes (only a stray write makes one) are compatible with
+ * nothing. */
 static int compatible(unsigned a, unsigned b)
 {
-	return a == RS_G_SHARED && b == RS_G_SHARED;
+	return a == b && (a == RS_G_SHARED || a == RS_G_APPEND);
 }
 
 /* A malformed range (only a stray write makes one) is taken to cover the
@@ -883,10 +895,13 @@ rescan:
 			/* An owner naming no slot (a stray write) is no reason to
 			 * let anyone in: such a grant goes as any other, once
 			 * nobody is inside (revoke_or_want below). */
+			/* Met: in the way of the grant we would cache; appends
+			 * are cached as EXSH. */
+			if (overlaps(g, ws, we) &&
+			    !compatible(g->mode, r->mode == RS_G_APPEND ? RS_G_EXSH : r->mode))
+				res->met = 1;
 			if (compatible(g->mode, r->mode))
 				continue;
-			if (overlaps(g, ws, we))
-				res->met = 1;
 			if (!overlaps(g, r->start, r->end)) {
 				/* Room to expand into stops at others' grants. */
 				if (g->end <= r->start && g->end > lo)

@@ -34,7 +34,11 @@ _Static_assert(RS_NPROC < (1u << RS_LOCK_SLOT_BITS), "lock word slot field too s
 
 enum rs_proc_state { RS_PROC_FREE = 0, RS_PROC_LIVE = 1 };
 enum rs_grant_state { RS_G_FREE = 0, RS_G_HELD = 1, RS_G_WAIT = 2 };
-enum rs_grant_mode { RS_G_SHARED = 1, RS_G_EXSH = 2 };
+/* RS_G_APPEND: appends on a file processes share (exact grants only):
+ * compatible with other processes' appends, which the kernel orders on
+ * one node, and with nothing else, so readers and truncaters of the tail
+ * are still excluded (nodelock.c, "Appenders"). */
+enum rs_grant_mode { RS_G_SHARED = 1, RS_G_EXSH = 2, RS_G_APPEND = 3 };
 /* A WAIT entry that has waited long enough: later requests queue behind
  * it (nodelock.c, "Fairness"). */
 #define RS_WF_STARVED 1u

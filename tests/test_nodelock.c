@@ -2054,3 +2054,47 @@ Test(nodelock, grant_queue_waiter_killed)
 	cr_assert_eq(rc.rc, 0, "%s", rc.why);
 	cr_assert_eq(grants_of(b->me, RS_G_WAIT, NULL), 0, "dead B's queue entry is still there");
 }
+
+/*
+ * Appenders share the tail with each other, not with readers or
+ * truncaters of it.  A and B append (RS_G_APPEND on [end, infinity)): B
+ * does not wait for busy A.  A reader of the tail and a truncation wait
+ * for both.  Control: B asking EXSH (an append on a file that is not
+ * exact) waits for A.
+ */
+Test(nodelock, append_mode_shared)
+{
+	struct agent *a = agent_start(), *b = agent_start(), *c = agent_start();
+	struct agent *d = agent_start();
+	struct cmd qa = acq_cmd(100, RS_RANGE_EOF, RS_G_APPEND, WINDOW, 1);
+	struct cmd qb = acq_cmd(200, RS_RANGE_EOF, RS_G_APPEND, WINDOW, 1);
+	struct cmd qc = acq_cmd(150, 250, RS_G_SHARED, WINDOW, 0);
+	struct cmd qd = acq_cmd(50, RS_RANGE_EOF, RS_G_EXSH, WINDOW, 0);
+	struct cmd qx = acq_cmd(300, RS_RANGE_EOF, RS_G_EXSH, WINDOW, 0);
+	struct rep ra, rb, rc, rd, rx;
+
+	agent_register(a);
+	agent_register(b);
+	agent_register(c);
+	agent_register(d);
+	qa.exact = qb.exact = 1;
+	ra = agent_do(a, &qa, "A's append");
+	cr_assert_eq(ra.rc, 0, "%s", ra.why);
+	rb = agent_do(b, &qb, "B's append");
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+	cr_assert_not(rb.waited, "B's append waited for A's");
+	cr_assert(rb.met, "another process's append in the window is not a meeting");
+	agent_send(c, &qc);
+	agent_send(d, &qd);
+	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS), "a reader of the tail ran with appenders");
+	cr_assert_not(agent_poll(d, &rd, MUSTNT_MS), "a truncation ran with appenders");
+	/* Control: EXSH for the same tail waits. */
+	agent_send(a, &qx);
+	cr_assert_not(agent_poll(a, &rx, MUSTNT_MS), "control: an EXSH append did not wait");
+	simple(b, OP_MARK_SELF, rb.idx, 0);
+	simple(b, OP_LEAVE_WAKE, rb.idx, 0);
+	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS), "the reader ran while A appends");
+	agent_kill(a);	/* A's append grant goes with A */
+	rc = agent_wait(c, MUST_MS, "the reader after both appenders left");
+	cr_assert_eq(rc.rc, 0, "%s", rc.why);
+}
