@@ -323,8 +323,7 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	req.end = end;
 	req.window = RS_GRANT_WINDOW;
 	req.exact = policy_exact(pol, coarse_ns());
-	req.mode = rlmode == 1 ? RS_G_SHARED :
-		   rlmode == RS_GRANT_APPEND && req.exact ? RS_G_APPEND : RS_G_EXSH;
+	req.mode = rlmode == 1 ? RS_G_SHARED : rlmode == RS_GRANT_APPEND ? RS_G_APPEND : RS_G_EXSH;
 	/* No lock of ours is held while we wait for other processes: their
 	 * holders may need one to give back what we wait for. */
 	while (rs_nt_acquire(&table, &req, &res, why, sizeof(why)) < 0) {

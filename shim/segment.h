@@ -34,11 +34,15 @@ _Static_assert(RS_NPROC < (1u << RS_LOCK_SLOT_BITS), "lock word slot field too s
 
 enum rs_proc_state { RS_PROC_FREE = 0, RS_PROC_LIVE = 1 };
 enum rs_grant_state { RS_G_FREE = 0, RS_G_HELD = 1, RS_G_WAIT = 2 };
-/* RS_G_APPEND: appends on a file processes share (exact grants only):
- * compatible with other processes' appends, which the kernel orders on
- * one node, and with nothing else, so readers and truncaters of the tail
- * are still excluded (nodelock.c, "Appenders"). */
-enum rs_grant_mode { RS_G_SHARED = 1, RS_G_EXSH = 2, RS_G_APPEND = 3 };
+/* RS_G_APPEND: O_APPEND writes, compatible with other processes'
+ * appends, which the kernel orders on one node, and with nothing else, so
+ * readers and truncaters of the tail are still excluded (nodelock.c,
+ * "Appenders").  The values are sets of the calls a cached grant of that
+ * mode serves, so the fast path's test is one AND with the call's mode
+ * (grants.h): bit 0 reads (RS_RL_READ), bit 1 writes (RS_RL_WRITE),
+ * bit 2 appends (RS_GRANT_APPEND).  EXSH serves all three; an APPEND
+ * grant only appends, since other processes append inside it. */
+enum rs_grant_mode { RS_G_SHARED = 1, RS_G_EXSH = 7, RS_G_APPEND = 4 };
 /* A WAIT entry that has waited long enough: later requests queue behind
  * it (nodelock.c, "Fairness"). */
 #define RS_WF_STARVED 1u
