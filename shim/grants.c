@@ -376,8 +376,15 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 
 void rs_grant_file_closed(struct rs_file *f)
 {
+	struct policy *p;
+
 	if (!__atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE))
 		return;
+	/* Exact grants its calls left wait for our next scan: so that a
+	 * closed file leaves nothing in the table, scan now. */
+	p = policy_of(f, 0);
+	if (p && atomic_load_explicit(&p->exact_until_ns, memory_order_relaxed))
+		rs_nt_free_left(&table);
 	rs_mutex_lock(&f->grants_mtx);
 	for (int i = 0; i < RS_NCACHE; i++) {
 		uint64_t w = atomic_exchange(&f->grants[i], 0);

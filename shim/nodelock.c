@@ -521,6 +521,18 @@ void rs_nt_unlock_table(struct rs_nt *t)
 	table_unlock(t);
 }
 
+void rs_nt_free_left(struct rs_nt *t)
+{
+	struct rs_segment *s = t->map.seg;
+
+	if (!s || t->me >= RS_NPROC || table_lock(t) < 0)
+		return;
+	for (uint32_t i = 0; i < s->hdr.used_hi && i < RS_NGRANT; i++)
+		if (atomic_load(&s->grants[i].state) == RS_G_HELD && s->grants[i].owner == t->me)
+			free_if_left(s, &s->grants[i]);
+	table_unlock(t);
+}
+
 /* A process slot that is not FREE (LIVE, or garbage) and whose liveness
  * byte nobody holds belonged to a process that is gone. */
 static int slot_dead(struct rs_nt *t, uint32_t p)

@@ -79,6 +79,10 @@ void rs_nt_release(struct rs_nt *t, uint32_t idx, uint32_t gen);
  * sleeps on it, if old says someone does (RS_SLEEPERS). */
 void rs_nt_wake_grant(struct rs_seg_grant *g, uint64_t old);
 
+/* Free the exact grants our calls have left (nodelock.c, "Exact
+ * grants"), which the next scan would otherwise free. */
+void rs_nt_free_left(struct rs_nt *t);
+
 /* Free the slots and grants of dead processes; returns how many died. */
 uint32_t rs_nt_reclaim(struct rs_nt *t);
 

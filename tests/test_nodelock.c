@@ -117,6 +117,7 @@ enum op {
 	OP_REGISTER = 1, OP_ACQUIRE, OP_ENTER, OP_LEAVE, OP_RELEASE, OP_GW,
 	OP_LOCK_TABLE, OP_DIE, OP_UNREGISTER, OP_ACQUIRE_MANY, OP_ENTER_ALL,
 	OP_UMASK, OP_UNLOCK_TABLE, OP_REGISTER_STOP, OP_STDERR, OP_MARK_SELF, OP_LEAVE_WAKE,
+	OP_FREE_LEFT,
 };
 
 struct cmd {
@@ -311,6 +312,9 @@ static void agent_main(int cfd, int rfd)
 			r.gw = atomic_load(&g->gw);
 			break;
 		}
+		case OP_FREE_LEFT:	/* what closing an exact file does */
+			rs_nt_free_left(&t);
+			break;
 		case OP_RELEASE:
 			rs_nt_release(&t, c.idx, c.gen);
 			break;
@@ -1949,6 +1953,14 @@ Test(nodelock, exact_left_grant_freed)
 	cr_assert_neq(RS_GW_GEN(atomic_load(&s->grants[ra.idx].gw)), ra.gen,
 		      "A's left grant survived A's next scan");
 	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), 1);
+	/* Closing the file frees what its calls left, and nothing busy. */
+	ra = acquire_exact(a, 2 * MIB, 2 * MIB + 4 * KIB, 1);
+	simple(a, OP_MARK_SELF, ra.idx, 0);
+	simple(a, OP_LEAVE_WAKE, ra.idx, 0);
+	simple(a, OP_FREE_LEFT, 0, 0);
+	cr_assert_neq(RS_GW_GEN(atomic_load(&s->grants[ra.idx].gw)), ra.gen,
+		      "rs_nt_free_left left A's left grant");
+	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), 1, "rs_nt_free_left freed a busy grant");
 	/* Another process meets the second one once it is left. */
 	simple(a, OP_MARK_SELF, ra2.idx, 0);
 	simple(a, OP_LEAVE_WAKE, ra2.idx, 0);
