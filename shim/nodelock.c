@@ -5,10 +5,11 @@
  *
  * This is GFS2's EXSH glock (seed 004) moved one level up: a process plays
  * the node, its threads play the node's processes, the table plays the
- * DLM.  A process holds a grant on a byte range of a file in one of two
- * modes: SHARED (readers of several processes) or EXSH, exclusive towards
+ * DLM.  A process holds a grant on a byte range of a file in one of three
+ * modes: SHARED (readers of several processes), EXSH, exclusive towards
  * other processes and shared by all the threads of the holder, which then
- * order themselves with the process-wide range lock (rangelock.c).
+ * order themselves with the process-wide range lock (rangelock.c), or
+ * APPEND (below).
  *
  * Interface.  rs_nt_acquire(table, request) returns a grant with the
  * caller counted in; the process keeps it after the call (grants.c caches
@@ -75,7 +76,10 @@
  * word that has the bit (its last user leaving, a release, a revoke, a
  * WAIT entry becoming a grant) wakes its sleepers (wake_grant).  So a
  * release wakes its own waiters and nobody else, and a queue wakes one
- * waiter at a time.  With nothing specific in the way (a full table) it
+ * waiter at a time.  Before sleeping it watches the word for GRANT_SPIN
+ * pauses (about 16 us): a call inside a grant takes microseconds, and
+ * while its holder runs, a look beats a sleep and a wake-up (measured:
+ * docs/benchmarks.md).  With nothing specific in the way (a full table) it
  * sleeps on the table's change counter instead.  Every sleep has a 20 ms
  * timeout, and every wake re-scans.  Every 100 ms of waiting, and on every
  * attach, the liveness of the processes we wait for is checked.  A live
