@@ -28,7 +28,7 @@ extern uint64_t rs_nt_slice_ns;
 struct rs_nt_req {
 	uint64_t dev, ino;
 	uint64_t start, end;  /* [start, end); end may be RS_RANGE_EOF */
-	unsigned mode;        /* RS_G_SHARED or RS_G_EXSH */
+	unsigned mode;        /* RS_G_SHARED, RS_G_EXSH or RS_G_APPEND */
 	uint64_t window;      /* expand to this alignment when uncontended */
 	int exact;            /* grant exactly [start, end): the file is contended */
 };
