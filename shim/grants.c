@@ -44,7 +44,7 @@
  * contended-resource rule (ldlm: ns_contended_locks = 32 conflicting
  * locks make a resource contended for ns_contention_time = 2 s, during
  * which extent locks are not expanded), with thresholds measured here
- * (docs/benchmarks.md, "Choosing the thresholds").
+ * (docs/benchmarks.md, "Choosing the node policy thresholds").
  *
  * The state is the process's own (nothing shared to trust), in a small
  * table indexed by the file object; a collision only costs policy.
