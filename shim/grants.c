@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -26,6 +27,95 @@
 
 /* Expansion window for uncontended grants (nodelock.c). */
 #define RS_GRANT_WINDOW (4ull << 20)
+
+/*
+ * Adaptive grant policy per file (issue 9).  Expanded, cached grants pay
+ * while processes keep to their own regions; where they meet, every
+ * expansion takes bytes another process is about to use, and the grants
+ * go back and forth between the processes' caches.  So, per file: when
+ * RS_MEET_LIMIT acquisitions within RS_MEET_PERIOD_NS met another
+ * process's incompatible grant in the request's window (rs_nt_result.met),
+ * the file turns *exact*: each acquisition asks for the call's own range,
+ * is not cached, and is given back when the call ends (lazily:
+ * nodelock.c, "Exact grants"), so the table works as a shared-memory
+ * range lock.  Each exact acquisition that still meets another process
+ * keeps the file exact for RS_QUIET_NS more; after that long without a
+ * meeting, grants are expanded and cached again.  This is Lustre's
+ * contended-resource rule (ldlm: ns_contended_locks = 32 conflicting
+ * locks make a resource contended for ns_contention_time = 2 s, during
+ * which extent locks are not expanded), with thresholds measured here
+ * (docs/benchmarks.md, "Choosing the node policy thresholds").
+ *
+ * The state is the process's own (nothing shared to trust), in a small
+ * table indexed by the file object; a collision only costs policy.
+ */
+#ifndef RS_MEET_LIMIT
+#define RS_MEET_LIMIT 8
+#endif
+#ifndef RS_MEET_PERIOD_NS
+#define RS_MEET_PERIOD_NS (100ull * 1000 * 1000)
+#endif
+#ifndef RS_QUIET_NS
+#define RS_QUIET_NS (1000ull * 1000 * 1000)
+#endif
+#define NPOLICY 256
+
+struct policy {
+	_Atomic uint64_t dev, ino;
+	_Atomic uint64_t period_ns, exact_until_ns;
+	_Atomic uint32_t meets;
+};
+
+static struct policy policies[NPOLICY];
+
+/* The policy's clock: its periods are 100 ms and more, and the coarse
+ * clock costs a few loads where the fine one costs tens of ns. */
+static uint64_t coarse_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static struct policy *policy_of(struct rs_file *f, int reset)
+{
+	struct policy *p = &policies[(size_t)(f - rs_files) % NPOLICY];
+	uint64_t dev = atomic_load(&f->dev), ino = atomic_load(&f->ino);
+
+	if (atomic_load_explicit(&p->dev, memory_order_relaxed) != dev ||
+	    atomic_load_explicit(&p->ino, memory_order_relaxed) != ino) {
+		if (!reset)
+			return NULL;
+		atomic_store_explicit(&p->meets, 0, memory_order_relaxed);
+		atomic_store_explicit(&p->exact_until_ns, 0, memory_order_relaxed);
+		atomic_store_explicit(&p->period_ns, 0, memory_order_relaxed);
+		atomic_store_explicit(&p->dev, dev, memory_order_relaxed);
+		atomic_store_explicit(&p->ino, ino, memory_order_relaxed);
+	}
+	return p;
+}
+
+static int policy_exact(const struct policy *p, uint64_t now)
+{
+	return p && now < atomic_load_explicit(&p->exact_until_ns, memory_order_relaxed);
+}
+
+/* After an acquisition: did it meet another process? */
+static void policy_note(struct policy *p, int exact, int met, uint64_t now)
+{
+	if (!met)
+		return;
+	if (!exact) {
+		if (now - atomic_load_explicit(&p->period_ns, memory_order_relaxed) > RS_MEET_PERIOD_NS) {
+			atomic_store_explicit(&p->period_ns, now, memory_order_relaxed);
+			atomic_store_explicit(&p->meets, 0, memory_order_relaxed);
+		}
+		if (atomic_fetch_add_explicit(&p->meets, 1, memory_order_relaxed) + 1 < RS_MEET_LIMIT)
+			return;
+	}
+	atomic_store_explicit(&p->exact_until_ns, now + RS_QUIET_NS, memory_order_relaxed);
+}
 
 int rs_node_on;
 struct rs_segment *rs_node_seg;
@@ -152,6 +242,14 @@ void rs_grant_idle(struct rs_gref *ref, uint64_t old)
 	ref->g = NULL;
 	if (RS_GW_USERS(old) != 1 || idx == UINT32_MAX)
 		return;		/* not the last: the last one out does this */
+	/* Those waiting for it to drain: it has. */
+	rs_nt_wake_grant(g, old);
+	if (!(old & RS_WANTED) &&
+	    policy_exact(policy_of(ref->file, 0), coarse_ns()))
+		/* An exact grant (never cached) whose call has ended: it stays
+		 * in the table, idle and closed to new users, for the next scan
+		 * to free (nodelock.c). */
+		return;
 	rs_mutex_lock(&ref->file->grants_mtx);
 	v = atomic_load(&g->gw);
 	/* Nobody can have come in since: a wanted bit keeps them out. */
@@ -192,6 +290,7 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 {
 	struct rs_nt_req req;
 	struct rs_nt_result res;
+	struct policy *pol;
 	struct rs_segment *seg;
 	struct rs_seg_grant *g;
 	char why[256];
@@ -217,12 +316,14 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 		errno = saved;
 		return 1;
 	}
+	pol = policy_of(f, 1);
 	req.dev = atomic_load(&f->dev);
 	req.ino = atomic_load(&f->ino);
 	req.start = start;
 	req.end = end;
-	req.mode = rlmode == 2 ? RS_G_EXSH : RS_G_SHARED;
 	req.window = RS_GRANT_WINDOW;
+	req.exact = policy_exact(pol, coarse_ns());
+	req.mode = rlmode == 1 ? RS_G_SHARED : rlmode == RS_GRANT_APPEND ? RS_G_APPEND : RS_G_EXSH;
 	/* No lock of ours is held while we wait for other processes: their
 	 * holders may need one to give back what we wait for. */
 	while (rs_nt_acquire(&table, &req, &res, why, sizeof(why)) < 0) {
@@ -248,7 +349,17 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 		RS_COUNT(node_waits, 1);
 		RS_COUNT(node_wait_ns, res.wait_ns);
 	}
+	policy_note(pol, req.exact, res.met, coarse_ns());
 	g = &seg->grants[res.idx];	/* users already counts us */
+	if (req.exact) {
+		RS_COUNT(node_exact, 1);
+		mark_uncached(g, res.gen);	/* ours alone: the call gives it back */
+		rs_mutex_unlock(&f->acquire_mtx);
+		ref->g = g;
+		ref->file = f;
+		errno = saved;
+		return 1;
+	}
 	rs_mutex_lock(&f->grants_mtx);
 	slot = cache_slot(f);
 	if (slot >= 0)
@@ -265,8 +376,15 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 
 void rs_grant_file_closed(struct rs_file *f)
 {
+	struct policy *p;
+
 	if (!__atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE))
 		return;
+	/* Exact grants its calls left wait for our next scan: so that a
+	 * closed file leaves nothing in the table, scan now. */
+	p = policy_of(f, 0);
+	if (p && atomic_load_explicit(&p->exact_until_ns, memory_order_relaxed))
+		rs_nt_free_left(&table);
 	rs_mutex_lock(&f->grants_mtx);
 	for (int i = 0; i < RS_NCACHE; i++) {
 		uint64_t w = atomic_exchange(&f->grants[i], 0);

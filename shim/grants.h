@@ -52,6 +52,17 @@ void rs_grants_fork_parent(void);
 void rs_grants_fork_child(void);
 void rs_grants_exit(void);
 
+/* rlmode: the range lock's (RS_RL_READ 1, RS_RL_WRITE 2), or this, for
+ * an O_APPEND write on [end of file, infinity): it asks for an APPEND
+ * grant, which other processes' appends share (nodelock.c, "Appenders").
+ * A cached grant serves a call if its mode has the call's bit (segment.h):
+ * a read, SHARED or EXSH; a write, EXSH; an append, EXSH or APPEND. */
+#define RS_GRANT_APPEND 4u
+_Static_assert((RS_G_SHARED & 1) && (RS_G_EXSH & 1) && !(RS_G_APPEND & 1) &&
+	       !(RS_G_SHARED & 2) && (RS_G_EXSH & 2) && !(RS_G_APPEND & 2) &&
+	       !(RS_G_SHARED & RS_GRANT_APPEND) && (RS_G_EXSH & RS_GRANT_APPEND) &&
+	       (RS_G_APPEND & RS_GRANT_APPEND), "grant modes and call modes out of step");
+
 /* Look in f's cache for a grant covering [start, end) in a mode that
  * serves rlmode; enter it.  1 on success; 0: use the slow path. */
 static inline __attribute__((always_inline)) int
@@ -69,7 +80,7 @@ rs_grant_enter_cached(struct rs_segment *seg, struct rs_file *f, uint64_t start,
 		/* Racy reads, checked by the generation below. */
 		if (__atomic_load_n(&g->start, __ATOMIC_ACQUIRE) > start ||
 		    end > __atomic_load_n(&g->end, __ATOMIC_RELAXED) ||
-		    (rlmode == 2 && __atomic_load_n(&g->mode, __ATOMIC_RELAXED) != RS_G_EXSH))
+		    !(__atomic_load_n(&g->mode, __ATOMIC_RELAXED) & rlmode))
 			continue;
 		/* In only while the word still has our generation and no
 		 * wanted bit: one CAS, so a revoker either sees us inside or

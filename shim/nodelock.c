@@ -5,10 +5,11 @@
  *
  * This is GFS2's EXSH glock (seed 004) moved one level up: a process plays
  * the node, its threads play the node's processes, the table plays the
- * DLM.  A process holds a grant on a byte range of a file in one of two
- * modes: SHARED (readers of several processes) or EXSH, exclusive towards
+ * DLM.  A process holds a grant on a byte range of a file in one of three
+ * modes: SHARED (readers of several processes), EXSH, exclusive towards
  * other processes and shared by all the threads of the holder, which then
- * order themselves with the process-wide range lock (rangelock.c).
+ * order themselves with the process-wide range lock (rangelock.c), or
+ * APPEND (below).
  *
  * Interface.  rs_nt_acquire(table, request) returns a grant with the
  * caller counted in; the process keeps it after the call (grants.c caches
@@ -35,16 +36,55 @@
  * time: a demote here costs microseconds, not a DLM round trip, and a hold
  * time would be added latency for every writer that meets another.
  *
- * Fairness.  A requester that must wait records its request in the table
- * as a WAIT entry with a ticket.  Later requests that conflict with an
- * earlier waiting request wait behind it, so a stream of newcomers cannot
- * starve anyone; holders see wanted and drain.
+ * Exact grants.  Where processes meet, expansion takes bytes another
+ * process is about to use, and cached grants go back and forth.  So a
+ * file that keeps meeting others turns exact (the policy is the process's
+ * own, grants.c): req->exact asks for the call's range only, the grant is
+ * marked RS_WANTED_SELF at once (never cached), and its call's leave makes
+ * it idle and closed to new users.  Nobody takes the table lock for that:
+ * the next scan that meets it frees it (its owner's next acquisition,
+ * free_if_left, or a conflicting request, as any idle grant).  The table
+ * then works as a shared-memory range lock costing one table-lock pass per
+ * call (Lustre's answer to contended extents, LOCKNOEXPAND, in the same
+ * spirit).  rs_nt_result.met tells the policy whether another process had
+ * an incompatible grant within the request's aligned window.
  *
- * Waiting.  Sleep on the table's change counter (a shared futex) with a
- * 20 ms timeout; every wake re-scans.  Every 100 ms of waiting, and on
- * every attach, the liveness of the processes we wait for is checked.  A
- * live holder is waited for however long it takes (stopped, traced,
- * frozen); after rs_nt_warn_ns the waiter says whom it waits for.
+ * Appenders.  The kernel orders O_APPEND writes to one file on a node, so
+ * appenders need not exclude each other, only readers and truncaters of
+ * the tail.  An append asks for RS_G_APPEND on [end of file, infinity),
+ * compatible with other processes' appends and with nothing else, and
+ * caches it like any grant: processes appending to one log each keep
+ * theirs and append on the fast path.  An append grant starts at the end
+ * of file its caller saw, and the file only grows while it is held
+ * (truncation is excluded), so every later append of its holder lands
+ * inside it too.  It serves appends only, never reads or other writes.
+ *
+ * Fairness.  A requester that must wait records its request in the table
+ * as a WAIT entry with a ticket.  Once it has waited STARVE_NS (1 ms) the
+ * entry is marked starved, and later requests that conflict with it wait
+ * behind it, so a stream of newcomers cannot starve anyone; holders see
+ * wanted and drain.  Before that, a running newcomer may take a range
+ * that has just come free: a strict FIFO hand-off to a sleeper made every
+ * call on a contended block wait for a context switch (4 processes on one
+ * 4 KiB block: 30 us per call against 10 for OFD locks).  This is the
+ * competitive succession of the range lock (rangelock.c), after Linux's
+ * mutex HANDOFF and Go's starvation mode (1 ms).
+ *
+ * Waiting.  On the thing waited for: a waiter sleeps on the low half of
+ * the word of the grant in its way, or of its nearest predecessor's WAIT
+ * entry, after setting RS_SLEEPERS in it (wait_grant); whoever changes a
+ * word that has the bit (its last user leaving, a release, a revoke, a
+ * WAIT entry becoming a grant) wakes its sleepers (wake_grant).  So a
+ * release wakes its own waiters and nobody else, and a queue wakes one
+ * waiter at a time.  Before sleeping it watches the word for GRANT_SPIN
+ * pauses (about 16 us): a call inside a grant takes microseconds, and
+ * while its holder runs, a look beats a sleep and a wake-up (measured:
+ * docs/benchmarks.md).  With nothing specific in the way (a full table) it
+ * sleeps on the table's change counter instead.  Every sleep has a 20 ms
+ * timeout, and every wake re-scans.  Every 100 ms of waiting, and on every
+ * attach, the liveness of the processes we wait for is checked.  A live
+ * holder is waited for however long it takes (stopped, traced, frozen);
+ * after rs_nt_warn_ns the waiter says whom it waits for.
  *
  * Crashes.  Each attached process holds an OFD lock on one byte of the
  * segment file (segment.h): the kernel drops it when the process dies,
@@ -79,10 +119,22 @@
 /* A value in the lock word that names no slot is given this long to go
  * away (a holder releasing it) before it is taken for garbage. */
 #define GARBAGE_NS      (1000ull * 1000 * 1000)
+#ifndef GRANT_SPIN
+#define GRANT_SPIN      400
+#endif
+/* A request waiting longer than this makes later ones queue behind it;
+ * before, they may take what it waits for (competitive succession, as
+ * the range lock does between threads: rangelock.c). */
+#ifndef STARVE_NS
+#define STARVE_NS       (1000ull * 1000)
+#endif
 
 /* After this long blocked on a live process, say who it is (once per
  * wait), as the kernel's hung-task warning does.  Tests lower it. */
 uint64_t rs_nt_warn_ns = 5ull * 1000 * 1000 * 1000;
+/* The longest sleep of a waiter between scans.  Tests raise it to show
+ * that a wake, not the timeout, ended a wait. */
+uint64_t rs_nt_slice_ns = WAIT_SLICE_NS;
 
 uint64_t rs_nt_now_ns(void)
 {
@@ -92,11 +144,12 @@ uint64_t rs_nt_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* For `rangeshim locks` only: the coarse clock costs a few loads. */
 static uint64_t realtime_ns(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
+	clock_gettime(CLOCK_REALTIME_COARSE, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
@@ -125,6 +178,56 @@ static void wait_change(struct rs_segment *s, uint32_t seen, uint64_t ns)
 	if (atomic_load(&s->hdr.change) == seen)
 		syscall(SYS_futex, &s->hdr.change, FUTEX_WAIT, seen, &ts, NULL, 0);
 	atomic_fetch_sub(&s->hdr.change_waiters, 1);
+	errno = saved;
+}
+
+/* g's word was old and has changed: wake whoever sleeps on it. */
+static void wake_grant(struct rs_seg_grant *g, uint64_t old)
+{
+	if (old & RS_SLEEPERS) {
+		int saved = errno;
+
+		syscall(SYS_futex, RS_GW_FUTEX(g), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+		errno = saved;
+	}
+}
+
+void rs_nt_wake_grant(struct rs_seg_grant *g, uint64_t old)
+{
+	wake_grant(g, old);
+}
+
+/*
+ * Sleep until g's word changes from what keeps us out: g is still the
+ * incarnation gen, and a WAIT entry (is_wait) or a grant with users and a
+ * wanted bit (we set it in the scan).  Anything else: return at once and
+ * scan again.  The sleepers bit asks whoever changes the word to wake us
+ * (wake_grant); the futex compares the whole low half, so a change
+ * between our look and our sleep is never slept through.
+ */
+static void wait_grant(struct rs_seg_grant *g, uint32_t gen, int is_wait, uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) };
+	uint64_t v = atomic_load(&g->gw);
+	int saved = errno;
+
+	/* A call inside a grant takes microseconds: while its holder runs,
+	 * a short look beats a sleep and a wake-up. */
+	for (int i = 0; i < GRANT_SPIN; i++) {
+		if (RS_GW_GEN(v) != gen || (!is_wait && RS_GW_USERS(v) == 0))
+			return;
+		rs_cpu_relax();
+		v = atomic_load_explicit(&g->gw, memory_order_relaxed);
+	}
+	for (;;) {
+		if (RS_GW_GEN(v) != gen)
+			return;
+		if (!is_wait && (RS_GW_USERS(v) == 0 || !RS_GW_WANTED(v)))
+			return;
+		if ((v & RS_SLEEPERS) || atomic_compare_exchange_weak(&g->gw, &v, v | RS_SLEEPERS))
+			break;
+	}
+	syscall(SYS_futex, RS_GW_FUTEX(g), FUTEX_WAIT, (uint32_t)(v | RS_SLEEPERS), &ts, NULL, 0);
 	errno = saved;
 }
 
@@ -228,6 +331,7 @@ static void free_grant(struct rs_segment *s, struct rs_seg_grant *g)
 	while (!atomic_compare_exchange_weak(&g->gw, &v, RS_GW_FREE(RS_GW_GEN(v) + 1)))
 		;
 	mark_free(s, g);
+	wake_grant(g, v);
 }
 
 /* Revoke g if nobody is inside it; otherwise mark it wanted.  One CAS
@@ -243,6 +347,7 @@ static int revoke_or_want(struct rs_segment *s, struct rs_seg_grant *g, unsigned
 		if (RS_GW_USERS(v) == 0) {
 			if (atomic_compare_exchange_weak(&g->gw, &v, RS_GW_FREE(RS_GW_GEN(v) + 1))) {
 				mark_free(s, g);
+				wake_grant(g, v);
 				return 1;
 			}
 		} else if (v & bit) {
@@ -251,6 +356,20 @@ static int revoke_or_want(struct rs_segment *s, struct rs_seg_grant *g, unsigned
 			*newly_wanted = 1;
 			return 0;
 		}
+	}
+}
+
+/* An exact grant (see "Exact grants" above) whose call has ended: the
+ * holder marked it RS_WANTED_SELF and left it with no user, so nobody can
+ * enter it again; free it.  One CAS from the value seen, as a revoke. */
+static void free_if_left(struct rs_segment *s, struct rs_seg_grant *g)
+{
+	uint64_t v = atomic_load(&g->gw);
+
+	if ((v & RS_WANTED_SELF) && RS_GW_USERS(v) == 0 &&
+	    atomic_compare_exchange_strong(&g->gw, &v, RS_GW_FREE(RS_GW_GEN(v) + 1))) {
+		mark_free(s, g);
+		wake_grant(g, v);
 	}
 }
 
@@ -277,8 +396,8 @@ static void scrub(struct rs_segment *s)
 {
 	for (uint32_t i = 0; i < RS_NGRANT; i++)
 		if (atomic_load(&s->grants[i].state) == RS_G_FREE)
-			atomic_store(&s->grants[i].gw,
-				     RS_GW_FREE(RS_GW_GEN(atomic_load(&s->grants[i].gw)) + 1));
+			wake_grant(&s->grants[i], atomic_exchange(&s->grants[i].gw,
+				   RS_GW_FREE(RS_GW_GEN(atomic_load(&s->grants[i].gw)) + 1)));
 	recount(s);
 }
 
@@ -305,7 +424,7 @@ static int table_lock(struct rs_nt *t)
 {
 	struct rs_segment *s;
 	uint32_t me, slot, seen = 0;
-	uint64_t start = rs_nt_now_ns(), seen_since = start, last_live = 0;
+	uint64_t start = 0, seen_since = 0, last_live = 0;
 	int warned = 0;
 
 	rs_mutex_lock(&t->local);
@@ -317,6 +436,8 @@ static int table_lock(struct rs_nt *t)
 		return -1;
 	}
 	me = RS_LOCK_ID(slot, t->nonce);
+	/* No spin before sleeping: 100 pauses measured alike with 4
+	 * processes on 2 CPUs (docs/benchmarks.md). */
 	for (;;) {
 		uint32_t v = 0, vs;
 		uint64_t now;
@@ -326,6 +447,8 @@ static int table_lock(struct rs_nt *t)
 			return 0;
 		vs = RS_LOCK_SLOT(v);
 		now = rs_nt_now_ns();
+		if (!start)
+			start = seen_since = now;
 		if (v != seen) {
 			seen = v;
 			seen_since = now;
@@ -399,6 +522,18 @@ void rs_nt_lock_table(struct rs_nt *t)
 
 void rs_nt_unlock_table(struct rs_nt *t)
 {
+	table_unlock(t);
+}
+
+void rs_nt_free_left(struct rs_nt *t)
+{
+	struct rs_segment *s = t->map.seg;
+
+	if (!s || t->me >= RS_NPROC || table_lock(t) < 0)
+		return;
+	for (uint32_t i = 0; i < s->hdr.used_hi && i < RS_NGRANT; i++)
+		if (atomic_load(&s->grants[i].state) == RS_G_HELD && s->grants[i].owner == t->me)
+			free_if_left(s, &s->grants[i]);
 	table_unlock(t);
 }
 
@@ -617,9 +752,11 @@ void rs_nt_forget(struct rs_nt *t)
 	atomic_store(&t->local, 0);
 }
 
+/* Unknown modes (only a stray write makes one) are compatible with
+ * nothing. */
 static int compatible(unsigned a, unsigned b)
 {
-	return a == RS_G_SHARED && b == RS_G_SHARED;
+	return a == b && (a == RS_G_SHARED || a == RS_G_APPEND);
 }
 
 /* A malformed range (only a stray write makes one) is taken to cover the
@@ -667,6 +804,7 @@ static void fill(struct rs_nt *t, uint32_t idx, const struct rs_nt_req *r,
 	__atomic_store_n(&g->mode, r->mode, __ATOMIC_RELAXED);
 	g->owner = t->me;
 	g->ticket = ticket;
+	g->flags = 0;
 	g->dev = r->dev;
 	g->ino = r->ino;
 	/* Read racily by holders' fast paths, which check the generation. */
@@ -675,7 +813,7 @@ static void fill(struct rs_nt *t, uint32_t idx, const struct rs_nt_req *r,
 	g->since_ns = realtime_ns();
 	/* A new generation: no cached word of an earlier incarnation can
 	 * match, whatever happened to the slot before. */
-	atomic_store(&g->gw, RS_GW_FREE(RS_GW_GEN(atomic_load(&g->gw)) + 1) | users);
+	wake_grant(g, atomic_exchange(&g->gw, RS_GW_FREE(RS_GW_GEN(atomic_load(&g->gw)) + 1) | users));
 	atomic_store(&g->state, state);
 }
 
@@ -710,10 +848,26 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 		snprintf(why, whylen, "not attached to the node lock table");
 		return -1;
 	}
+	/* The aligned window around the request: where it would expand to,
+	 * and where another process's grant means the file is shared. */
+	uint64_t ws = r->start, we = r->end;
+
+	if (r->window && r->end != RS_RANGE_EOF) {
+		ws = r->start - r->start % r->window;
+		we = r->end % r->window ? r->end - r->end % r->window + r->window : r->end;
+		if (we < r->end)
+			we = RS_RANGE_EOF;	/* wrapped */
+	}
 	for (;;) {
 		uint64_t lo, top;
 		uint32_t conflicts, seen, idx, hi, nused, used, last;
 		struct blocker blk = { UINT32_MAX, 0, 0 };
+		/* What to sleep on (wait_grant): our nearest predecessor in the
+		 * queue, the earlier WAIT entry with the highest ticket, so that
+		 * each release or hand-over wakes one waiter, not all; with none,
+		 * a busy grant in our way. */
+		uint32_t sl_idx = UINT32_MAX, sl_gen = 0, sl_ticket = 0;
+		int sl_wait = 0;
 
 		if (table_lock(t) < 0) {
 			/* Unregistered meanwhile (exit): our queue entry went
@@ -743,13 +897,23 @@ rescan:
 				used++;
 				last = i + 1;
 			}
-			if (st == RS_G_FREE || g->owner == t->me || g->dev != r->dev || g->ino != r->ino)
+			if (st == RS_G_FREE)
+				continue;
+			if (g->owner == t->me) {
+				/* Our exact grants, left behind by their calls. */
+				if (st == RS_G_HELD)
+					free_if_left(s, g);
+				continue;
+			}
+			if (g->dev != r->dev || g->ino != r->ino)
 				continue;
 			/* An owner naming no slot (a stray write) is no reason to
 			 * let anyone in: such a grant goes as any other, once
 			 * nobody is inside (revoke_or_want below). */
 			if (compatible(g->mode, r->mode))
 				continue;
+			if (overlaps(g, ws, we))
+				res->met = 1;
 			if (!overlaps(g, r->start, r->end)) {
 				/* Room to expand into stops at others' grants. */
 				if (g->end <= r->start && g->end > lo)
@@ -760,8 +924,16 @@ rescan:
 			}
 			contended = 1;
 			if (st == RS_G_WAIT) {
-				if (wait_idx == UINT32_MAX || g->ticket < ticket)
+				if ((g->flags & RS_WF_STARVED) &&
+				    (wait_idx == UINT32_MAX || g->ticket < ticket)) {
 					conflicts++;
+					if (!sl_wait || g->ticket > sl_ticket) {
+						sl_idx = i;
+						sl_gen = RS_GW_GEN(atomic_load(&g->gw));
+						sl_ticket = g->ticket;
+						sl_wait = 1;
+					}
+				}
 				continue;
 			}
 			/* HELD, or a state only a stray write makes: either way
@@ -777,8 +949,16 @@ rescan:
 			}
 			if (blk.owner == UINT32_MAX)
 				blk = (struct blocker){ g->owner, g->start, g->end };
+			if (sl_idx == UINT32_MAX) {
+				sl_idx = i;
+				sl_gen = RS_GW_GEN(atomic_load(&g->gw));
+				sl_wait = 0;
+			}
 			conflicts++;
 		}
+		if (wait_idx != UINT32_MAX && !(s->grants[wait_idx].flags & RS_WF_STARVED) &&
+		    rs_nt_now_ns() - t0 >= STARVE_NS)
+			s->grants[wait_idx].flags |= RS_WF_STARVED;
 		if (used != nused && hi != RS_NGRANT) {
 			/* The bounds hide something (a death between a count and
 			 * a state, or a stray write): look at every slot. */
@@ -796,12 +976,7 @@ rescan:
 			if (idx == UINT32_MAX)
 				idx = evict_idle(s);
 			if (idx != UINT32_MAX) {
-				if (!contended && r->window && end != RS_RANGE_EOF) {
-					uint64_t ws = start - start % r->window;
-					uint64_t we = end % r->window ? end - end % r->window + r->window : end;
-
-					if (we < end)
-						we = RS_RANGE_EOF;	/* wrapped */
+				if (!contended && !r->exact && r->window && end != RS_RANGE_EOF) {
 					start = ws > lo ? ws : lo;
 					end = we < top ? we : top;
 				}
@@ -839,7 +1014,10 @@ rescan:
 		if (!t0)
 			t0 = last_live = rs_nt_now_ns();
 		res->waited = 1;
-		wait_change(s, seen, WAIT_SLICE_NS);
+		if (sl_idx < RS_NGRANT)
+			wait_grant(&s->grants[sl_idx], sl_gen, sl_wait, rs_nt_slice_ns);
+		else
+			wait_change(s, seen, rs_nt_slice_ns);
 		if (rs_nt_now_ns() - last_live > LIVENESS_NS) {
 			res->reclaimed += rs_nt_reclaim(t);
 			last_live = rs_nt_now_ns();
@@ -866,6 +1044,7 @@ void rs_nt_release(struct rs_nt *t, uint32_t idx, uint32_t gen)
 		while (RS_GW_GEN(v) == gen && RS_GW_USERS(v) == 0) {
 			if (atomic_compare_exchange_weak(&g->gw, &v, RS_GW_FREE(gen + 1))) {
 				mark_free(s, g);
+				wake_grant(g, v);
 				break;
 			}
 		}

@@ -22,12 +22,15 @@ struct rs_nt {
 
 /* Blocked on a live process this long: say whom we wait for. */
 extern uint64_t rs_nt_warn_ns;
+/* A waiter sleeps at most this long between scans (20 ms). */
+extern uint64_t rs_nt_slice_ns;
 
 struct rs_nt_req {
 	uint64_t dev, ino;
 	uint64_t start, end;  /* [start, end); end may be RS_RANGE_EOF */
-	unsigned mode;        /* RS_G_SHARED or RS_G_EXSH */
+	unsigned mode;        /* RS_G_SHARED, RS_G_EXSH or RS_G_APPEND */
 	uint64_t window;      /* expand to this alignment when uncontended */
+	int exact;            /* grant exactly [start, end): the file is contended */
 };
 
 struct rs_nt_result {
@@ -39,6 +42,8 @@ struct rs_nt_result {
 	uint32_t wanted;      /* busy grants of others marked wanted */
 	uint32_t reclaimed;   /* dead processes whose grants were freed */
 	int table_full;       /* had to wait for a free slot */
+	int met;              /* another process had an incompatible grant in
+			       * the request's window: the file is shared here */
 };
 
 /* Attach to the segment named name (creating it) and take a process slot.
@@ -69,6 +74,14 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *req, struct rs_nt_res
 /* Pre: we hold grant idx at generation gen.  Post: it is free, waiters woken.
  * A grant revoked meanwhile (gen moved on) is left alone. */
 void rs_nt_release(struct rs_nt *t, uint32_t idx, uint32_t gen);
+
+/* g's word was old before a change (the last user left): wake whoever
+ * sleeps on it, if old says someone does (RS_SLEEPERS). */
+void rs_nt_wake_grant(struct rs_seg_grant *g, uint64_t old);
+
+/* Free the exact grants our calls have left (nodelock.c, "Exact
+ * grants"), which the next scan would otherwise free. */
+void rs_nt_free_left(struct rs_nt *t);
 
 /* Free the slots and grants of dead processes; returns how many died. */
 uint32_t rs_nt_reclaim(struct rs_nt *t);

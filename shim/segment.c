@@ -118,7 +118,8 @@ int rs_seg_grant_ok(const struct rs_seg_grant *g)
 {
 	uint64_t gw = atomic_load(&g->gw);
 
-	return g->owner < RS_NPROC && (g->mode == RS_G_SHARED || g->mode == RS_G_EXSH) &&
+	return g->owner < RS_NPROC &&
+	       (g->mode == RS_G_SHARED || g->mode == RS_G_EXSH || g->mode == RS_G_APPEND) &&
 	       g->start < g->end && RS_GW_USERS(gw) <= RS_MAX_USERS;
 }
 

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define RS_SEG_MAGIC   0x31304d4853534752ull   /* "RGSSHM01" */
-#define RS_SEG_VERSION 6u
+#define RS_SEG_VERSION 7u
 #define RS_NPROC       256u
 #define RS_NGRANT      1024u
 /* Liveness: each attached process holds an OFD write lock on one byte of
@@ -34,7 +34,18 @@ _Static_assert(RS_NPROC < (1u << RS_LOCK_SLOT_BITS), "lock word slot field too s
 
 enum rs_proc_state { RS_PROC_FREE = 0, RS_PROC_LIVE = 1 };
 enum rs_grant_state { RS_G_FREE = 0, RS_G_HELD = 1, RS_G_WAIT = 2 };
-enum rs_grant_mode { RS_G_SHARED = 1, RS_G_EXSH = 2 };
+/* RS_G_APPEND: O_APPEND writes, compatible with other processes'
+ * appends, which the kernel orders on one node, and with nothing else, so
+ * readers and truncaters of the tail are still excluded (nodelock.c,
+ * "Appenders").  The values are sets of the calls a cached grant of that
+ * mode serves, so the fast path's test is one AND with the call's mode
+ * (grants.h): bit 0 reads (RS_RL_READ), bit 1 writes (RS_RL_WRITE),
+ * bit 2 appends (RS_GRANT_APPEND).  EXSH serves all three; an APPEND
+ * grant only appends, since other processes append inside it. */
+enum rs_grant_mode { RS_G_SHARED = 1, RS_G_EXSH = 7, RS_G_APPEND = 4 };
+/* A WAIT entry that has waited long enough: later requests queue behind
+ * it (nodelock.c, "Fairness"). */
+#define RS_WF_STARVED 1u
 /*
  * A grant's state word, gw: generation << 32 | wanted bits | users.
  *
@@ -49,10 +60,18 @@ enum rs_grant_mode { RS_G_SHARED = 1, RS_G_EXSH = 2 };
 #define RS_GW_GEN(v)     ((uint32_t)((v) >> 32))
 #define RS_WANTED        (1u << 31)   /* another process needs it (revokers) */
 #define RS_WANTED_SELF   (1u << 30)   /* no longer in the holder's cache */
-#define RS_GW_USERS_MASK ((1u << 30) - 1)
+/* Someone sleeps on the word's low half (a futex): whoever changes the
+ * word from a value with this bit wakes them (nodelock.c, "Waiting").
+ * Set only on WAIT entries and on grants with a wanted bit, so it never
+ * lets anyone in or keeps anyone out of the fast path. */
+#define RS_SLEEPERS      (1u << 29)
+#define RS_GW_USERS_MASK ((1u << 29) - 1)
 #define RS_GW_WANTED(v)  ((uint32_t)(v) & (RS_WANTED | RS_WANTED_SELF))
 #define RS_GW_USERS(v)   ((uint32_t)(v) & RS_GW_USERS_MASK)
 #define RS_GW_FREE(gen)  ((uint64_t)(gen) << 32)
+/* The futex word: gw's low half (wanted bits, sleepers, users). */
+#define RS_GW_FUTEX(g) ((_Atomic uint32_t *)(void *)&(g)->gw + \
+			(__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__))
 
 struct rs_seg_proc {
 	_Atomic uint32_t state;
@@ -72,7 +91,7 @@ struct rs_seg_grant {
 	uint32_t mode;
 	uint32_t owner;             /* proc slot */
 	uint32_t ticket;            /* FIFO order of waiting requests */
-	uint32_t pad0;
+	uint32_t flags;             /* RS_WF_*: of WAIT entries */
 	uint64_t dev, ino;
 	uint64_t start, end;        /* [start, end), end == RS_RANGE_EOF: infinity */
 	uint64_t since_ns;          /* CLOCK_REALTIME when granted or queued */

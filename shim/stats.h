@@ -18,6 +18,7 @@
 	X(node_wait_ns,    "nanoseconds spent waiting for node grants") \
 	X(node_reclaims,   "dead processes whose grants were reclaimed") \
 	X(node_table_full, "acquisitions that found the node table full") \
+	X(node_exact,      "exact, uncached grants acquired on files processes share") \
 	X(bytes_read,      "bytes moved by locked reads (their results)") \
 	X(bytes_written,   "bytes moved by locked writes (their results)") \
 	X(appends,         "O_APPEND writes locked from end of file") \

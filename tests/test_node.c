@@ -305,6 +305,69 @@ static void run_torn(const struct tcfg *c)
 	free(shim);
 }
 
+/* key summed over every process's stats file of this test. */
+static long long stats_sum(const char *key)
+{
+	DIR *d = opendir(stats_dir);
+	struct dirent *e;
+	long long n = 0;
+
+	while (d && (e = readdir(d)) != NULL) {
+		char p[512];
+		long long v;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", stats_dir, e->d_name);
+		v = rs_stats_file_num(p, key, NULL);
+		n += v > 0 ? v : 0;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/*
+ * Four processes on the same 64 KiB (writers at 0 and 32 KiB, readers of
+ * [0, 96 KiB)): every acquisition meets another process, so the file turns
+ * to exact grants (grants.c's policy), and those must exclude as well as
+ * cached ones.  The control shows the rig tears without the shim; the
+ * stats show exact grants were used.
+ */
+Test(node, torn_exact_grants)
+{
+	const char *file = data_file("/dev/shm", "exact");
+	char farg[300];
+	struct rs_run *ctl = NULL, *shim;
+	long long ctl_torn = 0, exact, acq;
+
+	snprintf(farg, sizeof(farg), "file=%s", file);
+	for (int i = 0; i < 3 && ctl_torn == 0; i++) {
+		free(ctl);
+		ctl = probe(0, 0, 30, "torn", farg, "writers=2", "readers=2", "block=64K",
+			    "seconds=1", "overlap=1", "direct=0", "rw=0", NULL);
+		ctl_torn = rs_field(ctl->out, "torn");
+	}
+	cr_assert_gt(ctl_torn, 0, "control: no torn read without the shim: %s", ctl->out);
+	shim = probe(1, 1, 30, "torn", farg, "writers=2", "readers=2", "block=64K", "seconds=1",
+		     "overlap=1", "direct=0", "rw=0", NULL);
+	exact = stats_sum("node_exact");
+	acq = stats_sum("node_acquires");
+	cr_log_info("exact grants: %lld of %lld acquisitions; reads=%lld torn=%lld (control %lld)",
+		    exact, acq, rs_field(shim->out, "reads"), rs_field(shim->out, "torn"), ctl_torn);
+	cr_assert_eq(shim->status, 0, "status %d: %s", shim->status, shim->out);
+	cr_assert_eq(rs_field(shim->out, "shim"), 1, "%s", shim->out);
+	cr_assert_geq(rs_field(shim->out, "reads"), MIN_READS, "%s", shim->out);
+	cr_assert_eq(rs_field(shim->out, "torn"), 0, "%lld torn reads with exact grants: %s",
+		     rs_field(shim->out, "torn"), shim->out);
+	cr_assert_eq(rs_field(shim->out, "final_torn"), 0, "%s", shim->out);
+	cr_assert_gt(exact, 0, "the file never turned to exact grants (%lld acquisitions)", acq);
+	cr_assert_eq(warnings(shim->out), 0, "%s", shim->out);
+	check_table_empty("torn_exact_grants");
+	free(ctl);
+	free(shim);
+}
+
 Test(node, torn_tmpfs)
 {
 	static const struct tcfg c = { "torn_tmpfs", "/dev/shm", "overlap=0", "direct=0", "rw=0", 1 };

@@ -116,13 +116,15 @@
 enum op {
 	OP_REGISTER = 1, OP_ACQUIRE, OP_ENTER, OP_LEAVE, OP_RELEASE, OP_GW,
 	OP_LOCK_TABLE, OP_DIE, OP_UNREGISTER, OP_ACQUIRE_MANY, OP_ENTER_ALL,
-	OP_UMASK, OP_UNLOCK_TABLE, OP_REGISTER_STOP, OP_STDERR,
+	OP_UMASK, OP_UNLOCK_TABLE, OP_REGISTER_STOP, OP_STDERR, OP_MARK_SELF, OP_LEAVE_WAKE,
+	OP_FREE_LEFT,
 };
 
 struct cmd {
 	int op;
 	unsigned mode;
 	int enter;              /* OP_ACQUIRE: count ourselves in afterwards */
+	int exact;              /* OP_ACQUIRE: rs_nt_req.exact */
 	uint32_t idx, gen, n;
 	uint64_t dev, ino, start, end, window;
 	char name[128];
@@ -133,7 +135,7 @@ struct rep {
 	int lost;               /* entered a grant that was revoked meanwhile */
 	uint32_t me, idx, gen, users;
 	uint64_t start, end, wait_ns, gw, seq;
-	int waited, table_full;
+	int waited, table_full, met;
 	uint32_t revoked, wanted, reclaimed;
 	char why[200];
 };
@@ -227,10 +229,11 @@ static void agent_main(int cfd, int rfd)
 			break;
 		case OP_ACQUIRE: {
 			struct rs_nt_req q = { .dev = c.dev, .ino = c.ino, .start = c.start, .end = c.end,
-						 .mode = c.mode, .window = c.window };
+						 .mode = c.mode, .window = c.window, .exact = c.exact };
 			struct rs_nt_result res;
 
 			r.rc = rs_nt_acquire(&t, &q, &res, r.why, sizeof(r.why));
+			r.met = res.met;
 			if (r.rc == 0) {
 				struct rs_seg_grant *g = &t.map.seg->grants[res.idx];
 
@@ -295,6 +298,22 @@ static void agent_main(int cfd, int rfd)
 		case OP_LEAVE:
 			r.users = RS_GW_USERS(atomic_fetch_sub(&t.map.seg->grants[c.idx].gw, 1) - 1);
 			r.gw = atomic_load(&t.map.seg->grants[c.idx].gw);
+			break;
+		case OP_MARK_SELF:	/* as grants.c does with an exact grant */
+			r.gw = atomic_fetch_or(&t.map.seg->grants[c.idx].gw, RS_WANTED_SELF);
+			break;
+		case OP_LEAVE_WAKE: {	/* rs_grant_leave, then rs_grant_idle's wake */
+			struct rs_seg_grant *g = &t.map.seg->grants[c.idx];
+			uint64_t old = atomic_fetch_sub(&g->gw, 1);
+
+			if (RS_GW_USERS(old) == 1)
+				rs_nt_wake_grant(g, old);
+			r.users = RS_GW_USERS(old) - 1;
+			r.gw = atomic_load(&g->gw);
+			break;
+		}
+		case OP_FREE_LEFT:	/* what closing an exact file does */
+			rs_nt_free_left(&t);
 			break;
 		case OP_RELEASE:
 			rs_nt_release(&t, c.idx, c.gen);
@@ -1865,4 +1884,229 @@ Test(nodelock, table_full)
 	cr_assert_eq(rb.rc, 0, "%s", rb.why);
 	cr_assert(rb.table_full, "result does not report the full table");
 	cr_assert_eq(rb.idx, 7u);
+}
+
+/* ---- exact grants and waiting on the grant (issue 9) ---- */
+
+static struct rep acquire_exact(struct agent *a, uint64_t start, uint64_t end, int enter)
+{
+	struct cmd c = acq_cmd(start, end, RS_G_EXSH, WINDOW, enter);
+	struct rep r;
+
+	c.exact = 1;
+	r = agent_do(a, &c, "exact acquire");
+	cr_assert_eq(r.rc, 0, "%s", r.why);
+	cr_assert_eq(r.lost, 0);
+	return r;
+}
+
+/*
+ * An exact request gets the call's range, though nothing stops expansion;
+ * met says whether another process had a grant in its window.  Control:
+ * the same request without exact is expanded.
+ */
+Test(nodelock, exact_not_expanded)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct rep ra, rb, rc, rd;
+
+	agent_register(a);
+	agent_register(b);
+	ra = acquire(a, 0, 4 * KIB, RS_G_EXSH, 0, 1);
+	rb = acquire_exact(b, 64 * KIB, 68 * KIB, 0);
+	cr_assert_eq(rb.start, 64 * KIB, "exact grant starts at %llu", (unsigned long long)rb.start);
+	cr_assert_eq(rb.end, 68 * KIB, "exact grant ends at %llu", (unsigned long long)rb.end);
+	cr_assert(rb.met, "A's grant in the same 4 MiB window was not reported");
+	cr_assert_not(rb.waited);
+	rc = acquire_exact(b, 8 * MIB, 8 * MIB + 4 * KIB, 0);
+	cr_assert_eq(rc.end - rc.start, 4 * KIB);
+	cr_assert_not(rc.met, "met reported in a window nobody else uses");
+	/* Control: the same kind of request, not exact, is expanded. */
+	rd = acquire(b, 12 * MIB, 12 * MIB + 4 * KIB, RS_G_EXSH, WINDOW, 0);
+	cr_assert_eq(rd.start, 12 * MIB);
+	cr_assert_eq(rd.end, 16 * MIB, "control: not expanded to the window");
+	(void)ra;
+}
+
+/*
+ * An exact grant its call has left (RS_WANTED_SELF, no user) stays in the
+ * table until a scan meets it: a conflicting request revokes it without
+ * waiting, and the owner's own next acquisition frees the ones it left.
+ */
+Test(nodelock, exact_left_grant_freed)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct rep ra, ra2, rb;
+	struct rs_segment *s;
+
+	agent_register(a);
+	agent_register(b);
+	ra = acquire_exact(a, 0, 4 * KIB, 1);
+	simple(a, OP_MARK_SELF, ra.idx, 0);
+	simple(a, OP_LEAVE_WAKE, ra.idx, 0);
+	s = view_attach();
+	cr_assert_eq(atomic_load(&s->grants[ra.idx].state), RS_G_HELD,
+		     "the left grant was freed at once (expected lazily)");
+	cr_assert_eq(RS_GW_USERS(atomic_load(&s->grants[ra.idx].gw)), 0);
+	/* Its owner's next acquisition elsewhere frees it. */
+	ra2 = acquire_exact(a, 1 * MIB, 1 * MIB + 4 * KIB, 1);
+	cr_assert_neq(RS_GW_GEN(atomic_load(&s->grants[ra.idx].gw)), ra.gen,
+		      "A's left grant survived A's next scan");
+	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), 1);
+	/* Closing the file frees what its calls left, and nothing busy. */
+	ra = acquire_exact(a, 2 * MIB, 2 * MIB + 4 * KIB, 1);
+	simple(a, OP_MARK_SELF, ra.idx, 0);
+	simple(a, OP_LEAVE_WAKE, ra.idx, 0);
+	simple(a, OP_FREE_LEFT, 0, 0);
+	cr_assert_neq(RS_GW_GEN(atomic_load(&s->grants[ra.idx].gw)), ra.gen,
+		      "rs_nt_free_left left A's left grant");
+	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), 1, "rs_nt_free_left freed a busy grant");
+	/* Another process meets the second one once it is left. */
+	simple(a, OP_MARK_SELF, ra2.idx, 0);
+	simple(a, OP_LEAVE_WAKE, ra2.idx, 0);
+	rb = acquire(b, 1 * MIB, 1 * MIB + 4 * KIB, RS_G_EXSH, 0, 0);
+	cr_assert_not(rb.waited, "waited for a grant nobody is in");
+	cr_assert_geq(rb.revoked, 1);
+	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), 0);
+}
+
+/*
+ * A waiter sleeps on the grant in its way and is woken when that grant's
+ * last user leaves.  The sleep slice is 30 s here, so only the wake can
+ * let B in within a few seconds.  Control: a leave that does not wake
+ * leaves B asleep.
+ */
+static void grant_wake(int wake)
+{
+	struct agent *a, *b;
+	struct cmd q = acq_cmd(0, 4 * KIB, RS_G_EXSH, 0, 0);
+	struct rep ra, rb;
+
+	rs_nt_slice_ns = 30ull * 1000 * 1000 * 1000;	/* agents inherit it */
+	a = agent_start();
+	b = agent_start();
+	agent_register(a);
+	agent_register(b);
+	ra = acquire_exact(a, 0, 4 * KIB, 1);
+	simple(a, OP_MARK_SELF, ra.idx, 0);
+	agent_send(b, &q);
+	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS), "B granted over A's busy grant");
+	cr_assert(atomic_load(&view_attach()->grants[ra.idx].gw) & RS_SLEEPERS,
+		  "B does not sleep on A's grant");
+	simple(a, wake ? OP_LEAVE_WAKE : OP_LEAVE, ra.idx, 0);
+	if (wake) {
+		rb = agent_wait(b, MUST_MS, "B after A's last user left");
+		cr_assert_eq(rb.rc, 0, "%s", rb.why);
+		cr_assert_geq(rb.revoked, 1, "B did not take A's left grant");
+	} else {
+		cr_assert_not(agent_poll(b, &rb, 1000), "control: B woke without a wake");
+	}
+}
+
+Test(nodelock, grant_wake_ends_wait)
+{
+	grant_wake(1);
+}
+
+Test(nodelock, grant_wake_control_no_wake)
+{
+	grant_wake(0);
+}
+
+/* A holder killed with a sleeper on its grant: nobody wakes the futex;
+ * the sleep slice and the liveness check let the waiter in. */
+Test(nodelock, grant_sleeper_holder_killed)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct cmd q = acq_cmd(0, 4 * KIB, RS_G_EXSH, 0, 0);
+	struct rep ra, rb;
+
+	agent_register(a);
+	agent_register(b);
+	ra = acquire_exact(a, 0, 4 * KIB, 1);
+	simple(a, OP_MARK_SELF, ra.idx, 0);
+	agent_send(b, &q);
+	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS));
+	cr_assert(atomic_load(&view_attach()->grants[ra.idx].gw) & RS_SLEEPERS);
+	agent_kill(a);
+	rb = agent_wait(b, MUST_MS, "B after A was killed");
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+	cr_assert_geq(rb.reclaimed, 1);
+}
+
+/*
+ * A waiter killed in the queue: C sleeps on B's WAIT entry (its nearest
+ * predecessor).  B's death frees the entry (reclaim), which wakes C; once
+ * A has left, C is granted.
+ */
+Test(nodelock, grant_queue_waiter_killed)
+{
+	struct agent *a = agent_start(), *b = agent_start(), *c = agent_start();
+	struct cmd qb = acq_cmd(0, 4 * KIB, RS_G_EXSH, 0, 0);
+	struct cmd qc = acq_cmd(0, 4 * KIB, RS_G_EXSH, 0, 0);
+	struct rep ra, rb, rc;
+	uint32_t widx = 0;
+
+	agent_register(a);
+	agent_register(b);
+	agent_register(c);
+	ra = acquire_exact(a, 0, 4 * KIB, 1);
+	simple(a, OP_MARK_SELF, ra.idx, 0);
+	agent_send(b, &qb);
+	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS));
+	cr_assert_eq(grants_of(b->me, RS_G_WAIT, &widx), 1, "B did not queue");
+	agent_send(c, &qc);
+	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS), "C overtook B, which waited > 1 ms");
+	cr_assert(atomic_load(&view_attach()->grants[widx].gw) & RS_SLEEPERS,
+		  "C does not sleep on B's entry");
+	agent_kill(b);
+	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS), "C granted over A's busy grant");
+	simple(a, OP_LEAVE_WAKE, ra.idx, 0);
+	rc = agent_wait(c, MUST_MS, "C after B died and A left");
+	cr_assert_eq(rc.rc, 0, "%s", rc.why);
+	cr_assert_eq(grants_of(b->me, RS_G_WAIT, NULL), 0, "dead B's queue entry is still there");
+}
+
+/*
+ * Appenders share the tail with each other, not with readers or
+ * truncaters of it.  A and B append (RS_G_APPEND on [end, infinity)): B
+ * does not wait for busy A, and that is no meeting (appends stay cached).
+ * A reader of the tail and a truncation wait for both.  Control: an EXSH
+ * request for the same tail waits.
+ */
+Test(nodelock, append_mode_shared)
+{
+	struct agent *a = agent_start(), *b = agent_start(), *c = agent_start();
+	struct agent *d = agent_start();
+	struct cmd qa = acq_cmd(100, RS_RANGE_EOF, RS_G_APPEND, WINDOW, 1);
+	struct cmd qb = acq_cmd(200, RS_RANGE_EOF, RS_G_APPEND, WINDOW, 1);
+	struct cmd qc = acq_cmd(150, 250, RS_G_SHARED, WINDOW, 0);
+	struct cmd qd = acq_cmd(50, RS_RANGE_EOF, RS_G_EXSH, WINDOW, 0);
+	struct cmd qx = acq_cmd(300, RS_RANGE_EOF, RS_G_EXSH, WINDOW, 0);
+	struct rep ra, rb, rc, rd, rx;
+
+	agent_register(a);
+	agent_register(b);
+	agent_register(c);
+	agent_register(d);
+	qa.exact = qb.exact = 1;
+	ra = agent_do(a, &qa, "A's append");
+	cr_assert_eq(ra.rc, 0, "%s", ra.why);
+	rb = agent_do(b, &qb, "B's append");
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+	cr_assert_not(rb.waited, "B's append waited for A's");
+	cr_assert_not(rb.met, "another process's append counted as a meeting");
+	agent_send(c, &qc);
+	agent_send(d, &qd);
+	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS), "a reader of the tail ran with appenders");
+	cr_assert_not(agent_poll(d, &rd, MUSTNT_MS), "a truncation ran with appenders");
+	/* Control: EXSH for the same tail waits. */
+	agent_send(a, &qx);
+	cr_assert_not(agent_poll(a, &rx, MUSTNT_MS), "control: an EXSH append did not wait");
+	simple(b, OP_MARK_SELF, rb.idx, 0);
+	simple(b, OP_LEAVE_WAKE, rb.idx, 0);
+	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS), "the reader ran while A appends");
+	agent_kill(a);	/* A's append grant goes with A */
+	rc = agent_wait(c, MUST_MS, "the reader after both appenders left");
+	cr_assert_eq(rc.rc, 0, "%s", rc.why);
 }

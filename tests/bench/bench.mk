@@ -9,7 +9,7 @@
 # part of `make test`: benchmarks measure, tests check.
 
 FULL ?= 0
-BENCH_BINS = $(BUILD)/tests/bench/iobench $(BUILD)/tests/bench/fastpath
+BENCH_BINS = $(BUILD)/tests/bench/iobench $(BUILD)/tests/bench/fastpath $(BUILD)/tests/bench/procrand
 
 .PHONY: bench bench-fio bench-plot
 

@@ -51,13 +51,13 @@ if [ "$FULL" = 1 ]; then
 	BUF_TOTAL=512M BUF_PASSES=8  DIO_TOTAL=1G
 	GFS_WRITERS=1,2,4,6,8,10,12,14,16 GFS_SIZE=64M GFS_PASSES=16
 	MIX_SECS=1 LOCK_TASKS=1,2,4,8,16 LOCK_SECS=0.3 SMALL_SECS=1 SMALL_ROUNDS=9
-	CT_TASKS=2,4,8 CT_SECS=0.5 CT_ROUNDS=5
+	CT_TASKS=2,4,8 CT_SECS=0.5 CT_ROUNDS=5 PR_CALLS=50000
 else
 	TASKS=1,2,4,8,16  ROUNDS=3
 	BUF_TOTAL=512M BUF_PASSES=4  DIO_TOTAL=512M
 	GFS_WRITERS=1,2,4,8,16 GFS_SIZE=64M GFS_PASSES=16
 	MIX_SECS=0.3 LOCK_TASKS=1,2,4 LOCK_SECS=0.1 SMALL_SECS=0.3 SMALL_ROUNDS=5
-	CT_TASKS=2,4 CT_SECS=0.2 CT_ROUNDS=3
+	CT_TASKS=2,4 CT_SECS=0.2 CT_ROUNDS=3 PR_CALLS=20000
 fi
 ncpu=$(nproc)
 RW=$(( ncpu / 2 )); [ "$RW" -ge 1 ] || RW=1   # readers = writers = half the cores
@@ -114,6 +114,97 @@ lock() {
 contended() {
 	run "$IOB" contended $common --rounds="$CT_ROUNDS" --dir="$SHM" --tasks="$CT_TASKS" \
 	    --secs="$CT_SECS"
+	contended_procs
+}
+
+# The median of the numbers on stdin, one a line.
+median() { sort -g | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : "nan" }'; }
+
+# Processes meeting on the same bytes (issue 9), with tests/bench/procrand:
+# about 40 s.  Modes interleaved, rotated each round; the ratio to
+# unlocked is taken within each round, then the median.
+contended_procs() {
+	pr=$B/tests/bench/procrand
+	[ -x "$pr" ] || { echo "  skipped: $pr not built"; return 0; }
+	f=$SHM/procrand-$$.dat
+	shm=/rangeshim-bench-$$
+	modes="unlocked ofd rangeshim rs-process"
+	echo
+	echo "== Contended (processes): processes meet on one file, $SHM ($(fstype "$SHM")) =="
+	echo "  us = one process's wall time per call (wall / calls per process); (x) = that over unlocked"
+	echo "  in the same round; $PR_CALLS calls per process, median of $CT_ROUNDS rounds, modes interleaved."
+	echo "  same: every process pwrites [0, 4K), one checking pread per 16 calls; random: pread or"
+	echo "  pwrite (half each) of a random 4 KiB block of 16 MiB; append: write() of 100-byte lines"
+	echo "  to one O_APPEND file (ofd: a whole-file lock per line).  rangeshim: node scope, its own"
+	echo "  table ($shm).  rs-process: RANGESHIM_SCOPE=process, the range lock alone: it does not"
+	echo "  exclude other processes, so it is a cost reference, and may tear."
+	printf '\n  %-26s %5s' workload procs
+	for m in $modes; do printf ' %19s' "$m"; done
+	echo
+	bad=""
+	for w in same rand append; do
+		case $w in
+		same) title="same 4 KiB block, pwrite" ;;
+		rand) title="random 4 KiB r/w, 16 MiB" ;;
+		append) title="O_APPEND 100-byte lines" ;;
+		esac
+		for n in $(echo "$CT_TASKS" | tr , ' '); do
+			res=$OUT/.procs-$w-$n
+			: >"$res"
+			r=0
+			while [ $r -lt "$CT_ROUNDS" ]; do
+				# Rotate the order of the modes each round.
+				set -- $modes
+				k=0
+				while [ $k -lt $r ]; do m=$1; shift; set -- "$@" "$m"; k=$((k + 1)); done
+				for m in "$@"; do
+					case $m in
+					unlocked) o=$("$pr" "$f" "$n" "$PR_CALLS" $w) || true ;;
+					ofd) o=$("$pr" "$f" "$n" "$PR_CALLS" $w ofd) || true ;;
+					rangeshim) o=$(RANGESHIM_SHM=$shm LD_PRELOAD=$LIB "$pr" "$f" "$n" "$PR_CALLS" $w) || true ;;
+					rs-process) o=$(RANGESHIM_SCOPE=process LD_PRELOAD=$LIB "$pr" "$f" "$n" "$PR_CALLS" $w 2>/dev/null) || true ;;
+					esac
+					echo "$r $m $o" >>"$res"
+				done
+				r=$((r + 1))
+			done
+			printf '  %-26s %5s' "$title" "$n"
+			for m in $modes; do
+				us=$(awk -v m="$m" '$2 == m { print $3 }' "$res" | median)
+				if [ "$m" = unlocked ]; then
+					printf ' %9.2f us        ' "$us"
+				else
+					x=$(awk -v m="$m" '{ us[$1 " " $2] = $3 }
+						END { for (k in us) { split(k, rk, " ")
+							if (rk[2] == m && us[rk[1] " unlocked"] > 0)
+								print us[k] / us[rk[1] " unlocked"] } }' "$res" | median)
+					printf ' %9.2f us (%4.2fx)' "$us" "$x"
+				fi
+			done
+			echo
+			# Damage: torn reads, or bad lines, in any round.
+			for m in $modes; do
+				d=$(awk -v m="$m" '$2 == m { for (i = 4; i <= NF; i++) if ($i ~ /^(torn|bad)=/) { split($i, kv, "="); s += kv[2] } } END { print s + 0 }' "$res")
+				bad="$bad $w/$n/$m=$d"
+			done
+			rm -f "$res"
+		done
+	done
+	echo
+	echo "  correctness, all rounds (torn or mixed reads; for append, bad or missing lines):"
+	for w in same rand append; do
+		printf '    %-8s' "$w"
+		for m in $modes; do
+			t=0
+			for e in $bad; do
+				case $e in "$w"/*/"$m"=*) t=$((t + ${e##*=})) ;; esac
+			done
+			printf '  %s %s' "$m" "$t"
+			[ "$m" = rangeshim ] && [ "$t" != 0 ] && printf ' <- the shim let a conflict through'
+		done
+		echo
+	done
+	rm -f "$f" "/dev/shm$shm"
 }
 
 fastpath() {
