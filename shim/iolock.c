@@ -378,7 +378,10 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 
 			if (np == 2 && file_key_less(p[1].file, p[0].file))
 				i = 1 - k;
-			rs_grant_enter(p[i].file, p[i].start, p[i].end, p[i].mode,
+			/* Appenders of different processes share the tail
+			 * (RS_G_APPEND); the range lock below stays a write. */
+			rs_grant_enter(p[i].file, p[i].start, p[i].end,
+				       p[i].append ? RS_GRANT_APPEND : p[i].mode,
 				       &io->gref[io->ngrefs]);
 			/* The fast path leaves file unset; leave_grants needs it. */
 			io->gref[io->ngrefs].file = p[i].file;

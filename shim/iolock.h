@@ -361,7 +361,7 @@ rs_io_fast(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, u
 	/* off < 2^63 and the clamped len < 2^31: no overflow. */
 	end = append ? RS_RANGE_EOF : start + (len > RS_MAX_RW ? RS_MAX_RW : len);
 	/* Other processes first, then the other threads (grants.h). */
-	rs_grant_enter(file, start, end, mode, &io->gref[0]);
+	rs_grant_enter(file, start, end, append ? RS_GRANT_APPEND : mode, &io->gref[0]);
 	if (__builtin_expect(rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start, end, mode),
 			     0))
 		RS_COUNT(lock_waits, 1);
