@@ -17,8 +17,17 @@ $(BUILD)/cluster/%: tests/cluster/%.c examples/util.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lpthread
 
-test-cluster: all $(CLUSTER_BINS)
+test-cluster: all $(CLUSTER_BINS) $(BUILD)/tests/test_clusterlock
 	@sh tests/cluster/run.sh $(BUILD)
 
 bench-cluster: all $(CLUSTER_BINS)
 	@sh tests/cluster/bench.sh $(BUILD)
+
+# test_clusterlock links the cluster grant cache, which the library does
+# not contain yet (not wired in); an explicit rule wins over the Makefile's
+# pattern rule for tests.
+$(BUILD)/tests/test_clusterlock: tests/test_clusterlock.c shim/clusterlock.c shim/clusterlock.h \
+		tests/common.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DRS_BUILD_DIR='"$(abspath $(BUILD))"' -DRS_SAN='"$(SAN)"' \
+	    -o $@ $< shim/clusterlock.c $(LDFLAGS) -lcriterion -lpthread

@@ -108,7 +108,7 @@ fi
 
 if [ -x "$build/tests/test_clusterlock" ]; then
 	checks=$((checks + 1))
-	if RS_CLUSTER_DIRS="$CLU_A:$CLU_B" "$build/tests/test_clusterlock" \
+	if RS_CLUSTER_DIRS="$CLU_A:$CLU_B" "$build/tests/test_clusterlock" --verbose \
 	    --filter 'clusterlock_nodes/*' --jobs 1 --timeout 120; then
 		pass "test_clusterlock across the two mounts"
 	else
