@@ -25,10 +25,16 @@
  *              the cache no read is torn and the reader sees the writes;
  *              the control without it tears (buffered; O_DIRECT too on the
  *              cluster mounts).
+ *  stress      two nodes of three threads each on random ranges, pollers
+ *              giving grants back: no cell is ever inside grants of both
+ *              nodes, grants did change nodes; the control over a lock
+ *              manager that grants everything sees violations.
+ *  large_offsets  ranges beyond 4 GiB, 3 GiB long, and to RS_CL_EOF.
  */
 #include "common.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #include "clusterlock.h"
@@ -560,3 +566,159 @@ static void check_torn(bool nodes, bool direct)
 Test(clusterlock, torn, .timeout = 60) { check_torn(false, false); }
 Test(clusterlock_nodes, torn, .timeout = 60) { check_torn(true, false); }
 Test(clusterlock_nodes, torn_direct, .timeout = 60) { check_torn(true, true); }
+
+/*
+ * stress: two nodes, three threads each, acquiring random ranges of
+ * [0, 64 KiB) (some to RS_CL_EOF) for about a second, while a poller per
+ * node gives grants back.  Per 1 KiB cell and per node a count of threads
+ * inside: a thread that finds the other node's count non-zero in its
+ * range has seen two nodes inside one range.  Threads of one node may
+ * share (that is the node table's business).  The control runs the same
+ * over a lock manager that grants everything and must see violations.
+ */
+#define CELLS 64
+
+struct stress {
+	struct rs_cl node[2];
+	atomic_int inside[2][CELLS];
+	atomic_uint_fast64_t violations, acquired;
+	atomic_bool stop, stop_polls;
+};
+
+struct stress_arg {
+	struct stress *s;
+	int node;
+	unsigned seed;
+};
+
+static void *stress_thread(void *arg)
+{
+	struct stress_arg *a = arg;
+	struct stress *s = a->s;
+	int other = !a->node;
+
+	while (!atomic_load(&s->stop)) {
+		unsigned c0 = (unsigned)rand_r(&a->seed) % CELLS;
+		unsigned c1 = c0 + 1 + (unsigned)rand_r(&a->seed) % 8, c;
+		uint64_t e = c1 >= CELLS || rand_r(&a->seed) % 8 == 0 ? RS_CL_EOF : c1 * 1024ULL;
+
+		if (c1 > CELLS)
+			c1 = CELLS;
+		if (e == RS_CL_EOF)
+			c1 = CELLS;
+		cr_assert_eq(rs_cl_acquire(&s->node[a->node], c0 * 1024ULL, e), 0);
+		for (c = c0; c < c1; c++)
+			atomic_fetch_add(&s->inside[a->node][c], 1);
+		for (c = c0; c < c1; c++)
+			if (atomic_load(&s->inside[other][c]))
+				atomic_fetch_add(&s->violations, 1);
+		sched_yield();
+		for (c = c0; c < c1; c++)
+			atomic_fetch_sub(&s->inside[a->node][c], 1);
+		rs_cl_release(&s->node[a->node], c0 * 1024ULL, e);
+		atomic_fetch_add(&s->acquired, 1);
+	}
+	return NULL;
+}
+
+static void *stress_poller(void *arg)
+{
+	struct stress_arg *a = arg;
+
+	while (!atomic_load(&a->s->stop_polls)) {
+		cr_assert_geq(rs_cl_poll(&a->s->node[a->node]), 0);
+		usleep(500);
+	}
+	return NULL;
+}
+
+static int grant_all(int fd, int cmd, struct flock *fl)
+{
+	(void)fd;
+	if (cmd == F_OFD_GETLK)
+		fl->l_type = F_UNLCK;
+	return 0;
+}
+
+static void run_stress(bool control, uint64_t *violations, uint64_t *acquired,
+		       uint64_t *revokes)
+{
+	static struct stress s;
+	struct rs_cl_params p = fast_params();
+	struct stress_arg args[8];
+	pthread_t t[8];
+	int fd[2], i;
+
+	memset(&s, 0, sizeof s);
+	p.hold_ns = p.hold_min_ns = 1000000;
+	if (control)
+		p.lock_fn = grant_all;
+	mkpaths(false, control ? "stress-control" : "stress");
+	for (i = 0; i < 2; i++) {
+		fd[i] = xopen(path_a, O_RDWR);
+		rs_cl_init(&s.node[i], fd[i], &p);
+	}
+	for (i = 0; i < 8; i++) {
+		args[i] = (struct stress_arg){ .s = &s, .node = i % 2, .seed = (unsigned)i * 7919u + 1 };
+		cr_assert_eq(pthread_create(&t[i], NULL, i < 6 ? stress_thread : stress_poller,
+					    &args[i]), 0);
+	}
+	usleep(1000000);
+	/* Workers first: one blocked on the other node needs that node's
+	 * poller to give its grants back. */
+	atomic_store(&s.stop, true);
+	for (i = 0; i < 6; i++)
+		pthread_join(t[i], NULL);
+	atomic_store(&s.stop_polls, true);
+	for (i = 6; i < 8; i++)
+		pthread_join(t[i], NULL);
+	for (i = 0; i < 2; i++) {
+		rs_cl_fini(&s.node[i]);
+		close(fd[i]);
+	}
+	unlink(path_a);
+	*revokes = s.node[0].st.revokes + s.node[1].st.revokes;
+	*violations = atomic_load(&s.violations);
+	*acquired = atomic_load(&s.acquired);
+}
+
+Test(clusterlock, stress, .timeout = 60)
+{
+	uint64_t v, n, r;
+
+	run_stress(true, &v, &n, &r);
+	cr_assert_gt(v, 0, "the control saw no two nodes inside one range in %ju acquisitions",
+		     (uintmax_t)n);
+	run_stress(false, &v, &n, &r);
+	cr_log_info("stress: %ju acquisitions, %ju grants given back, %ju violations",
+		    (uintmax_t)n, (uintmax_t)r, (uintmax_t)v);
+	cr_assert_eq(v, 0, "%ju times two nodes were inside one range", (uintmax_t)v);
+	cr_assert_gt(n, 100, "only %ju acquisitions: the nodes hardly ran", (uintmax_t)n);
+	cr_assert_gt(r, 10, "only %ju grants changed nodes: no contention", (uintmax_t)r);
+}
+
+Test(clusterlock, large_offsets)
+{
+	struct rs_cl_params p = fast_params();
+	struct rs_cl a, b;
+	struct waiter w;
+	const uint64_t big = 5ULL << 30, len = 3ULL << 30;
+	int fa, fb;
+
+	mkpaths(false, "large");
+	fa = xopen(path_a, O_RDWR);
+	fb = xopen(path_b, O_RDWR);
+	rs_cl_init(&a, fa, &p);
+	rs_cl_init(&b, fb, &p);
+	cr_assert_eq(rs_cl_acquire(&a, big, big + len), 0);
+	rs_cl_release(&a, big, big + len);
+	start_waiter(&w, &b, big + len - 1, RS_CL_EOF);
+	poll_until(&a, &w);
+	cr_assert(has_grant(&b, big + len - 1, RS_CL_EOF));
+	rs_cl_release(&b, big + len - 1, RS_CL_EOF);
+	rs_cl_fini(&a);
+	rs_cl_fini(&b);
+	close(fa);
+	close(fb);
+	unlink(path_a);
+}
