@@ -103,3 +103,4 @@ $(BUILD)/tests/bench/%: tests/bench/%.c
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lpthread
 include tests/bench/bench.mk
 include tests/compat/compat.mk
+include tests/cluster/cluster.mk

@@ -1,0 +1,570 @@
+/*
+ * The node's cluster grant cache for one file (issue 11, cluster scope).
+ *
+ * THEORY
+ *
+ * Interface.  rs_cl_acquire(c, start, end) returns once [start, end) lies
+ * inside one cluster grant of this node: a byte range this node holds as
+ * an OFD write lock, through the file system's own lock manager, on one
+ * private open file description (c->fd).  rs_cl_release ends that use.
+ * rs_cl_poll, called every rs_cl_poll_interval() by whoever runs the
+ * cache (the node's agent, later), gives grants back to other nodes that
+ * ask.  The module knows nothing about the node table or interposition
+ * (like rangelock.c, it is tested on its own); in cluster scope the node
+ * table's grants will nest inside these, and the process range locks
+ * inside those (docs/design.md, "Cluster scope (plan)").
+ *
+ * Why one description per node and file.  An OFD lock belongs to an open
+ * file description, everywhere from the local kernel to NFSv4, Lustre,
+ * GFS2 plocks and the GlusterFS locks translator.  So one description is
+ * one lock owner, and the node, not each process, is the owner: the idea
+ * of dlm_controld's plock_ownership (a node owns a resource and serves
+ * plocks locally until another node needs it) and of Lustre's node-held
+ * DLM extent locks.  Grants are exclusive between nodes (write locks);
+ * sharing within the node is the node table's business (EXSH).  Shared
+ * cluster grants for readers on several nodes are a later step.
+ *
+ * Common case.  A covering grant exists: one mutex round trip, no system
+ * call.  The first request of a region takes a lock request or two.
+ *
+ * Expansion, exact where nodes meet.  A miss locks the largest window
+ * around [start, end) that nothing conflicts with, as Lustre's server
+ * grows extent locks: the window starts as the gap between this node's
+ * neighbouring grants (the whole data space for the first request) and
+ * is tried with a non-blocking F_OFD_SETLK.  On EAGAIN, F_OFD_GETLK names
+ * one conflicting lock and the window is cut just short of it; another
+ * node's intent in the window cuts it the same way, so a node never grabs
+ * a range someone is queued for.  When the conflict overlaps [start, end)
+ * itself the node waits for exactly [start, end).  So grants grow while
+ * nothing conflicts and stop where nodes meet (issue 7's lesson: growing
+ * into a neighbour's region makes the two ping-pong).  At most 16 cuts,
+ * then the exact range.
+ *
+ * Overlaps with the node's own grants.  A request that one grant covers is
+ * a hit.  A request straddling grants (or a grant and a gap) never waits
+ * on the lock manager while holding them: it waits until they are idle,
+ * gives them back (write-back, invalidate, unlock), and asks afresh.
+ * Holding a grant while blocked for another is the hold-and-wait that
+ * deadlocks two nodes growing towards each other.  Meanwhile the straddled
+ * grants are marked wanted, so after their hold time they admit nobody
+ * new and drain.
+ *
+ * Waiting and intent.  fcntl locks have no callbacks, so a waiter first
+ * read-locks the mirror of its range in the intent space
+ * [RS_CL_EOF, 2^63), then blocks in F_OFD_SETLKW on the range, then drops
+ * the intent.  Holders poll: one F_OFD_GETLK over the whole intent space
+ * (the doorbell; read locks there conflict with the write lock GETLK
+ * asks about, and a description never sees its own), and only when it
+ * rings one GETLK per grant.  Poll interval: poll_min_ns after activity,
+ * doubling to poll_max_ns when idle.  Measured on GlusterFS, a GETLK
+ * costs about 60 us (docs/benchmarks.md, "Cluster").
+ *
+ * Giving back.  A grant that another node wants is given back by the
+ * poll, or by its last user's release, once it is idle and has been held
+ * for the minimum hold time.  Until then it admits users; after it, a
+ * wanted grant admits nobody new, so it drains.  Giving back writes the
+ * range back (sync_file_range, fdatasync where that is refused), drops
+ * its cached pages (POSIX_FADV_DONTNEED) and unlocks it.  After a grant is
+ * acquired its new part is invalidated the same way before anyone is
+ * admitted: the lock manager of a FUSE file system does not do it
+ * (measured: 99 of 100 locked reads stale on stock GlusterFS mounts).
+ *
+ * Hold time (GFS2 glocks: GL_GLOCK_DFT_HOLD HZ/5; gfs2_glock_update_hold_time
+ * adds GL_GLOCK_HOLD_INCR when an acquisition waited over a second, up to
+ * GL_GLOCK_MAX_HOLD).  Ours starts at 20 ms, in [5 ms, 200 ms]: it grows by
+ * 10 ms after an acquisition that waited over 100 ms (this node is being
+ * starved of a contended range, so let it do more per turn), and shrinks by
+ * 5 ms at each give-back (it is being asked, so turn faster).  The hold time
+ * applies only to other nodes' intent, never to this node's own requests.
+ *
+ * Fairness.  Between nodes, the lock manager queues the SETLKW waiters and
+ * the hold time bounds how long a holder keeps a wanted range; a node that
+ * waited long gets a longer turn.  Within the node, requests that find a
+ * pending or draining grant wait on c->cv and try again.
+ *
+ * Failures fail safe (issue 6's principle).  Any error from a lock call
+ * other than EINTR and the EAGAIN of a non-blocking try (ENOLCK, EIO,
+ * ESTALE, EBADF, ...) marks the whole cache lost: which locks the server
+ * still has is unknown.  From then on acquire returns -EIO, never an
+ * unprotected success; rs_cl_check() tells calls already inside a grant
+ * to fail with EIO.  Recovery is a new description and a new cache.
+ * Crashes: if the process holding the description dies, the kernel drops
+ * its locks; a node crash is the lock manager's to resolve (leases,
+ * eviction, fencing).  This module adds no lease of its own.
+ *
+ * Locking.  c->mu guards the table; it is held across the poll's GETLKs and
+ * give-backs (round trips of the file system) but never across a blocking
+ * SETLKW, which runs with the range marked PENDING.
+ */
+#include "clusterlock.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MS 1000000ULL
+#define HOLD_INCR_NS (10 * MS)
+#define HOLD_DECR_NS (5 * MS)
+#define LONG_WAIT_NS (100 * MS)
+#define MAX_CUTS 16
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000ULL + (uint64_t)t.tv_nsec;
+}
+
+void rs_cl_params_default(struct rs_cl_params *p)
+{
+	*p = (struct rs_cl_params){
+		.hold_ns = 20 * MS, .hold_min_ns = 5 * MS, .hold_max_ns = 200 * MS,
+		.poll_min_ns = 5 * MS, .poll_max_ns = 50 * MS, .lock_fn = NULL,
+	};
+}
+
+static int sys_fcntl(int fd, int cmd, struct flock *fl)
+{
+	return fcntl(fd, cmd, fl);
+}
+
+/*
+ * One lock call on [start, end) of the data space, or of the intent space
+ * with RS_CL_EOF added.  end == 2 * RS_CL_EOF (2^63, one past off_t) is
+ * "to the end" and becomes l_len 0.
+ * Post: 0, or -errno; on F_OFD_GETLK, *type and [*cs, *ce) name the
+ * conflicting lock (type F_UNLCK: none).
+ */
+static int lk(struct rs_cl *c, int cmd, short type, uint64_t start, uint64_t end,
+	      short *ctype, uint64_t *cs, uint64_t *ce)
+{
+	struct flock fl = { .l_type = type, .l_whence = SEEK_SET,
+			    .l_start = (off_t)start,
+			    .l_len = end >= 2 * RS_CL_EOF ? 0 : (off_t)(end - start) };
+	int rc;
+
+	do
+		rc = c->p.lock_fn(c->fd, cmd, &fl);
+	while (rc < 0 && errno == EINTR);
+	if (rc < 0)
+		return -errno;
+	if (cmd == F_OFD_GETLK) {
+		*ctype = fl.l_type;
+		*cs = (uint64_t)fl.l_start;
+		*ce = fl.l_len == 0 ? 2 * RS_CL_EOF : (uint64_t)fl.l_start + (uint64_t)fl.l_len;
+	}
+	return 0;
+}
+
+/* Pre: c->mu held.  Post: every grant is unusable; waiters are woken. */
+static void set_lost(struct rs_cl *c, int err)
+{
+	if (!c->lost)
+		c->lost = err ? err : EIO;
+	pthread_cond_broadcast(&c->cv);
+}
+
+int rs_cl_init(struct rs_cl *c, int fd, const struct rs_cl_params *p)
+{
+	memset(c, 0, sizeof *c);
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	c->fd = fd;
+	if (p)
+		c->p = *p;
+	else
+		rs_cl_params_default(&c->p);
+	if (!c->p.lock_fn)
+		c->p.lock_fn = sys_fcntl;
+	if (c->p.hold_min_ns > c->p.hold_max_ns)
+		c->p.hold_min_ns = c->p.hold_max_ns;
+	c->hold_ns = c->p.hold_ns < c->p.hold_min_ns ? c->p.hold_min_ns :
+		     c->p.hold_ns > c->p.hold_max_ns ? c->p.hold_max_ns : c->p.hold_ns;
+	c->poll_ns = c->p.poll_min_ns;
+	return 0;
+}
+
+static bool overlaps(const struct rs_cl_grant *g, uint64_t s, uint64_t e)
+{
+	return g->state != RS_CL_FREE && g->start < e && s < g->end;
+}
+
+static bool draining(const struct rs_cl *c, const struct rs_cl_grant *g, uint64_t now)
+{
+	return g->wanted && now - g->since_ns >= c->hold_ns;
+}
+
+/* Drop [s, e) from this node's page cache; len 0 is "to the end". */
+static void invalidate(struct rs_cl *c, uint64_t s, uint64_t e)
+{
+	posix_fadvise(c->fd, (off_t)s, e >= RS_CL_EOF ? 0 : (off_t)(e - s),
+		      POSIX_FADV_DONTNEED);
+}
+
+/*
+ * Pre: c->mu held; g HELD with no users.
+ * Post: g's data is written back and out of the cache, its lock released,
+ * its slot free; or the cache is lost.  Returns 0 or -EIO.
+ */
+static int give_back(struct rs_cl *c, struct rs_cl_grant *g)
+{
+	uint64_t len = g->end >= RS_CL_EOF ? 0 : g->end - g->start;
+	short t;
+	uint64_t a, b;
+	int rc;
+
+	if (sync_file_range(c->fd, (off_t)g->start, (off_t)len,
+			    SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+			    SYNC_FILE_RANGE_WAIT_AFTER) < 0 &&
+	    (errno == EINVAL || errno == ESPIPE || errno == ENOSYS))
+		fdatasync(c->fd);
+	invalidate(c, g->start, g->end);
+	rc = lk(c, F_OFD_SETLK, F_UNLCK, g->start, g->end, &t, &a, &b);
+	g->state = RS_CL_FREE;
+	pthread_cond_broadcast(&c->cv);
+	if (rc) {
+		set_lost(c, -rc);
+		return -EIO;
+	}
+	return 0;
+}
+
+static struct rs_cl_grant *free_slot(struct rs_cl *c)
+{
+	struct rs_cl_grant *g, *idle = NULL;
+
+	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++) {
+		if (g->state == RS_CL_FREE)
+			return g;
+		if (g->state == RS_CL_HELD && !g->users &&
+		    (!idle || g->since_ns < idle->since_ns))
+			idle = g;
+	}
+	/* Table full: the oldest idle grant goes back voluntarily. */
+	if (idle && give_back(c, idle) == 0)
+		return idle;
+	return NULL;
+}
+
+/*
+ * Cut the window [*lo, *hi) around [s, e) short of a conflict [a, b).
+ * Returns false when the conflict overlaps [s, e): wait for it.
+ */
+static bool cut(uint64_t s, uint64_t e, uint64_t a, uint64_t b, uint64_t *lo, uint64_t *hi)
+{
+	if (b <= s) {
+		if (b > *lo)
+			*lo = b;
+		return true;
+	}
+	if (a >= e) {
+		if (a < *hi)
+			*hi = a;
+		return true;
+	}
+	return false;
+}
+
+/*
+ * Pre: c->mu not held; [s, e) inside [*lo, *hi), which holds no grant of
+ * this node.  Post: 1 with [*lo, *hi) locked, 0 when [s, e) itself is
+ * contended (nothing locked), or -errno.
+ */
+static int try_expand(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *lo, uint64_t *hi,
+		      uint64_t *locks, uint64_t *polls)
+{
+	int i, rc;
+
+	for (i = 0; i < MAX_CUTS; i++) {
+		short t;
+		uint64_t a, b;
+
+		if (*lo < s || *hi > e) {
+			/* Someone queued inside the window keeps it. */
+			(*polls)++;
+			rc = lk(c, F_OFD_GETLK, F_WRLCK, RS_CL_EOF + *lo, RS_CL_EOF + *hi, &t, &a, &b);
+			if (rc)
+				return rc;
+			if (t != F_UNLCK) {
+				/* A foreign lock "to the end" of the file reaches
+				 * up here from the data space: it covers all. */
+				if (!cut(s, e, a < RS_CL_EOF ? 0 : a - RS_CL_EOF,
+					 b - RS_CL_EOF, lo, hi))
+					return 0;
+				continue;
+			}
+		}
+		(*locks)++;
+		rc = lk(c, F_OFD_SETLK, F_WRLCK, *lo, *hi, &t, &a, &b);
+		if (rc == 0)
+			return 1;
+		if (rc != -EAGAIN && rc != -EACCES)
+			return rc;
+		rc = lk(c, F_OFD_GETLK, F_WRLCK, *lo, *hi, &t, &a, &b);
+		if (rc)
+			return rc;
+		if (t != F_UNLCK && !cut(s, e, a, b, lo, hi))
+			return 0;
+	}
+	return 0;
+}
+
+/*
+ * Pre: c->mu not held; nothing of [s, e) is this node's.
+ * Post: 0 with [s, e) write-locked, or -errno.  Announces itself in the
+ * intent space for as long as it waits.
+ */
+static int wait_exact(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *locks)
+{
+	short t;
+	uint64_t a, b;
+	int rc, rc2;
+
+	rc = lk(c, F_OFD_SETLK, F_RDLCK, RS_CL_EOF + s, RS_CL_EOF + e, &t, &a, &b);
+	if (rc)
+		return rc;
+	(*locks)++;
+	rc = lk(c, F_OFD_SETLKW, F_WRLCK, s, e, &t, &a, &b);
+	rc2 = lk(c, F_OFD_SETLK, F_UNLCK, RS_CL_EOF + s, RS_CL_EOF + e, &t, &a, &b);
+	return rc ? rc : rc2;
+}
+
+int rs_cl_acquire(struct rs_cl *c, uint64_t s, uint64_t e)
+{
+	struct rs_cl_grant *g, *p;
+	uint64_t lo, hi, now, t0, waited = 0, locks = 0, polls = 0;
+	int rc;
+
+	if (s >= e)
+		return -EINVAL;
+	if (e > RS_CL_EOF)
+		return -EOVERFLOW;
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		bool busy = false, gave = false;
+
+		if (c->lost) {
+			pthread_mutex_unlock(&c->mu);
+			return -EIO;
+		}
+		now = now_ns();
+		for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++) {
+			if (g->state == RS_CL_HELD && g->start <= s && e <= g->end &&
+			    !draining(c, g, now)) {
+				g->users++;
+				pthread_mutex_unlock(&c->mu);
+				return 0;
+			}
+		}
+		for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++) {
+			if (!overlaps(g, s, e))
+				continue;
+			if (g->state == RS_CL_PENDING || g->users) {
+				/* Straddled grants drain once held long enough. */
+				if (g->state == RS_CL_HELD)
+					g->wanted = true;
+				busy = true;
+			} else if (give_back(c, g) < 0) {
+				break;
+			} else {
+				gave = true;
+			}
+		}
+		if (busy)
+			pthread_cond_wait(&c->cv, &c->mu);
+		else if (!gave)
+			break;
+	}
+	if (c->lost) {
+		pthread_mutex_unlock(&c->mu);
+		return -EIO;
+	}
+	/* The window: the gap between this node's neighbouring grants. */
+	lo = 0;
+	hi = RS_CL_EOF;
+	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++) {
+		if (g->state == RS_CL_FREE)
+			continue;
+		if (g->end <= s && g->end > lo)
+			lo = g->end;
+		if (g->start >= e && g->start < hi)
+			hi = g->start;
+	}
+	p = free_slot(c);
+	if (!p) {
+		pthread_mutex_unlock(&c->mu);
+		return c->lost ? -EIO : -ENOLCK;
+	}
+	/* A pending grant reserves its whole window: two requests of this
+	 * node expanding into one region would both succeed (one owner), and
+	 * giving one back would then unlock the other. */
+	*p = (struct rs_cl_grant){ .start = lo, .end = hi, .state = RS_CL_PENDING };
+	pthread_mutex_unlock(&c->mu);
+
+	rc = try_expand(c, s, e, &lo, &hi, &locks, &polls);
+	if (rc == 0) {
+		t0 = now_ns();
+		lo = s;
+		hi = e;
+		rc = wait_exact(c, s, e, &locks);
+		waited = now_ns() - t0;
+	}
+
+	pthread_mutex_lock(&c->mu);
+	c->st.locks += locks;
+	c->st.polls += polls;
+	c->st.wait_ns += waited;
+	if (rc < 0) {
+		p->state = RS_CL_FREE;
+		set_lost(c, -rc);
+		pthread_mutex_unlock(&c->mu);
+		return -EIO;
+	}
+	/* Invalidate before admitting anyone: another node wrote here. */
+	invalidate(c, lo, hi);
+	*p = (struct rs_cl_grant){ .start = lo, .end = hi, .since_ns = now_ns(),
+				   .users = 1, .state = RS_CL_HELD };
+	if (waited > LONG_WAIT_NS)
+		c->hold_ns = c->hold_ns + HOLD_INCR_NS > c->p.hold_max_ns ?
+			     c->p.hold_max_ns : c->hold_ns + HOLD_INCR_NS;
+	c->poll_ns = c->p.poll_min_ns;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+}
+
+static void shorten_hold(struct rs_cl *c)
+{
+	c->hold_ns = c->hold_ns < c->p.hold_min_ns + HOLD_DECR_NS ?
+		     c->p.hold_min_ns : c->hold_ns - HOLD_DECR_NS;
+}
+
+void rs_cl_release(struct rs_cl *c, uint64_t s, uint64_t e)
+{
+	struct rs_cl_grant *g;
+
+	pthread_mutex_lock(&c->mu);
+	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++) {
+		if (g->state != RS_CL_HELD || !g->users || g->start > s || e > g->end)
+			continue;
+		if (--g->users == 0) {
+			if (draining(c, g, now_ns()) && !c->lost && give_back(c, g) == 0) {
+				c->st.revokes++;
+				shorten_hold(c);
+			}
+			pthread_cond_broadcast(&c->cv);
+		}
+		break;
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
+int rs_cl_poll(struct rs_cl *c)
+{
+	struct rs_cl_grant *g;
+	short t;
+	uint64_t a, b, now;
+	int rc, gave = 0, held = 0;
+
+	pthread_mutex_lock(&c->mu);
+	if (c->lost) {
+		pthread_mutex_unlock(&c->mu);
+		return -EIO;
+	}
+	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++)
+		held += g->state == RS_CL_HELD;
+	if (!held)
+		goto idle;
+	/* The doorbell: is anybody waiting for anything in this file? */
+	c->st.polls++;
+	rc = lk(c, F_OFD_GETLK, F_WRLCK, RS_CL_EOF, 2 * RS_CL_EOF, &t, &a, &b);
+	if (rc)
+		goto lost;
+	if (t == F_UNLCK)
+		goto idle;
+	now = now_ns();
+	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++) {
+		if (g->state != RS_CL_HELD)
+			continue;
+		if (!g->wanted) {
+			c->st.polls++;
+			rc = lk(c, F_OFD_GETLK, F_WRLCK, RS_CL_EOF + g->start,
+				RS_CL_EOF + g->end, &t, &a, &b);
+			if (rc)
+				goto lost;
+			g->wanted = t != F_UNLCK;
+		}
+		if (g->wanted && !g->users && draining(c, g, now)) {
+			if (give_back(c, g) < 0) {
+				pthread_mutex_unlock(&c->mu);
+				return -EIO;
+			}
+			c->st.revokes++;
+			shorten_hold(c);
+			gave++;
+		}
+	}
+	c->poll_ns = c->p.poll_min_ns;
+	pthread_mutex_unlock(&c->mu);
+	return gave;
+idle:
+	c->poll_ns = c->poll_ns * 2 > c->p.poll_max_ns ? c->p.poll_max_ns : c->poll_ns * 2;
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+lost:
+	set_lost(c, -rc);
+	pthread_mutex_unlock(&c->mu);
+	return -EIO;
+}
+
+uint64_t rs_cl_poll_interval(struct rs_cl *c)
+{
+	uint64_t v;
+
+	pthread_mutex_lock(&c->mu);
+	v = c->poll_ns;
+	pthread_mutex_unlock(&c->mu);
+	return v;
+}
+
+int rs_cl_grants(struct rs_cl *c, struct rs_cl_grant *out, int max)
+{
+	int n = 0;
+	struct rs_cl_grant *g;
+
+	pthread_mutex_lock(&c->mu);
+	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++) {
+		if (g->state != RS_CL_HELD)
+			continue;
+		if (n < max)
+			out[n] = *g;
+		n++;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return n;
+}
+
+int rs_cl_check(struct rs_cl *c)
+{
+	int lost;
+
+	pthread_mutex_lock(&c->mu);
+	lost = c->lost;
+	pthread_mutex_unlock(&c->mu);
+	return lost ? -EIO : 0;
+}
+
+void rs_cl_fini(struct rs_cl *c)
+{
+	struct rs_cl_grant *g;
+
+	pthread_mutex_lock(&c->mu);
+	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++)
+		if (g->state == RS_CL_HELD)
+			give_back(c, g);
+	pthread_mutex_unlock(&c->mu);
+	pthread_cond_destroy(&c->cv);
+	pthread_mutex_destroy(&c->mu);
+}

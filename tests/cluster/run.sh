@@ -1,0 +1,124 @@
+#!/bin/sh
+# The cluster tier (make test-cluster): two FUSE mounts of one GlusterFS
+# volume on this machine act as two nodes with a real lock manager between
+# them (the brick's features/locks translator).  Usage: run.sh BUILD.
+#
+# What it checks, each with its control:
+#   1. a 1 MiB writer on node A and a reader on node B tear without the shim
+#      (buffered and O_DIRECT): the rig can see tears;
+#   2. the same with an OFD lock through the file system around every call
+#      (ROMIO's way): no tears, so the lock manager orders data here;
+#   3. node scope, one RANGESHIM_SHM table per node, still tears: node scope
+#      does not reach across nodes (what cluster scope is for);
+#   4. OFD locks through A and B conflict as on a cluster (ofdprobe check);
+#   5. test_clusterlock's cross-node cases on the two mounts.
+# Every race must also have seen the writer (changes > 0): a reader that
+# never saw a write proves nothing either way.
+#
+# Where FUSE or mounting is not allowed it prints "SKIP: reason", exits 0.
+set -u
+build=$1
+here=$(dirname "$0")
+. "$here/gluster.sh"
+
+x=$build/cluster/xmount
+lib=$(cd "$build" && pwd)/librangeshim.so
+secs=${CLUSTER_SECONDS:-2}
+fails=0
+checks=0
+
+trap 'clu_teardown' EXIT
+trap 'exit 130' INT TERM
+
+clu_prepare
+case $? in
+0) ;;
+2) trap - EXIT; exit 0 ;;
+*) exit 1 ;;
+esac
+clu_setup || exit 1
+
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+pass() { echo "ok: $*"; }
+
+# race NAME WRITER-ENV READER-ENV XMOUNT-FLAGS: writer on A, reader on B;
+# sets torn and changes.
+race() {
+	name=$1 wenv=$2 renv=$3 flags=$4
+	"$x" fill "$CLU_A/$name" || return 1
+	# shellcheck disable=SC2086
+	env $wenv "$x" write "$CLU_A/$name" --seconds "$secs" $flags >/dev/null &
+	wpid=$!
+	# shellcheck disable=SC2086
+	out=$(env $renv "$x" read "$CLU_B/$name" --seconds "$secs" $flags)
+	rrc=$?
+	wait $wpid
+	wrc=$?
+	rm -f "$CLU_A/$name"
+	[ $rrc = 0 ] && [ $wrc = 0 ] || { echo "xmount failed: reader $rrc writer $wrc"; return 1; }
+	torn=$(echo "$out" | sed -n 's/.*torn=\([0-9]*\).*/\1/p')
+	changes=$(echo "$out" | sed -n 's/.*changes=\([0-9]*\).*/\1/p')
+	echo "   $out"
+}
+
+# expect_torn WHAT WRITER-ENV READER-ENV FLAGS: up to 3 runs until one tears.
+expect_torn() {
+	checks=$((checks + 1))
+	for try in 1 2 3; do
+		race "t$checks" "$2" "$3" "$4" || { fail "$1: rig error"; return; }
+		if [ "$changes" -gt 0 ] && [ "$torn" -gt 0 ]; then
+			pass "$1 tears (run $try)"
+			return
+		fi
+	done
+	fail "$1: no torn read in 3 runs (changes=$changes); the control cannot see tears"
+}
+
+expect_clean() {
+	checks=$((checks + 1))
+	race "c$checks" "$2" "$3" "$4" || { fail "$1: rig error"; return; }
+	if [ "$changes" = 0 ]; then
+		fail "$1: the reader never saw a write, so torn=0 proves nothing"
+	elif [ "$torn" != 0 ]; then
+		fail "$1: $torn torn reads"
+	else
+		pass "$1: no torn read in $changes changes"
+	fi
+}
+
+shmA=/rs-cluster-A.$$
+shmB=/rs-cluster-B.$$
+nodeA="LD_PRELOAD=$lib RANGESHIM_SHM=$shmA"
+nodeB="LD_PRELOAD=$lib RANGESHIM_SHM=$shmB"
+for mode in "" --direct; do
+	m=${mode:-buffered}; m=${m#--}
+	expect_torn "control, no shim, $m" "" "" "$mode"
+	expect_clean "OFD lock per call, $m" "" "" "$mode --lock"
+	expect_torn "node scope, one table per node, $m (does not protect across nodes)" \
+		"$nodeA" "$nodeB" "$mode"
+done
+rm -f "/dev/shm$shmA" "/dev/shm$shmB"
+
+checks=$((checks + 1))
+if "$build/cluster/ofdprobe" check "$CLU_A" "$CLU_B"; then
+	pass "OFD locks through node A and node B conflict as on a cluster"
+else
+	fail "ofdprobe check"
+fi
+
+if [ -x "$build/tests/test_clusterlock" ]; then
+	checks=$((checks + 1))
+	RS_CLUSTER_DIRS="$CLU_A:$CLU_B" "$build/tests/test_clusterlock" --verbose \
+	    --filter 'clusterlock_nodes/*' --jobs 1 --timeout 120 >"$CLU_DIR/clusterlock.log" 2>&1
+	rc=$?
+	# --verbose for the figures; the other suite's tests are filtered out.
+	grep -v 'Test is disabled' "$CLU_DIR/clusterlock.log"
+	if [ $rc = 0 ]; then
+		pass "test_clusterlock across the two mounts"
+	else
+		fail "test_clusterlock across the two mounts"
+	fi
+fi
+
+echo "cluster: $((checks - fails)) of $checks checks passed"
+[ $fails = 0 ]
