@@ -1,6 +1,13 @@
 /* The one reader of the node lock table, for locks and clean (see table.h). */
 #include "table.h"
 
+/* The library's rule (config.c) on top of the segment code's: "/." and
+ * "/.." would name /dev/shm itself or its parent. */
+static bool shm_name_ok(const char *name)
+{
+	return strcmp(name, "/.") != 0 && strcmp(name, "/..") != 0;
+}
+
 /*
  * Options of locks and clean.  -1 when the caller should go on, otherwise
  * the exit status.  The default name is the library's (config.c): a bad
@@ -52,14 +59,15 @@ int parse_table_opts(const struct command *cmd, int argc, char **argv,
 		return usage_error(msg, argv[optind]);
 	}
 	snprintf(dflt, sizeof(dflt), "/rangeshim-%u", (unsigned)getuid());
-	if (!name && env && *env && rs_seg_path(env, o->path, sizeof(o->path)) == 0)
+	if (!name && env && *env && shm_name_ok(env) &&
+	    rs_seg_path(env, o->path, sizeof(o->path)) == 0)
 		name = env;
 	else if (!name && env && *env)
 		fprintf(stderr, "rangeshim: RANGESHIM_SHM='%s' is not a name like %s; "
 			"using the default\n", env, dflt);
 	if (!name)
 		name = "";	/* the library's default table (segment.c) */
-	if (rs_seg_path(name, o->path, sizeof(o->path)) < 0)
+	if ((*name && !shm_name_ok(name)) || rs_seg_path(name, o->path, sizeof(o->path)) < 0)
 		return usage_error("bad --shm '%s' (use a name like /rangeshim-1000)", name);
 	return -1;
 }
