@@ -48,10 +48,11 @@ $(BUILD)/obj/%.o: shim/%.c $(wildcard shim/*.h) include/rangeshim/rangelock.h
 $(LIB): $(SHIM_OBJS)
 	$(CC) -shared -o $@ $^ $(LDFLAGS) -Wl,-z,now -Wl,-Bsymbolic-functions -ldl -lpthread
 
-# The command reads the node table with the same code the library uses.
-CLI_SRCS = shim/cli.c shim/nodelock.c shim/segment.c shim/log.c
+# The command (shim/cli/, one file per subcommand) reads the node table
+# with the same code the library uses.
+CLI_SRCS = $(wildcard shim/cli/*.c) shim/nodelock.c shim/segment.c shim/log.c
 
-$(CLI): $(CLI_SRCS) $(wildcard shim/*.h)
+$(CLI): $(CLI_SRCS) $(wildcard shim/*.h shim/cli/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $(CLI_SRCS) $(LDFLAGS) -lpthread
 

@@ -124,12 +124,16 @@ static void load_shm(struct rs_config *c, const char *v)
 	c->shm_name[0] = '\0';
 	if (v && *v) {
 		/* segment.c puts it under /dev/shm and allows 200 bytes. */
-		if (v[0] == '/' && v[1] && strlen(v) <= 200 && !strchr(v + 1, '/')) {
+		/* "/." and "/.." name /dev/shm itself or its parent: a
+		 * directory, which would fail only at attach, leaving other
+		 * processes uncoordinated. */
+		if (v[0] == '/' && v[1] && strlen(v) <= 200 && !strchr(v + 1, '/') &&
+		    strcmp(v, "/.") != 0 && strcmp(v, "/..") != 0) {
 			strcpy(c->shm_name, v);
 			return;
 		}
 		rs_log(RS_LOG_ERROR, "RANGESHIM_SHM='%s' is not a name like /rangeshim-%u "
-		       "(a '/', then up to 199 bytes without '/'); using the default table", v,
+		       "(a '/', then up to 199 bytes without '/', not . or ..); using the default table", v,
 		       (unsigned)getuid());
 	}
 }

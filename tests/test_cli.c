@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 
 #include "common.h"
+#include "config.h"
 #include "nodelock.h"
 
 #define RS_CLI RS_BUILD_DIR "/rangeshim"
@@ -56,6 +57,7 @@ static void teardown(void)
 {
 	unlink(shm_path);
 	unlink(data);
+	rs_remove_bases();
 }
 
 TestSuite(cli, .init = setup, .fini = teardown, .timeout = 90);
@@ -315,4 +317,149 @@ Test(cli, clean_dead_only)
 	cr_assert(strstr(r->out, "1 dead process(es) and 1 grant(s)"), "%s", r->out);
 	cr_assert_not(exists(shm_path));
 	free(r);
+}
+
+/* ---- run's coverage warnings, run --stats, stats, RANGESHIM_SHM ---- */
+
+static void rs_write_text(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	cr_assert_geq(fd, 0, "create %s: %s", path, strerror(errno));
+	cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+}
+
+static const char *shm_value;
+
+static const char *get_shm(const char *v)
+{
+	return strcmp(v, "RANGESHIM_SHM") ? NULL : shm_value;
+}
+
+static int run_cli(struct rs_run *r, char *const argv[], const char *const env[])
+{
+	return rs_run(r, argv, env, 0, 60);
+}
+
+/* A static binary, a script run by one and a setuid binary each get the
+ * line; a dynamic one (the control) does not. */
+Test(cli, run_warns_uncoverable)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/tmp", "rs-cli-run."), script[PATH_MAX], suid[PATH_MAX];
+	char buf[8192];
+	int in, out;
+	ssize_t n;
+
+	char *dyn[] = { RS_CLI, "run", "--", "/bin/true", NULL };
+	run_cli(&r, dyn, NULL);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_assert_null(strstr(r.out, "cannot apply"), "warned about /bin/true: %s", r.out);
+
+	if (access("/sbin/ldconfig", X_OK) == 0) {
+		char *st[] = { RS_CLI, "run", "--", "/sbin/ldconfig", "--version", NULL };
+
+		run_cli(&r, st, NULL);
+		cr_assert(strstr(r.out, "statically linked") && strstr(r.out, "cannot apply"),
+			  "no warning for static /sbin/ldconfig: %s", r.out);
+		snprintf(script, sizeof(script), "%s/s.sh", base);
+		rs_write_text(script, "#!/sbin/ldconfig\n");
+		chmod(script, 0755);
+		char *sc[] = { RS_CLI, "run", "--", script, NULL };
+		run_cli(&r, sc, NULL);
+		cr_assert(strstr(r.out, "a script run by /sbin/ldconfig, which is statically linked"),
+			  "no warning for a script of a static interpreter: %s", r.out);
+	}
+	if (getuid() != 0)
+		return;   /* only root can make a file of another owner */
+	snprintf(suid, sizeof(suid), "%s/suid", base);
+	in = open("/bin/true", O_RDONLY);
+	out = open(suid, O_WRONLY | O_CREAT | O_TRUNC, 0755);
+	cr_assert(in >= 0 && out >= 0);
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		cr_assert_eq(write(out, buf, (size_t)n), n);
+	close(in);
+	close(out);
+	cr_assert_eq(chown(suid, 65534, (gid_t)-1), 0);
+	cr_assert_eq(chmod(suid, 04755), 0);
+	char *su[] = { RS_CLI, "run", "--", suid, NULL };
+	run_cli(&r, su, NULL);
+	cr_assert(strstr(r.out, "is setuid (owner uid 65534)"), "no setuid warning: %s", r.out);
+}
+
+/* run --stats: one job summary over the processes, the coverage line, and
+ * its report directory removed. */
+Test(cli, run_stats_summary)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/tmp", "rs-cli-stats."), cmd[PATH_MAX * 2], tmpdir[PATH_MAX + 8];
+	char *sh[] = { RS_CLI, "run", "--stats", "--", "/bin/sh", "-c", cmd, NULL };
+	const char *env[] = { tmpdir, shm_env, NULL };
+	const char *p;
+
+	snprintf(tmpdir, sizeof(tmpdir), "TMPDIR=%s", base);
+	snprintf(cmd, sizeof(cmd), "dd if=/dev/zero of=%s bs=64k count=4 2>/dev/null; "
+		 "cat %s > %s.copy; exit 3", data, data, data);
+	run_cli(&r, sh, env);
+	cr_assert_eq(r.status, 3, "CMD's exit status is run's: %d\n%s", r.status, r.out);
+	cr_assert(strstr(r.out, "rangeshim job summary: "), "%s", r.out);
+	p = strstr(r.out, " calls coordinated; not coordinated: ");
+	cr_assert_not_null(p, "%s", r.out);
+	while (p > r.out && p[-1] >= '0' && p[-1] <= '9')
+		p--;
+	cr_assert_gt(atol(p), 0, "nothing coordinated: %s", r.out);
+	cr_assert_eq(rmdir(base), 0, "run --stats left files in %s: %s", base, strerror(errno));
+	mkdir(base, 0700);
+	snprintf(cmd, sizeof(cmd), "%s.copy", data);
+	unlink(cmd);
+}
+
+/* stats merges good reports, skips bad ones with a line each, and reads
+ * uncovered_* counters by name. */
+Test(cli, stats_merges_and_skips)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/tmp", "rs-cli-merge."), f[PATH_MAX];
+
+	snprintf(f, sizeof(f), "%s/1.json", base);
+	rs_write_text(f, "{\"pid\": 11, \"io_calls\": 5, \"lock_waits\": 2, \"uncovered_io_uring\": 3, "
+		      "\"uncovered_stdio\": 0}\n");
+	snprintf(f, sizeof(f), "%s/2.json", base);
+	rs_write_text(f, "{\"pid\": 12, \"io_calls\": 7, \"lock_waits\": 1, \"uncovered_io_uring\": 0, "
+		      "\"uncovered_stdio\": 2, \"files\": [{\"path\": \"x\"}]}\n");
+	snprintf(f, sizeof(f), "%s/3.json", base);
+	rs_write_text(f, "{\"pid\": 13, \"io_calls\": 7");
+	snprintf(f, sizeof(f), "%s/4.json", base);
+	rs_write_text(f, "garbage\n");
+	char *argv[] = { RS_CLI, "stats", base, NULL };
+	run_cli(&r, argv, NULL);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_assert(strstr(r.out, "2 process report(s), 2 file(s) skipped"), "%s", r.out);
+	cr_assert(strstr(r.out, "3.json: truncated or malformed"), "%s", r.out);
+	cr_assert(strstr(r.out, "4.json: not a JSON object"), "%s", r.out);
+	cr_assert(strstr(r.out, "io_calls                                 12"), "%s", r.out);
+	cr_assert(strstr(r.out, "12 calls coordinated; not coordinated: io_uring (3), stdio (2)\n"),
+		  "%s", r.out);
+	char *bad[] = { RS_CLI, "stats", f, NULL };
+	run_cli(&r, bad, NULL);
+	cr_assert_eq(r.status, 1, "no report read must fail: %s", r.out);
+}
+
+/* "/." and "/.." name directories: refused when read, default table used. */
+Test(cli, shm_dot_names_refused)
+{
+	struct rs_run r;
+	const char *name;
+	struct rs_config c;
+
+	for (int i = 0; i < 2; i++) {
+		name = i ? "/.." : "/.";
+		shm_value = name;
+		rs_config_load(&c, get_shm);
+		cr_assert_str_eq(c.shm_name, "", "RANGESHIM_SHM=%s accepted", name);
+		char *argv[] = { RS_CLI, "locks", "--shm", (char *)name, NULL };
+		run_cli(&r, argv, NULL);
+		cr_assert_eq(r.status, 2, "locks --shm %s: %s", name, r.out);
+	}
 }

@@ -1,0 +1,198 @@
+/* The options of `run` and `env`, and finding the library to preload. */
+#include "preload.h"
+
+const struct setting_name setting_names[SET_COUNT] = {
+	[SET_SCOPE] = { "scope", "RANGESHIM_SCOPE" },
+	[SET_LOCK] = { "lock", "RANGESHIM_LOCK" },
+	[SET_PATHS] = { "paths", "RANGESHIM_PATHS" },
+	[SET_STATS] = { "stats", "RANGESHIM_STATS" },
+	[SET_LOG] = { "log", "RANGESHIM_LOG" },
+	[SET_SHM] = { "shm", "RANGESHIM_SHM" },
+};
+
+/*
+ * Parse the options shared by `run` and `env`.  Returns -1 when the caller
+ * should go on, otherwise the exit status.  Parsing stops at the first
+ * non-option ("+"), so `run` passes CMD's own options through untouched.
+ */
+int parse_settings(int argc, char **argv, struct settings *s)
+{
+	static const char *const scopes[] = { "off", "process", "node", NULL };
+	static const char *const locks[] = { "range", "mutex", NULL };
+	static const struct option longopts[] = {
+		{ "scope", required_argument, NULL, OPT_SET(SET_SCOPE) },
+		{ "lock", required_argument, NULL, OPT_SET(SET_LOCK) },
+		{ "paths", required_argument, NULL, OPT_SET(SET_PATHS) },
+		/* Optional, so `--stats CMD` still runs CMD; a path needs '='. */
+		{ "stats", optional_argument, NULL, OPT_SET(SET_STATS) },
+		{ "log", required_argument, NULL, OPT_SET(SET_LOG) },
+		{ "shm", required_argument, NULL, OPT_SET(SET_SHM) },
+		{ "lib", required_argument, NULL, OPT_LIB },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	int c;
+
+	/* Our own messages, so every usage error has the same shape. */
+	opterr = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			usage(stdout);
+			return 0;
+		case ':':
+		case '?':
+			return getopt_error(c, argv);
+		case OPT_LIB:
+			if (!*optarg)
+				return usage_error("%s", "--lib needs a path");
+			s->lib = optarg;
+			break;
+		case OPT_SET(SET_STATS):
+			if (optarg && !*optarg)
+				return usage_error("%s", "--stats= needs a path");
+			s->value[SET_STATS] = optarg ? optarg : "1";
+			break;
+		default: {
+			int i = c - OPT_SET(0);
+
+			/* An empty value would mean "default" to some readers
+			 * and "nothing" to others; refuse it here. */
+			if (!*optarg)
+				return usage_error("option '--%s' needs a non-empty value",
+						   setting_names[i].opt);
+			if (i == SET_SCOPE && !is_one_of(optarg, scopes))
+				return usage_error("bad --scope '%s' (use off, process or node)",
+						   optarg);
+			if (i == SET_LOCK && !is_one_of(optarg, locks))
+				return usage_error("bad --lock '%s' (use range or mutex)",
+						   optarg);
+			s->value[i] = optarg;
+			break;
+		}
+		}
+	}
+	return -1;
+}
+
+static bool is_regular_file(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/*
+ * Find the library and return its canonical absolute path (malloc'd), or
+ * NULL after printing an error.  It must be absolute: CMD may chdir before
+ * it execs something else, and the loader resolves LD_PRELOAD each time.
+ */
+static char *find_library(const char *explicit_lib)
+{
+	static const char *const rel[] = {
+		"/" LIB_NAME,                    /* build tree: build/rangeshim */
+		"/../lib/" LIB_NAME,             /* make install PREFIX=... */
+		"/../lib/rangeshim/" LIB_NAME,   /* distribution packages */
+	};
+	const char *given = explicit_lib ? explicit_lib : getenv("RANGESHIM_LIB");
+	const size_t nrel = sizeof rel / sizeof rel[0];
+	char exe[PATH_MAX], tried[sizeof rel / sizeof rel[0]][PATH_MAX];
+	char *slash, *lib;
+	ssize_t n;
+
+	if (given && *given) {
+		lib = realpath(given, NULL);
+		if (!lib || !is_regular_file(lib)) {
+			fprintf(stderr, "rangeshim: library %s (from %s): %s\n",
+				given, explicit_lib ? "--lib" : "RANGESHIM_LIB",
+				lib ? "not a regular file" : strerror(errno));
+			free(lib);
+			return NULL;
+		}
+		return lib;
+	}
+
+	n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n < 0) {
+		fprintf(stderr, "rangeshim: cannot locate %s: /proc/self/exe: %s; "
+			"set RANGESHIM_LIB\n", LIB_NAME, strerror(errno));
+		return NULL;
+	}
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (slash)
+		*slash = '\0';
+
+	for (size_t i = 0; i < nrel; i++) {
+		snprintf(tried[i], sizeof tried[i], "%s%s", exe, rel[i]);
+		if (is_regular_file(tried[i]) && (lib = realpath(tried[i], NULL)))
+			return lib;
+	}
+	fprintf(stderr, "rangeshim: %s not found; tried", LIB_NAME);
+	for (size_t i = 0; i < nrel; i++)
+		fprintf(stderr, " %s%s", tried[i], i + 1 < nrel ? "," : ";");
+	fputs(" set RANGESHIM_LIB or use --lib\n", stderr);
+	return NULL;
+}
+
+/*
+ * The loader splits LD_PRELOAD at ':' and blanks.  Is lib one of the
+ * entries?  Compare canonical paths so `./build/x.so` matches too.
+ */
+static bool preload_has(const char *preload, const char *lib)
+{
+	const char *seps = ": \t";
+	size_t len;
+
+	for (const char *p = preload; *p; p += len) {
+		p += strspn(p, seps);
+		len = strcspn(p, seps);
+		if (len == 0 || len >= PATH_MAX)
+			continue;
+
+		char entry[PATH_MAX], canon[PATH_MAX];
+
+		memcpy(entry, p, len);
+		entry[len] = '\0';
+		if (strcmp(entry, lib) == 0 ||
+		    (strchr(entry, '/') && realpath(entry, canon) &&
+		     strcmp(canon, lib) == 0))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Work out the full set of assignments: the LD_PRELOAD value (ours first,
+ * then what was there) and the settings.  Returns the malloc'd LD_PRELOAD
+ * value, or NULL after printing an error.
+ */
+char *build_preload(const struct settings *s)
+{
+	const char *old = getenv("LD_PRELOAD");
+	char *lib = find_library(s->lib), *value;
+
+	if (!lib)
+		return NULL;
+	if (strpbrk(lib, ": \t")) {
+		/* The loader would split it into pieces that do not exist. */
+		fprintf(stderr, "rangeshim: library path %s contains ':' or a "
+			"blank, which LD_PRELOAD cannot express\n", lib);
+		free(lib);
+		return NULL;
+	}
+	if (!old || old[strspn(old, ": \t")] == '\0')
+		return lib;
+	if (preload_has(old, lib)) {
+		/* Keep the user's order; loading it twice would not help. */
+		free(lib);
+		return strdup(old);
+	}
+	if (asprintf(&value, "%s:%s", lib, old) < 0)
+		value = NULL;
+	free(lib);
+	if (!value)
+		perror("rangeshim");
+	return value;
+}
