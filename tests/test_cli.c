@@ -22,10 +22,19 @@
  *                          process lives (naming its pid, its state and how
  *                          to proceed) and leaves the table; once it has
  *                          exited, `clean` removes it.
+ *  locks_options           With a live holder's EXSH grant: -p of its pid
+ *                          shows the row and -p of another pid nothing;
+ *                          the data file as PATH shows it, another file
+ *                          nothing; -o picks and orders columns (an unknown
+ *                          one is one error line, exit 2); --noheadings
+ *                          drops the heading; --raw separates fields by one
+ *                          space where the aligned table pads; --watch,
+ *                          run under timeout(1), prints >= 2 snapshots.
  *  clean_dead_only         A table whose only process died without
  *                          detaching (its slot and grant still listed) is
  *                          removed by plain `clean`.
  */
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
 
@@ -300,6 +309,111 @@ Test(cli, clean_force_refuses)
 	cr_assert_not(exists(shm_path), "clean --force left %s after its process exited", shm_path);
 	cr_assert_eq(cli(r, "clean", NULL), 0, "%s", r->out);
 	cr_assert(strstr(r->out, "nothing to clean"), "%s", r->out);
+	free(r);
+}
+
+static void rs_write_text(const char *path, const char *text);
+
+/* `rangeshim locks --shm NAME ARGS...` (at most 8 ARGS, NULL-terminated). */
+static int locks_args(struct rs_run *r, const char *a0, ...)
+{
+	char *argv[16] = { RS_CLI, "locks", "--shm", shm_name };
+	int n = 4;
+	va_list ap;
+
+	va_start(ap, a0);
+	for (const char *a = a0; a && n < 12; a = va_arg(ap, const char *))
+		argv[n++] = (char *)a;
+	va_end(ap);
+	argv[n] = NULL;
+	return rs_run(r, argv, NULL, 0, 30);
+}
+
+static int count_of(const char *s, const char *key)
+{
+	int n = 0;
+
+	for (const char *p = s; (p = strstr(p, key)); p += strlen(key))
+		n++;
+	return n;
+}
+
+Test(cli, locks_options)
+{
+	struct holder h;
+	struct rs_run *r = malloc(sizeof(*r));
+	char hpid[16], row[64], other[300], f[16][64];
+
+	cr_assert(r);
+	snprintf(other, sizeof(other), "%s.other", data);
+	rs_write_text(other, "x");
+	holder_start(&h, 0, 0);
+	snprintf(hpid, sizeof(hpid), "%d", (int)h.pid);
+	snprintf(row, sizeof(row), " %s ", hpid);
+
+	/* Control: no filter shows the holder's row. */
+	cr_assert_eq(locks_args(r, NULL), 0, "%s", r->out);
+	cr_assert(strstr(r->out, row) && strstr(r->out, " HELD "), "%s", r->out);
+	cr_assert(strstr(r->out, "COMMAND"), "%s", r->out);
+
+	/* -p: the holder's pid shows it, another pid (ours: not attached) not. */
+	cr_assert_eq(locks_args(r, "-p", hpid, NULL), 0, "%s", r->out);
+	cr_assert(strstr(r->out, row) && strstr(r->out, "1 grants held"), "%s", r->out);
+	snprintf(f[0], 64, "%d", (int)getpid());
+	cr_assert_eq(locks_args(r, "-p", f[0], NULL), 0, "%s", r->out);
+	cr_assert_null(strstr(r->out, " HELD "), "-p %s shows another's grant:\n%s", f[0], r->out);
+	cr_assert(strstr(r->out, "0 grants held"), "%s", r->out);
+	cr_assert_eq(locks_args(r, "-p", "0", NULL), 2, "%s", r->out);
+
+	/* PATH: matched by dev:ino. */
+	cr_assert_eq(locks_args(r, data, NULL), 0, "%s", r->out);
+	cr_assert(strstr(r->out, row), "locks %s misses its grant:\n%s", data, r->out);
+	cr_assert_eq(locks_args(r, other, NULL), 0, "%s", r->out);
+	cr_assert_null(strstr(r->out, " HELD "), "locks %s shows %s's grant:\n%s", other, data,
+		       r->out);
+	cr_assert_eq(locks_args(r, other, data, NULL), 0, "%s", r->out);
+	cr_assert(strstr(r->out, row), "%s", r->out);
+
+	/* -o: the chosen columns in the chosen order, any case. */
+	cr_assert_eq(locks_args(r, "-o", "mode,PID", NULL), 0, "%s", r->out);
+	cr_assert_eq(line_fields(r->out, "PID", f, 16), 2, "%s", r->out);
+	cr_assert_str_eq(f[0], "MODE", "%s", r->out);
+	cr_assert_eq(line_fields(r->out, "EXSH", f, 16), 2, "%s", r->out);
+	cr_assert_str_eq(f[1], hpid, "%s", r->out);
+	cr_assert_eq(locks_args(r, "-o", "PID,NOPE", NULL), 2, "%s", r->out);
+	cr_assert(strstr(r->out, "unknown column 'NOPE'"), "%s", r->out);
+	cr_assert_eq(count_of(r->out, "\n"), 1, "not one line:\n%s", r->out);
+
+	/* --noheadings: the row stays, the heading goes. */
+	cr_assert_eq(locks_args(r, "--noheadings", NULL), 0, "%s", r->out);
+	cr_assert(strstr(r->out, row), "%s", r->out);
+	cr_assert_null(strstr(r->out, "COMMAND"), "%s", r->out);
+
+	/* --raw: one space between fields; the aligned table pads PID. */
+	cr_assert_eq(locks_args(r, "-o", "PID,MODE", NULL), 0, "%s", r->out);
+	cr_assert(strstr(r->out, "    PID MODE"), "%s", r->out);
+	cr_assert_eq(locks_args(r, "-o", "PID,MODE,RANGE", "--raw", NULL), 0, "%s", r->out);
+	snprintf(f[0], 64, "PID MODE RANGE\n%s EXSH 0-", hpid);
+	cr_assert_eq(strncmp(r->out, f[0], strlen(f[0])), 0, "%s", r->out);
+	cr_assert_null(strstr(r->out, "  "), "%s", r->out);
+	cr_assert_null(strstr(r->out, "grants held"), "%s", r->out);
+
+	/* --watch: repeats until killed; a bad interval is refused. */
+	{
+		char *argv[] = { "/usr/bin/timeout", "-s", "INT", "1.5", RS_CLI, "locks",
+				 "--shm", shm_name, "-p", hpid, "--watch", "0.2", NULL };
+
+		rs_run(r, argv, NULL, 0, 30);
+		cr_log_info("locks --watch 0.2 for 1.5 s:\n%s", r->out);
+		cr_assert_eq(r->status, 124, "%s", r->out);
+		cr_assert_geq(count_of(r->out, ", every 0.2s ---"), 2, "%s", r->out);
+		cr_assert_geq(count_of(r->out, row), 2, "%s", r->out);
+	}
+	cr_assert_eq(locks_args(r, "--watch", "0", NULL), 2, "%s", r->out);
+	cr_assert_eq(locks_args(r, "--watch", "x", NULL), 2, "%s", r->out);
+
+	cr_assert_eq(holder_finish(&h), 0);
+	unlink(other);
 	free(r);
 }
 

@@ -246,42 +246,159 @@ static void print_waiters(const struct table *t, const struct row *rows, size_t 
 	}
 }
 
-static void print_rows_text(const struct table *t, const struct row *rows, size_t n)
+/* The text columns, as lslocks: default order, minimum width, alignment. */
+enum { C_COMMAND, C_PID, C_PSTATE, C_STATE, C_MODE, C_USERS, C_WANTED, C_AGE,
+       C_BLOCKER, C_RANGE, C_DEVINO, C_PATH, NCOLS };
+
+static const struct column {
+	const char *name;
+	int width;
+	bool right;
+} columns[NCOLS] = {
+	{ "COMMAND", 15, false }, { "PID", 7, true }, { "PSTATE", 8, false },
+	{ "STATE", 5, false }, { "MODE", 6, false }, { "USERS", 5, true },
+	{ "WANTED", 6, false }, { "AGE", 7, true }, { "BLOCKER", 15, false },
+	{ "RANGE", 23, false }, { "DEV:INO", 14, false }, { "PATH", 0, false },
+};
+
+/* The chosen columns: "-o" as lslocks takes it (comma-separated names, any
+ * case; "+LIST" adds to the default ones).  Returns how many, or -1 after
+ * one line on stderr. */
+static int parse_columns(const char *spec, int *sel)
+{
+	int n = 0;
+
+	if (!spec || *spec == '+') {
+		for (int c = 0; c < NCOLS; c++)
+			sel[n++] = c;
+		if (!spec)
+			return n;
+		spec++;
+	}
+	for (const char *p = spec;; p++) {
+		size_t l = strcspn(p, ",");
+		int c = 0;
+
+		while (c < NCOLS && !(strlen(columns[c].name) == l &&
+				      !strncasecmp(columns[c].name, p, l)))
+			c++;
+		if (c == NCOLS || n == 4 * NCOLS) {
+			fprintf(stderr, "rangeshim: %s column '%.*s' (columns: COMMAND,PID,PSTATE,"
+				"STATE,MODE,USERS,WANTED,AGE,BLOCKER,RANGE,DEV:INO,PATH)\n",
+				c == NCOLS ? "unknown" : "too many", (int)l, p);
+			return -1;
+		}
+		sel[n++] = c;
+		p += l;
+		if (!*p)
+			return n;
+	}
+}
+
+/* Cell c of row r, escaped; with raw, spaces too, so that fields split. */
+static void format_cell(char *buf, size_t len, const struct table *t, const struct row *r,
+			int c, uint64_t now, bool raw)
+{
+	const struct proc_info *pi = &t->proc[r->owner];
+	char tmp[PATH_MAX * 4 + 1];
+	const char *text = tmp;
+
+	switch (c) {
+	case C_COMMAND: text = r->alive ? pi->comm : "(dead)"; break;
+	case C_PID:
+		if (r->pid > 0)
+			snprintf(tmp, sizeof(tmp), "%d", (int)r->pid);
+		else
+			text = "?";
+		break;
+	case C_PSTATE: text = r->alive ? pi->state : "dead"; break;
+	case C_STATE: text = state_name(r->state); break;
+	case C_MODE: text = mode_name(r->mode); break;
+	case C_USERS: snprintf(tmp, sizeof(tmp), "%u", r->users); break;
+	case C_WANTED: text = r->state == RS_G_WAIT ? "-" : r->wanted ? "yes" : "no"; break;
+	case C_AGE: format_age(tmp, sizeof(tmp), now, r->since_ns); break;
+	case C_BLOCKER:
+		if (r->state == RS_G_WAIT)
+			format_pids(tmp, sizeof(tmp), t, r->blockers, r->nblockers, 3);
+		else
+			text = "-";
+		break;
+	case C_RANGE:
+		if (r->end == RS_RANGE_EOF)
+			snprintf(tmp, sizeof(tmp), "%" PRIu64 "-EOF", r->start);
+		else
+			snprintf(tmp, sizeof(tmp), "%" PRIu64 "-%" PRIu64, r->start, r->end);
+		break;
+	case C_DEVINO:
+		snprintf(tmp, sizeof(tmp), "%u:%u:%" PRIu64, major((dev_t)r->dev),
+			 minor((dev_t)r->dev), r->ino);
+		break;
+	default:
+		/* comm is escaped already (table.c); a path is any bytes. */
+		escape_text(r->path ? r->path : "?", tmp, sizeof(tmp));
+		break;
+	}
+	if (!raw) {
+		snprintf(buf, len, "%s", text);
+		return;
+	}
+	size_t o = 0;
+	for (const char *p = text; *p && o + 5 < len; p++) {
+		if (*p == ' ' || *p == '\\')
+			o += (size_t)snprintf(buf + o, len - o, "\\x%02x", (unsigned char)*p);
+		else
+			buf[o++] = *p;
+	}
+	buf[o] = '\0';
+}
+
+/* Rows as columns: aligned (widths grow to the longest cell, the last
+ * column is not padded), or raw (one space between fields, as lslocks). */
+static void print_table(const struct table *t, const struct row *rows, size_t n,
+			const int *sel, int nsel, const struct table_opts *o, uint64_t now)
+{
+	int width[4 * NCOLS];
+	char cell[PATH_MAX * 4 + 1];
+
+	for (int k = 0; k < nsel; k++) {
+		width[k] = o->raw ? 0 : columns[sel[k]].width;
+		for (size_t i = 0; i < n && !o->raw && k < nsel - 1; i++) {
+			format_cell(cell, sizeof(cell), t, &rows[i], sel[k], now, false);
+			if ((int)strlen(cell) > width[k])
+				width[k] = (int)strlen(cell);
+		}
+		if (k == nsel - 1)
+			width[k] = 0;
+	}
+	for (size_t i = 0; n && i <= n; i++) {
+		if (i == 0 && o->noheadings)
+			continue;
+		for (int k = 0; k < nsel; k++) {
+			const struct column *c = &columns[sel[k]];
+
+			if (i)
+				format_cell(cell, sizeof(cell), t, &rows[i - 1], sel[k], now, o->raw);
+			else
+				snprintf(cell, sizeof(cell), "%s", c->name);
+			printf("%s%*s", k ? " " : "", c->right ? width[k] : -width[k], cell);
+		}
+		putchar('\n');
+	}
+}
+
+static void print_rows_text(const struct table *t, const struct row *rows, size_t n,
+			    const int *sel, int nsel, const struct table_opts *o)
 {
 	uint64_t now = realtime_now_ns();
 	unsigned held = 0, waiting = 0, live = 0, dead = 0;
 
-	if (n)
-		printf("%-15s %7s %-8s %-5s %-6s %5s %-6s %7s %-15s %-23s %-14s %s\n", "COMMAND",
-		       "PID", "PSTATE", "STATE", "MODE", "USERS", "WANTED", "AGE", "BLOCKER", "RANGE",
-		       "DEV:INO", "PATH");
+	print_table(t, rows, n, sel, nsel, o, now);
+	/* The waiter lines and the summary are for people: --raw is for
+	 * programs, which get the rows only. */
+	if (o->raw)
+		return;
 	for (size_t i = 0; i < n; i++) {
-		const struct row *r = &rows[i];
-		const struct proc_info *pi = &t->proc[r->owner];
-		char pid[16], age[32], range[48], file[64], blk[64], path[PATH_MAX * 4 + 1];
-
-		if (r->pid > 0)
-			snprintf(pid, sizeof(pid), "%d", (int)r->pid);
-		else
-			snprintf(pid, sizeof(pid), "?");
-		format_age(age, sizeof(age), now, r->since_ns);
-		if (r->end == RS_RANGE_EOF)
-			snprintf(range, sizeof(range), "%" PRIu64 "-EOF", r->start);
-		else
-			snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, r->start, r->end);
-		snprintf(file, sizeof(file), "%u:%u:%" PRIu64, major((dev_t)r->dev),
-			 minor((dev_t)r->dev), r->ino);
-		if (r->state == RS_G_WAIT)
-			format_pids(blk, sizeof(blk), t, r->blockers, r->nblockers, 3);
-		else
-			snprintf(blk, sizeof(blk), "-");
-		escape_text(r->path ? r->path : "?", path, sizeof(path));
-		printf("%-15s %7s %-8s %-5s %-6s %5u %-6s %7s %-15s %-23s %-14s %s\n",
-		       r->alive ? pi->comm : "(dead)", pid, r->alive ? pi->state : "dead",
-		       state_name(r->state), mode_name(r->mode), r->users,
-		       r->state == RS_G_WAIT ? "-" : r->wanted ? "yes" : "no", age, blk, range,
-		       file, path);
-		if (r->state == RS_G_WAIT)
+		if (rows[i].state == RS_G_WAIT)
 			waiting++;
 		else
 			held++;
@@ -289,6 +406,8 @@ static void print_rows_text(const struct table *t, const struct row *rows, size_
 	print_waiters(t, rows, n, now);
 	for (uint32_t p = 0; p < RS_NPROC; p++) {
 		if (atomic_load(&t->seg->procs[p].state) != RS_PROC_LIVE)
+			continue;
+		if (o->pid && t->seg->procs[p].pid != o->pid)
 			continue;
 		if (t->alive[p])
 			live++;
@@ -333,9 +452,10 @@ static void json_pids(const struct table *t, const uint32_t *slots, uint32_t n)
 	putchar(']');
 }
 
-/* t may be NULL: no table, so nothing in it. */
+/* t may be NULL: no table, so nothing in it.  pid: only that process
+ * (-p), or 0. */
 static void print_rows_json(const char *path, const struct table *t,
-			    const struct row *rows, size_t n)
+			    const struct row *rows, size_t n, long pid)
 {
 	uint64_t now = realtime_now_ns();
 	const char *sep = "";
@@ -344,7 +464,8 @@ static void print_rows_json(const char *path, const struct table *t,
 	json_string(path);
 	fputs(", \"processes\": [", stdout);
 	for (uint32_t p = 0; t && p < RS_NPROC; p++) {
-		if (atomic_load(&t->seg->procs[p].state) != RS_PROC_LIVE)
+		if (atomic_load(&t->seg->procs[p].state) != RS_PROC_LIVE ||
+		    (pid && t->seg->procs[p].pid != pid))
 			continue;
 		printf("%s{\"slot\": %u, \"pid\": ", sep, p);
 		json_pid(t->seg->procs[p].pid);
@@ -391,32 +512,55 @@ static void print_rows_json(const char *path, const struct table *t,
 	fputs("]}\n", stdout);
 }
 
-int cmd_locks(const struct command *cmd, int argc, char **argv)
+/*
+ * Keep the rows of -p PID and of the PATHs (matched by dev:ino, as the
+ * table knows files).  After find_blockers: a waiter kept keeps the pids
+ * of its blockers even when their rows go.
+ */
+static size_t filter_rows(struct row *rows, size_t n, long pid, const struct stat *files,
+			  int nfiles)
 {
-	struct table_opts o;
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		bool keep = !pid || rows[i].pid == pid;
+		bool file = nfiles == 0;
+
+		for (int f = 0; f < nfiles && !file; f++)
+			file = rows[i].dev == (uint64_t)files[f].st_dev &&
+			       rows[i].ino == (uint64_t)files[f].st_ino;
+		if (keep && file)
+			rows[k++] = rows[i];
+		else
+			free(rows[i].path);
+	}
+	return k;
+}
+
+/* One listing; 0, or 1 when the table is unusable or output fails. */
+static int list_once(const struct table_opts *o, const struct stat *files, const int *sel,
+		     int nsel)
+{
 	struct table t;
 	struct stat st;
 	struct row *rows;
 	char why[256];
 	size_t n = 0;
-	int rc = parse_table_opts(cmd, argc, argv, &o);
+	int rc = load_table(o->path, &t, why, sizeof(why));
 
-	if (rc >= 0)
-		return rc;
-	rc = load_table(o.path, &t, why, sizeof(why));
 	if (rc == 1) {
 		/* No table, no locks: not an error. */
-		if (o.json)
-			print_rows_json(o.path, NULL, NULL, 0);
-		else
-			printf("no node lock table at %s\n", o.path);
+		if (o->json)
+			print_rows_json(o->path, NULL, NULL, 0, o->pid);
+		else if (!o->raw)
+			printf("no node lock table at %s\n", o->path);
 		free_table(&t);
-		return 0;
+		return fflush(stdout) == 0 ? 0 : 1;
 	}
 	if (rc < 0) {
 		if (t.map.fd >= 0)
 			fprintf(stderr, "rangeshim: %s is not a usable node lock table: %s; "
-				"the shim refuses it too%s\n", o.path, why,
+				"the shim refuses it too%s\n", o->path, why,
 				fstat(t.map.fd, &st) == 0 && ours(&st) ? " ('rangeshim clean' "
 				"removes it once no process has it open)" : "");
 		free_table(&t);
@@ -428,13 +572,65 @@ int cmd_locks(const struct command *cmd, int argc, char **argv)
 		free_table(&t);
 		return 1;
 	}
-	if (o.json)
-		print_rows_json(o.path, &t, rows, n);
+	n = filter_rows(rows, n, o->pid, files, o->npaths);
+	if (o->json)
+		print_rows_json(o->path, &t, rows, n, o->pid);
 	else
-		print_rows_text(&t, rows, n);
+		print_rows_text(&t, rows, n, sel, nsel, o);
 	for (size_t i = 0; i < n; i++)
 		free(rows[i].path);
 	free(rows);
 	free_table(&t);
 	return fflush(stdout) == 0 ? 0 : 1;
+}
+
+int cmd_locks(const struct command *cmd, int argc, char **argv)
+{
+	struct table_opts o;
+	struct stat *files;
+	int sel[4 * NCOLS], nsel, rc = parse_table_opts(cmd, argc, argv, &o);
+
+	if (rc >= 0)
+		return rc;
+	nsel = parse_columns(o.cols, sel);
+	if (nsel < 0)
+		return EXIT_USAGE;
+	files = calloc((size_t)o.npaths + 1, sizeof(*files));
+	if (!files) {
+		perror("rangeshim");
+		return 1;
+	}
+	for (int i = 0; i < o.npaths; i++) {
+		if (stat(o.paths[i], &files[i]) < 0) {
+			fprintf(stderr, "rangeshim: locks: cannot stat '%s': %s\n", o.paths[i],
+				strerror(errno));
+			free(files);
+			return 1;
+		}
+	}
+	/* --watch: until interrupted, a timestamp line then a listing (for
+	 * --json, one object a line, without the timestamp: JSON Lines).
+	 * Each listing is flushed, so a pipe sees it at once. */
+	for (;;) {
+		if (o.watch && !o.json) {
+			char stamp[64];
+			struct timespec now;
+			struct tm tm;
+
+			clock_gettime(CLOCK_REALTIME, &now);
+			strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S",
+				 localtime_r(&now.tv_sec, &tm));
+			printf("%s--- %s.%03ld, every %gs ---\n", rc == -1 ? "" : "\n", stamp,
+			       now.tv_nsec / 1000000, o.watch);
+		}
+		rc = list_once(&o, files, sel, nsel);
+		if (!o.watch)
+			break;
+		struct timespec ts = { (time_t)o.watch,
+				       (long)((o.watch - (double)(time_t)o.watch) * 1e9) };
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	}
+	free(files);
+	return rc;
 }

@@ -11,7 +11,7 @@ static const struct command commands[] = {
 
 void usage(FILE *out)
 {
-	fputs("usage: rangeshim COMMAND [options] [--] [CMD [ARGS...]]\n"
+	fputs("usage: rangeshim COMMAND [options] [--] [CMD [ARGS...] | PATH...]\n"
 	      "\n"
 	      "Commands:\n", out);
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
@@ -35,6 +35,16 @@ void usage(FILE *out)
 	      "  --shm NAME   node table segment (default: $RANGESHIM_SHM, else /rangeshim-UID;\n"
 	      "               the file is /dev/shm/NAME)\n"
 	      "  --json       locks: print one JSON object instead of the table\n"
+	      "  -p PID       locks: only the grants and waits of process PID\n"
+	      "  -o COLS      locks: these columns, comma-separated (+COLS: added to the\n"
+	      "               default ones): COMMAND,PID,PSTATE,STATE,MODE,USERS,WANTED,\n"
+	      "               AGE,BLOCKER,RANGE,DEV:INO,PATH\n"
+	      "  --noheadings locks: no heading line\n"
+	      "  --raw        locks: fields separated by one space, unaligned (spaces in\n"
+	      "               them as \\x20), and only the rows: no waiter lines, no summary\n"
+	      "  --watch SECS locks: list again every SECS seconds (0.1 to 86400) until\n"
+	      "               interrupted, each listing after a '--- TIME ---' line\n"
+	      "  PATH...      locks: only the grants on these files (same device and inode)\n"
 	      "  --force      clean: also remove a table that is locked by something other than\n"
 	      "               an attached process (a corrupt or foreign table).  It never removes\n"
 	      "               a table while a process attached to it is alive: clean lists those\n"
@@ -54,7 +64,8 @@ void usage(FILE *out)
 	      "  rangeshim run -- ./my_app\n"
 	      "  rangeshim run --stats -- dd if=/dev/zero of=out bs=1M count=10\n"
 	      "  eval \"$(rangeshim env --scope process)\"\n"
-	      "  rangeshim locks --json | python3 -m json.tool\n", out);
+	      "  rangeshim locks --json | python3 -m json.tool\n"
+	      "  rangeshim locks --watch 1 -o PID,STATE,BLOCKER,RANGE data.bin\n", out);
 }
 
 int usage_error(const char *fmt, const char *arg)

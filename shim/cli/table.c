@@ -21,18 +21,27 @@ int parse_table_opts(const struct command *cmd, int argc, char **argv,
 		{ "shm", required_argument, NULL, OPT_SHM },
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "force", no_argument, NULL, OPT_FORCE },
+		{ "noheadings", no_argument, NULL, OPT_NOHEAD },
+		{ "raw", no_argument, NULL, OPT_RAW },
+		{ "watch", required_argument, NULL, OPT_WATCH },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
 	};
 	bool is_locks = !strcmp(cmd->name, "locks");
 	const char *name = NULL, *env = getenv("RANGESHIM_SHM");
-	char dflt[64], msg[96];
+	char dflt[64], msg[96], *end;
 	int c;
 
 	memset(o, 0, sizeof(*o));
 	opterr = 0;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":hp:o:", longopts, NULL)) != -1) {
+		if (!is_locks && (c == 'p' || c == 'o' || c == OPT_NOHEAD || c == OPT_RAW ||
+				  c == OPT_WATCH)) {
+			snprintf(msg, sizeof(msg), "%s takes no option '%s'", cmd->name,
+				 c == 'p' ? "-p" : c == 'o' ? "-o" : argv[optind - 1]);
+			return usage_error("%s", msg);
+		}
 		switch (c) {
 		case 'h':
 			usage(stdout);
@@ -50,11 +59,40 @@ int parse_table_opts(const struct command *cmd, int argc, char **argv,
 			o->json |= c == OPT_JSON;
 			o->force |= c == OPT_FORCE;
 			break;
+		case 'p':
+			errno = 0;
+			o->pid = strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || o->pid <= 0 || o->pid > INT32_MAX)
+				return usage_error("bad -p '%s' (a process id, e.g. 1234)", optarg);
+			break;
+		case 'o':
+			o->cols = optarg;
+			break;
+		case OPT_NOHEAD:
+			o->noheadings = true;
+			break;
+		case OPT_RAW:
+			o->raw = true;
+			break;
+		case OPT_WATCH:
+			/* A tenth of a second at least, so that a typo cannot
+			 * spin a core; a day at most. */
+			errno = 0;
+			o->watch = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(o->watch >= 0.1 && o->watch <= 86400))
+				return usage_error("bad --watch '%s' (seconds, from 0.1 to 86400)",
+						   optarg);
+			break;
 		default:
 			return getopt_error(c, argv);
 		}
 	}
-	if (optind < argc) {
+	if (is_locks && o->json && (o->cols || o->raw || o->noheadings))
+		return usage_error("%s", "--json takes no -o, --raw or --noheadings");
+	if (is_locks) {
+		o->paths = argv + optind;
+		o->npaths = argc - optind;
+	} else if (optind < argc) {
 		snprintf(msg, sizeof(msg), "%s: unexpected argument '%%s'", cmd->name);
 		return usage_error(msg, argv[optind]);
 	}

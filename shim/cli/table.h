@@ -19,11 +19,18 @@
  */
 
 /* getopt values for the options of locks and clean, clear of OPT_SET(). */
-enum { OPT_SHM = 0x200, OPT_JSON, OPT_FORCE };
+enum { OPT_SHM = 0x200, OPT_JSON, OPT_FORCE, OPT_NOHEAD, OPT_RAW, OPT_WATCH };
 
 struct table_opts {
 	char path[300];        /* /dev/shm/NAME */
 	bool json, force;
+	/* locks only: */
+	bool noheadings, raw;
+	long pid;              /* -p: 0 for every process */
+	const char *cols;      /* -o: NULL for the default columns */
+	double watch;          /* --watch SECONDS: 0 for one listing */
+	char **paths;          /* positional PATHs: only grants on these files */
+	int npaths;
 };
 
 /* What /proc says about an attached process. */
