@@ -300,7 +300,10 @@ Test(cli, clean_force_refuses)
 			     force ? " --force" : "", r->out);
 		cr_log_info("clean%s with a live process:\n%s", force ? " --force" : "", r->out);
 		cr_assert(exists(shm_path), "clean%s removed a table in use", force ? " --force" : "");
-		cr_assert(strstr(r->out, hpid) && strstr(r->out, "sleeping"),
+		/* The holder sleeps in a pause loop, but under load /proc
+		 * can catch it running between two sleeps. */
+		cr_assert(strstr(r->out, hpid) &&
+			  (strstr(r->out, "), sleeping") || strstr(r->out, "), running")),
 			  "the refusal does not name %s and its state:\n%s", hpid, r->out);
 		cr_assert(strstr(r->out, "not removing"), "%s", r->out);
 	}
