@@ -2057,6 +2057,15 @@ Test(nodelock, grant_queue_waiter_killed)
 	cr_assert_eq(grants_of(b->me, RS_G_WAIT, &widx), 1, "B did not queue");
 	agent_send(c, &qc);
 	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS), "C overtook B, which waited > 1 ms");
+	/* C spins, then sleeps; between its bounded sleeps it may be awake
+	 * (slow under TSan), so look for the bit for up to MUST_MS. */
+	{
+		uint64_t until = now_ns() + MUST_MS * 1000000ull;
+
+		while (!(atomic_load(&view_attach()->grants[widx].gw) & RS_SLEEPERS) &&
+		       now_ns() < until)
+			usleep(1000);
+	}
 	cr_assert(atomic_load(&view_attach()->grants[widx].gw) & RS_SLEEPERS,
 		  "C does not sleep on B's entry");
 	agent_kill(b);
