@@ -69,7 +69,9 @@ static void race(const char *mode)
 	cr_assert_gt(torn, 0, "%s: control without the shim never tore in 3 runs", mode);
 	torn = run(mode, base, 1, NULL, &reads, &calls);
 	cr_expect_eq(torn, 0, "%s: %lld torn reads of %lld with the shim", mode, torn, reads);
-	cr_expect_geq(reads, 10, "%s: only %lld reads, too few to mean anything", mode, reads);
+	/* A sanitizer build under load reads far fewer (test_holes.c too). */
+	cr_expect_geq(reads, RS_SAN[0] ? 5 : 10, "%s: only %lld reads, too few to mean anything",
+		      mode, reads);
 	cr_expect_geq(calls, reads, "%s: io_calls=%lld < reads=%lld: calls were not locked",
 		      mode, calls, reads);
 }
