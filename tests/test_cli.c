@@ -133,7 +133,10 @@ static int holder_finish(struct holder *h)
 	int st;
 	char c = 'g';
 
-	if (write(h->cmd, &c, 1) != 1)
+	/* A holder started with stop=1 never reads its pipe and may have
+	 * exited already: EPIPE then, and no SIGPIPE to kill the test. */
+	signal(SIGPIPE, SIG_IGN);
+	if (write(h->cmd, &c, 1) != 1 && errno != EPIPE)
 		cr_log_warn("holder pipe: %s", strerror(errno));
 	cr_assert_eq(waitpid(h->pid, &st, 0), h->pid);
 	close(h->ready);
