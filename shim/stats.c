@@ -125,7 +125,7 @@ int rs_stats_text(char *buf, unsigned long size, long pid)
 	unsigned long n = 0;
 
 	APPEND("rangeshim[%ld] stats:\n", pid);
-#define RS_STATS_TEXT(name, doc) APPEND("  %-15s %12llu  %s\n", #name, RS_STATS_SUM(name), doc);
+#define RS_STATS_TEXT(name, doc) APPEND("  %-19s %12llu  %s\n", #name, RS_STATS_SUM(name), doc);
 	RS_STATS_FIELDS(RS_STATS_TEXT)
 #undef RS_STATS_TEXT
 	return (int)(n < size ? n : size - 1);
