@@ -34,7 +34,7 @@
 
 #define HELPER RS_HELPER("holes_probe")
 #define CONTROL_MS "3000"
-#define SHIM_MS "1000"
+#define SHIM_MS "2000"
 #define STOP_AFTER "5"
 /* A sanitized rig runs several times slower. */
 #define MIN_READS (RS_SAN[0] ? 5 : 50)
