@@ -45,6 +45,7 @@
 #include "iolock.h"
 #include "log.h"
 #include "stats.h"
+#include "rawsyscall.h"
 
 #define RS_EXPORT __attribute__((visibility("default")))
 
@@ -94,16 +95,8 @@ static const char *const cov_what[COV_NKINDS] = {
 RS_NO_TSAN static void *raw_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off)
 {
 #if defined(__x86_64__)
-	register long r10 __asm__("r10") = flags;
-	register long r8 __asm__("r8") = fd;
-	register long r9 __asm__("r9") = off;
-	long r;
+	long r = rs_raw_syscall6(SYS_mmap, (long)a, (long)n, prot, flags, fd, off);
 
-	__asm__ __volatile__("syscall"
-			     : "=a"(r)
-			     : "a"((long)SYS_mmap), "D"(a), "S"(n), "d"((long)prot), "r"(r10),
-			       "r"(r8), "r"(r9)
-			     : "rcx", "r11", "memory");
 	if ((unsigned long)r > -4096UL) {
 		errno = (int)-r;
 		return MAP_FAILED;

@@ -22,6 +22,7 @@
 #include "coverage.h"
 #include "fdtable.h"
 #include "iolock.h"
+#include "rawsyscall.h"
 #include "real.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
@@ -682,36 +683,7 @@ RS_EXPORT FILE *fdopen(int fd, const char *mode)
  * and errno follow glibc: -4095..-1 is -1 with errno set.  Other
  * architectures are not wrapped (see limitations.md).
  */
-#if defined(__x86_64__) || defined(__aarch64__)
-static inline long raw_syscall6(long nr, long a, long b, long c, long d, long e, long f)
-{
-#if defined(__x86_64__)
-	register long r10 __asm__("r10") = d;
-	register long r8 __asm__("r8") = e;
-	register long r9 __asm__("r9") = f;
-	long ret;
-
-	__asm__ __volatile__("syscall"
-			     : "=a"(ret)
-			     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
-			     : "rcx", "r11", "memory");
-	return ret;
-#else
-	register long x8 __asm__("x8") = nr;
-	register long x0 __asm__("x0") = a;
-	register long x1 __asm__("x1") = b;
-	register long x2 __asm__("x2") = c;
-	register long x3 __asm__("x3") = d;
-	register long x4 __asm__("x4") = e;
-	register long x5 __asm__("x5") = f;
-
-	__asm__ __volatile__("svc 0"
-			     : "+r"(x0)
-			     : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
-			     : "memory");
-	return x0;
-#endif
-}
+#ifdef RS_HAVE_RAW_SYSCALL
 
 /* A fork made through syscall() (SYS_fork, or SYS_clone with neither a
  * shared address space nor a new stack) runs no atfork handler: without
@@ -748,10 +720,10 @@ RS_EXPORT long syscall(long nr, ...)
 	if (__builtin_expect(fork_like(nr, a, b), 0)) {
 		int locked = fork_begin();
 
-		r = raw_syscall6(nr, a, b, c, d, e, f);
+		r = rs_raw_syscall6(nr, a, b, c, d, e, f);
 		fork_end(r, locked);
 	} else {
-		r = raw_syscall6(nr, a, b, c, d, e, f);
+		r = rs_raw_syscall6(nr, a, b, c, d, e, f);
 	}
 	if (__builtin_expect(rs_cov_syscall_nr(nr), 0))
 		rs_cov_syscall(nr, a, b, r);

@@ -20,6 +20,7 @@
 #include "fdtable.h"
 #include "grants.h"
 #include "rangelock_fast.h"
+#include "rawsyscall.h"
 #include "real.h"
 #include "stats.h"
 
@@ -165,12 +166,8 @@ static inline __attribute__((always_inline)) int rs_fstat_size(int fd, uint64_t 
 {
 #if defined(__x86_64__)
 	struct stat st;
-	long ret;
+	long ret = rs_raw_syscall3(SYS_fstat, fd, (long)&st, 0);
 
-	__asm__ __volatile__("syscall"
-			     : "=a"(ret)
-			     : "a"((long)SYS_fstat), "D"((long)fd), "S"(&st)
-			     : "rcx", "r11", "memory");
 	*size = (uint64_t)st.st_size;
 	return ret == 0 ? 0 : -1;
 #else
@@ -194,13 +191,7 @@ extern __thread struct rs_ap_hint rs_ap __attribute__((tls_model("initial-exec")
 static inline __attribute__((always_inline)) int64_t rs_lseek_cur(int fd)
 {
 #if defined(__x86_64__)
-	long ret;
-
-	__asm__ __volatile__("syscall"
-			     : "=a"(ret)
-			     : "a"((long)SYS_lseek), "D"((long)fd), "S"(0L), "d"((long)SEEK_CUR)
-			     : "rcx", "r11", "memory");
-	return ret;
+	return rs_raw_syscall3(SYS_lseek, fd, 0, SEEK_CUR);
 #else
 	int saved = errno;
 	int64_t r = rs_real.lseek(fd, 0, SEEK_CUR);

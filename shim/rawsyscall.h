@@ -1,0 +1,69 @@
+/*
+ * System calls made with the instruction itself, not through libc: the
+ * shim's own lseek/fstat on the fast path leave errno alone, the syscall()
+ * wrapper cannot call the syscall() it replaces, and TSan's runtime maps
+ * through our mmap before it can run instrumented code.  The result is
+ * the kernel's: -4095..-1 is -errno.  RS_HAVE_RAW_SYSCALL says whether
+ * this architecture has them; callers keep a libc fallback otherwise.
+ */
+#ifndef RS_RAWSYSCALL_H
+#define RS_RAWSYSCALL_H
+
+#if defined(__x86_64__) || defined(__aarch64__)
+#define RS_HAVE_RAW_SYSCALL 1
+
+static inline __attribute__((always_inline)) long
+rs_raw_syscall3(long nr, long a, long b, long c)
+{
+#if defined(__x86_64__)
+	long ret;
+
+	__asm__ __volatile__("syscall"
+			     : "=a"(ret)
+			     : "a"(nr), "D"(a), "S"(b), "d"(c)
+			     : "rcx", "r11", "memory");
+	return ret;
+#else
+	register long x8 __asm__("x8") = nr;
+	register long x0 __asm__("x0") = a;
+	register long x1 __asm__("x1") = b;
+	register long x2 __asm__("x2") = c;
+
+	__asm__ __volatile__("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2) : "memory");
+	return x0;
+#endif
+}
+
+static inline __attribute__((always_inline)) long
+rs_raw_syscall6(long nr, long a, long b, long c, long d, long e, long f)
+{
+#if defined(__x86_64__)
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	register long r9 __asm__("r9") = f;
+	long ret;
+
+	__asm__ __volatile__("syscall"
+			     : "=a"(ret)
+			     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+			     : "rcx", "r11", "memory");
+	return ret;
+#else
+	register long x8 __asm__("x8") = nr;
+	register long x0 __asm__("x0") = a;
+	register long x1 __asm__("x1") = b;
+	register long x2 __asm__("x2") = c;
+	register long x3 __asm__("x3") = d;
+	register long x4 __asm__("x4") = e;
+	register long x5 __asm__("x5") = f;
+
+	__asm__ __volatile__("svc 0"
+			     : "+r"(x0)
+			     : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
+			     : "memory");
+	return x0;
+#endif
+}
+#endif
+
+#endif
