@@ -63,37 +63,58 @@ _Static_assert((RS_G_SHARED & 1) && (RS_G_EXSH & 1) && !(RS_G_APPEND & 1) &&
 	       !(RS_G_SHARED & RS_GRANT_APPEND) && (RS_G_EXSH & RS_GRANT_APPEND) &&
 	       (RS_G_APPEND & RS_GRANT_APPEND), "grant modes and call modes out of step");
 
+/* Enter the cached grant w if it covers [start, end) in a mode that
+ * serves rlmode: 1 entered; 0 it does not cover; -1 it covers but is
+ * stale or wanted (use the slow path). */
+static inline __attribute__((always_inline)) int
+rs_grant_try(struct rs_segment *seg, uint64_t w, uint64_t start, uint64_t end,
+	     unsigned rlmode, struct rs_gref *ref)
+{
+	struct rs_seg_grant *g = (struct rs_seg_grant *)((char *)seg + (uint32_t)w);
+	uint64_t v;
+
+	/* Racy reads, checked by the generation below. */
+	if (__atomic_load_n(&g->start, __ATOMIC_ACQUIRE) > start ||
+	    end > __atomic_load_n(&g->end, __ATOMIC_RELAXED) ||
+	    !(__atomic_load_n(&g->mode, __ATOMIC_RELAXED) & rlmode))
+		return 0;
+	/* In only while the word still has our generation and no wanted
+	 * bit: one CAS, so a revoker either sees us inside or has already
+	 * moved the generation on (segment.h). */
+	v = atomic_load_explicit(&g->gw, memory_order_relaxed);
+	while (__builtin_expect(((v ^ w) >> 30) == 0, 1)) {
+		if (__builtin_expect(atomic_compare_exchange_weak_explicit(
+			    &g->gw, &v, v + 1, memory_order_seq_cst, memory_order_relaxed), 1)) {
+			ref->g = g;
+			return 1;
+		}
+	}
+	return -1;
+}
+
 /* Look in f's cache for a grant covering [start, end) in a mode that
- * serves rlmode; enter it.  1 on success; 0: use the slow path. */
+ * serves rlmode; enter it.  1 on success; 0: use the slow path.  The
+ * first entry is tried on its own, without the loop's bookkeeping: a
+ * file used through one window, the common case, finds it there. */
 static inline __attribute__((always_inline)) int
 rs_grant_enter_cached(struct rs_segment *seg, struct rs_file *f, uint64_t start,
 		      uint64_t end, unsigned rlmode, struct rs_gref *ref)
 {
-	for (int i = 0; i < RS_NCACHE; i++) {
-		uint64_t w = atomic_load_explicit(&f->grants[i], memory_order_acquire);
-		struct rs_seg_grant *g;
-		uint64_t v;
+	uint64_t w = atomic_load_explicit(&f->grants[0], memory_order_acquire);
+	int r;
 
+	if (__builtin_expect(w != 0, 1)) {
+		r = rs_grant_try(seg, w, start, end, rlmode, ref);
+		if (__builtin_expect(r != 0, 1))
+			return r > 0;
+	}
+	for (int i = 1; i < RS_NCACHE; i++) {
+		w = atomic_load_explicit(&f->grants[i], memory_order_acquire);
 		if (!w)
 			continue;
-		g = (struct rs_seg_grant *)((char *)seg + (uint32_t)w);
-		/* Racy reads, checked by the generation below. */
-		if (__atomic_load_n(&g->start, __ATOMIC_ACQUIRE) > start ||
-		    end > __atomic_load_n(&g->end, __ATOMIC_RELAXED) ||
-		    !(__atomic_load_n(&g->mode, __ATOMIC_RELAXED) & rlmode))
-			continue;
-		/* In only while the word still has our generation and no
-		 * wanted bit: one CAS, so a revoker either sees us inside or
-		 * has already moved the generation on (segment.h). */
-		v = atomic_load_explicit(&g->gw, memory_order_relaxed);
-		while (__builtin_expect(((v ^ w) >> 30) == 0, 1)) {
-			if (__builtin_expect(atomic_compare_exchange_weak_explicit(
-				    &g->gw, &v, v + 1, memory_order_seq_cst, memory_order_relaxed), 1)) {
-				ref->g = g;
-				return 1;
-			}
-		}
-		return 0;
+		r = rs_grant_try(seg, w, start, end, rlmode, ref);
+		if (r)
+			return r > 0;
 	}
 	return 0;
 }

@@ -683,6 +683,26 @@ RS_EXPORT FILE *fdopen(int fd, const char *mode)
  * and errno follow glibc: -4095..-1 is -1 with errno set.  Other
  * architectures are not wrapped (see limitations.md).
  */
+/* glibc's clone(3) with CLONE_VM makes a thread glibc does not count
+ * (posix_spawn's own clone is internal and never comes here).  The
+ * optional arguments are passed on as read; glibc reads each only when
+ * flags ask for it. */
+__attribute__((no_sanitize("address")))
+RS_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
+{
+	va_list ap;
+	void *ptid, *tls, *ctid;
+
+	va_start(ap, arg);
+	ptid = va_arg(ap, void *);
+	tls = va_arg(ap, void *);
+	ctid = va_arg(ap, void *);
+	va_end(ap);
+	if ((flags & CLONE_VM) && !(flags & CLONE_VFORK))
+		RS_STORE(rs_solo_ok, 0);
+	return REAL(int, clone, (fn, stack, flags, arg, ptid, tls, ctid));
+}
+
 #ifdef RS_HAVE_RAW_SYSCALL
 
 /* A fork made through syscall() (SYS_fork, or SYS_clone with neither a
@@ -697,6 +717,19 @@ static int fork_like(long nr, long flags, long stack)
 		return 1;
 #endif
 	return nr == SYS_clone && !(flags & (CLONE_VM | CLONE_THREAD | CLONE_VFORK)) && stack == 0;
+}
+
+/* A thread glibc does not know of (CLONE_VM without CLONE_VFORK, which
+ * stops us until the child execs or exits; clone3's flags are behind a
+ * pointer, so any clone3): __libc_single_threaded stays set, so rs_solo
+ * must learn of it here, before the child can run (iolock.h). */
+static int thread_like(long nr, long flags)
+{
+#ifdef SYS_clone3
+	if (nr == SYS_clone3)
+		return 1;
+#endif
+	return nr == SYS_clone && (flags & CLONE_VM) && !(flags & CLONE_VFORK);
 }
 
 /* va_arg past the arguments given reads the caller's frame, as glibc's
@@ -717,6 +750,8 @@ RS_EXPORT long syscall(long nr, ...)
 	va_end(ap);
 	if (__builtin_expect(nr == SYS_exit_group, 0))
 		rs_exit_report();
+	if (__builtin_expect(thread_like(nr, a), 0))
+		RS_STORE(rs_solo_ok, 0);
 	if (__builtin_expect(fork_like(nr, a, b), 0)) {
 		int locked = fork_begin();
 

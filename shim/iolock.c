@@ -42,6 +42,7 @@
 
 __thread int rs_depth __attribute__((tls_model("initial-exec")));
 int rs_fast;
+char rs_solo_ok = 1;
 /* pthread_cancel has been called: locked sections disable cancellation. */
 static _Atomic int cancel_mode;
 /* This thread is in a locked section with cancellation disabled. */
@@ -137,10 +138,37 @@ static int file_size(int fd, uint64_t *size)
  * get here, after the fd was looked up.  Returns -1 for an array the
  * kernel rejects; a sum past 2^64 saturates (the lock runs to EOF).
  */
+__thread struct rs_stk rs_stk __attribute__((tls_model("initial-exec")));
+
+/* glibc's record of where the main thread's stack begins (ld.so). */
+extern void *__libc_stack_end;
+
+/* [our frame, top of this thread's stack) for rs_iov_len_stack: mapped
+ * for as long as the thread lives.  Our frame lies below the thread
+ * pointer on a thread glibc made, above it on the main thread.  Left
+ * unknown on a stack we cannot place: a top more than 64 MiB away (a
+ * coroutine or signal stack, where the frame is not on the thread's own
+ * stack), or less than 16 KiB of room (rs_iov_len_stack's bound). */
+static void find_stack(void)
+{
+	uintptr_t l = (uintptr_t)__builtin_frame_address(0);
+	uintptr_t tp = (uintptr_t)__builtin_thread_pointer();
+	uintptr_t top = tp > l ? tp : (uintptr_t)__libc_stack_end;
+
+	if (top > l && top - l <= (64u << 20) && top - l >= (16u << 10)) {
+		RS_STORE(rs_stk.lo, l);
+		RS_STORE(rs_stk.span, top - l);
+	}
+}
+
 int rs_iov_len(const struct iovec *iov, int cnt, uint64_t *len)
 {
 	struct iovec chunk[64];
 	uint64_t sum = 0;
+
+	if (!RS_LOAD(rs_stk.span) ||
+	    (uintptr_t)__builtin_frame_address(0) < RS_LOAD(rs_stk.lo))
+		find_stack();	/* a first call, or one from deeper down */
 
 	if (cnt < 0 || cnt > IOV_MAX)
 		return -1;

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <errno.h>
+#include <sys/single_threaded.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -73,6 +74,7 @@ struct rs_hold {
 
 struct rs_io {
 	int fast;               /* taken by the inline path: 1, or 2 for an append */
+	int solo;               /* the inline path took no lock of this process */
 	struct rs_desc *fdesc;  /* the inline path holds its offset lock */
 	uint64_t eof;           /* an inline append: end of file under the lock */
 	int cancel_off;         /* we disabled cancellation; the old state */
@@ -113,6 +115,35 @@ void rs_fork_prepare(void);
 void rs_fork_parent(void);
 /* Our pid, refreshed in a forked child; a mismatch means a vfork child. */
 extern long rs_pid;
+
+/* Cleared for good before a thread glibc does not know of is made
+ * (clone or syscall(SYS_clone) with CLONE_VM, any clone3: interpose.c). */
+extern char rs_solo_ok RS_HIDDEN;
+
+/*
+ * This thread is the process's only thread, so no other thread can be
+ * inside a call or enter one until this call returns: the inline path
+ * may leave out the range lock and the offset lock, which only order the
+ * threads of this process (the node grant, which orders processes, is
+ * still entered).
+ * Pre:  called at the start of a call, before anything is locked.
+ * Post: 1 only if no other thread of the process exists now; none can
+ *       exist before this thread returns from the call, because only
+ *       this thread could make one.
+ * Why it holds: glibc's pthread_create clears __libc_single_threaded
+ * (its own copy and the executable's, for copy relocations) before the
+ * clone, for its internal threads too (timer and mq_notify helpers, AIO),
+ * and never sets it again; the write comes before the new thread, and
+ * every later one, in happens-before, so any thread of a process that
+ * has more than one reads 0.  Threads made without glibc clear
+ * rs_solo_ok first, in the one place such a clone is made through us.
+ * A clone(2) made by inline assembly, not through libc, is not seen
+ * (limitations.md); nor would it be by glibc itself.
+ */
+static inline __attribute__((always_inline)) int rs_solo(void)
+{
+	return __libc_single_threaded && RS_LOAD(rs_solo_ok);
+}
 
 static inline int rs_ready(void)
 {
@@ -201,41 +232,45 @@ static inline __attribute__((always_inline)) int64_t rs_lseek_cur(int fd)
 #endif
 }
 
-/* glibc's record of where the main thread's stack begins (ld.so). */
-extern void *__libc_stack_end;
+/* Where this thread's stack is known to be mapped, for rs_iov_len_stack:
+ * [lo, lo + span), found once per thread by rs_iov_len; span 0 until
+ * then. */
+struct rs_stk {
+	uintptr_t lo, span;
+};
+extern __thread struct rs_stk rs_stk __attribute__((tls_model("initial-exec")));
 
 /*
  * The sum of an iovec array read directly, without a system call, when
- * the array lies on the calling thread's own stack between the wrapper's
- * frame (lo) and the stack's top: that memory is mapped, so the read
- * cannot fault.  The top is the thread pointer for threads glibc made
- * (the thread descriptor sits at the top of their stack mapping) and
+ * the array lies in the part of the calling thread's own stack that is
+ * known to be mapped: from a frame of the careful path (rs_iov_len) to
+ * the stack's top.  Stack memory stays mapped as long as the thread
+ * lives: a thread glibc made keeps its stack mapping, and the kernel
+ * never shrinks the main thread's stack mapping.  So the read cannot
+ * fault.  The top is the thread pointer for threads glibc made (the
+ * thread descriptor sits at the top of their stack mapping) and
  * __libc_stack_end for the main thread, whose thread pointer lies below
- * its stack.  A stack switched to elsewhere (coroutines, sigaltstack) is
- * normally further than 64 MiB from both and fails the test; one mapped
- * within 64 MiB below a thread's stack would pass it, and a bad pointer
- * between the two would then fault here rather than give EFAULT
- * (limitations.md).  Anywhere else the
- * array is read with process_vm_readv (rs_iov_len), so that a bad pointer
- * still gives EFAULT.  Returns 0 for an array to read the careful way,
- * including any iov_len above RS_MAX_RW (the general path saturates).
+ * its stack.  An array anywhere else (the heap, a coroutine stack,
+ * sigaltstack) is read with process_vm_readv (rs_iov_len), so that a bad
+ * pointer still gives EFAULT.  Returns 0 for an array to read the careful
+ * way, including any iov_len above RS_MAX_RW (the general path
+ * saturates).
  */
 static inline __attribute__((always_inline)) int
-rs_iov_len_stack(const void *lo, const struct iovec *iov, int cnt, uint64_t *len)
+rs_iov_len_stack(const struct iovec *iov, int cnt, uint64_t *len)
 {
-	uintptr_t a = (uintptr_t)iov, l = (uintptr_t)lo;
-	uintptr_t tp = (uintptr_t)__builtin_thread_pointer();
-	uintptr_t top = tp > l ? tp : (uintptr_t)__libc_stack_end;
-	uintptr_t room = top - l, at = a - l;
 	uint64_t sum = 0, any = 0;
 
-	/* at < room: l <= a < top (unsigned); then the whole array below top. */
-	if (!(room <= (64u << 20) && at < room && (unsigned)(cnt - 1) < 1024u &&
-	      (uintptr_t)cnt * sizeof(*iov) <= room - at))
+	/* span >= 16 KiB when known (rs_iov_len), so span - 16 * cnt
+	 * cannot wrap for cnt <= 1024; span 0 wraps it to "no". */
+	if (!((unsigned)(cnt - 1) < 1024u &&
+	      (uintptr_t)iov - RS_LOAD(rs_stk.lo) <= RS_LOAD(rs_stk.span) - (uintptr_t)cnt * sizeof(*iov)))
 		return 0;
 	for (int i = 0; i < cnt; i++) {
-		sum += iov[i].iov_len;
-		any |= iov[i].iov_len;
+		uint64_t n = iov[i].iov_len;
+
+		sum += n;
+		any |= n;
 	}
 	if (any > RS_MAX_RW)
 		return 0;
@@ -253,8 +288,8 @@ rs_iov_len_stack(const void *lo, const struct iovec *iov, int cnt, uint64_t *len
  * goes the general way (iolock.c).  how is a constant in every caller.
  */
 static inline __attribute__((always_inline)) void
-rs_io_fast(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, uint64_t len,
-	   const struct iovec *iov, int cnt)
+rs_io_fast_body(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, uint64_t len,
+		const struct iovec *iov, int cnt, const int solo)
 {
 	_Atomic uint64_t *ep;
 	struct rs_desc *desc;
@@ -316,7 +351,7 @@ rs_io_fast(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, u
 	file = rs_fdt_file(fidx);
 	if (how & RS_HOW_IOV) {
 		/* Once, for the lock; the kernel reads the array again. */
-		if (!rs_iov_len_stack(io, iov, cnt, &len) && rs_iov_len(iov, cnt, &len) < 0)
+		if (!rs_iov_len_stack(iov, cnt, &len) && rs_iov_len(iov, cnt, &len) < 0)
 			len = 0;	/* the kernel fails it: the general path passes it */
 		if (__builtin_expect(len == 0, 0)) {
 			RS_STORE(rs_depth, 0);
@@ -328,7 +363,8 @@ rs_io_fast(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, u
 		 * offset lock; lseek tells us where the kernel will start.
 		 * (Nothing cheaper is safe: stdio, dprintf, another process
 		 * sharing the description move it unseen; design.md (d).) */
-		rs_mutex_lock(&desc->pos_mtx);
+		if (!solo)
+			rs_mutex_lock(&desc->pos_mtx);
 		if (append) {
 			uint64_t size;
 
@@ -342,7 +378,8 @@ rs_io_fast(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, u
 			off = rs_lseek_cur(fd);
 		}
 		if (__builtin_expect(off < 0, 0)) {
-			rs_mutex_unlock(&desc->pos_mtx);
+			if (!solo)
+				rs_mutex_unlock(&desc->pos_mtx);
 			RS_STORE(rs_depth, 0);
 			goto general;
 		}
@@ -353,8 +390,8 @@ rs_io_fast(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, u
 	end = append ? RS_RANGE_EOF : start + (len > RS_MAX_RW ? RS_MAX_RW : len);
 	/* Other processes first, then the other threads (grants.h). */
 	rs_grant_enter(file, start, end, append ? RS_GRANT_APPEND : mode, &io->gref[0]);
-	if (__builtin_expect(rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start, end, mode),
-			     0))
+	if (!solo && __builtin_expect(rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start,
+							    end, mode), 0))
 		RS_COUNT(lock_waits, 1);
 	if (append) {
 		/* ZFS's RL_APPEND re-check: end of file under the lock.  It
@@ -373,18 +410,33 @@ rs_io_fast(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, u
 	if (__builtin_expect(atomic_load_explicit(ep, memory_order_acquire) != e, 0))
 		goto undo;
 	io->hold[0].file = file;
+	io->solo = solo;
 	io->fast = 1 + append;
 	return;
 undo:
-	rs_rangelock_unlock(&file->rl, &io->hold[0].node);
+	if (!solo)
+		rs_rangelock_unlock(&file->rl, &io->hold[0].node);
 	rs_grant_leave(&io->gref[0], file);
-	if (how & RS_HOW_CURSOR)
+	if ((how & RS_HOW_CURSOR) && !solo)
 		rs_mutex_unlock(&desc->pos_mtx);
 	if (append)
 		RS_STORE(rs_ap.file, NULL);
 	RS_STORE(rs_depth, 0);
 general:
 	rs_io_fast_slow(io, fd, mode, how, off, len, iov, cnt);
+}
+
+/* The body in two copies, solo a constant in each: a threaded process
+ * pays one test here for the locks a single-threaded one leaves out, not
+ * one at each lock. */
+static inline __attribute__((always_inline)) void
+rs_io_fast(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, uint64_t len,
+	   const struct iovec *iov, int cnt)
+{
+	if (rs_solo())
+		rs_io_fast_body(io, fd, mode, how, off, len, iov, cnt, 1);
+	else
+		rs_io_fast_body(io, fd, mode, how, off, len, iov, cnt, 0);
 }
 
 /* pread/pwrite and friends, [off, off + len) of one fd. */
@@ -402,7 +454,8 @@ static inline __attribute__((always_inline)) void
 rs_io_end_fast(struct rs_io *io, unsigned mode, unsigned how, long long r)
 {
 	/* unlock saves errno itself on its (contended) wake path. */
-	rs_rangelock_unlock_fast(&io->hold[0].file->rl, &io->hold[0].node);
+	if (!io->solo)
+		rs_rangelock_unlock_fast(&io->hold[0].file->rl, &io->hold[0].node);
 	rs_grant_leave(&io->gref[0], io->hold[0].file);
 	if (how & RS_HOW_CURSOR) {
 		if (mode == RS_RL_WRITE && io->fast == 2) {
@@ -410,7 +463,8 @@ rs_io_end_fast(struct rs_io *io, unsigned mode, unsigned how, long long r)
 			RS_STORE(rs_ap.file, io->hold[0].file);
 			RS_STORE(rs_ap.eof, io->eof + (r > 0 ? (uint64_t)r : 0));
 		}
-		rs_mutex_unlock(&io->fdesc->pos_mtx);
+		if (!io->solo)
+			rs_mutex_unlock(&io->fdesc->pos_mtx);
 	}
 	RS_STORE(rs_depth, 0);	/* the fast path runs only from depth 0 */
 	if (__builtin_expect(rs_stats_on, 0)) {

@@ -5,11 +5,14 @@
 #   tests/callgrind.sh BUILD [LIMIT [STATS_LIMIT]]
 # Prints one row per call and configuration, and exits 1 if a row adds
 # more than its ceiling, or if RANGESHIM_STATS costs more than STATS_LIMIT
-# (default 20) on top of the same call without it (issue 10).  The ceiling
-# is LIMIT (default 150, the bar of BRIEF §2) for the rows that meet it.
-# Rows that do not meet it yet say so on every run, and are held to their
-# own ceiling (the figure measured when it was set, plus 5%) so that they
-# cannot get worse unnoticed; docs/benchmarks.md explains what they pay.
+# (default 20) on top of the same call without it (issue 10).  Each row's
+# ceiling is the figure measured when it was set, plus 5%, so that no row
+# gets worse unnoticed; LIMIT (default 150, the bar of BRIEF §2) is what
+# every row should meet, and rows over it say so on every run.
+# docs/benchmarks.md explains what each row pays for.  The rows marked
+# "a second thread" run the same loop with another thread alive (asleep),
+# so that the range and offset locks a single-threaded process leaves out
+# (iolock.h, rs_solo) stay measured.
 set -eu
 build=$1
 limit=${2:-150}
@@ -21,12 +24,14 @@ command -v valgrind >/dev/null 2>&1 || { echo "callgrind.sh: valgrind is not ins
 dir=$(mktemp -d)
 trap 'rm -rf "$dir" /dev/shm/rangeshim-callgrind.$$ /dev/shm/rangeshim-fastpath.$$' EXIT
 
-# count MODE [ENV...]: prints "instructions calls"
+# count MODE [ENV...]: prints "instructions calls"; MODE is the program's
+# mode word, and "thread" after it if a second thread is to be alive.
 count() {
 	mode=$1; shift
+	# shellcheck disable=SC2086 # $mode is one or two words
 	env RANGESHIM_SHM=/rangeshim-callgrind.$$ "$@" valgrind --tool=callgrind --collect-atstart=no \
 	    --toggle-collect=io_loop --callgrind-out-file="$dir/out" \
-	    "$prog" /dev/shm/rangeshim-fastpath.$$ $n "$mode" >"$dir/log" 2>&1 ||
+	    "$prog" /dev/shm/rangeshim-fastpath.$$ $n $mode >"$dir/log" 2>&1 ||
 	    { cat "$dir/log" >&2; exit 2; }
 	ir=$(awk '/^summary:|^totals:/ { print $2; exit }' "$dir/out")
 	calls=$(sed -n 's/^calls=//p' "$dir/log")
@@ -34,11 +39,10 @@ count() {
 }
 
 status=0
-# row LABEL CEILING MODE [ENV...]: one line, checked against CEILING (or
-# LIMIT if that is lower); sets $per.
+# row LABEL CEILING MODE [ENV...]: one line, checked against CEILING;
+# sets $per.
 row() {
 	label=$1; ceiling=$2; mode=$3; shift 3
-	[ "$ceiling" -le "$limit" ] && ceiling=$limit
 	plain=$(count "$mode")
 	base=${plain% *}
 	shim=$(count "$mode" LD_PRELOAD="$lib" "$@")
@@ -51,18 +55,22 @@ row() {
 	else
 		verdict=ok
 	fi
-	printf 'fastpath: %4d instructions added per call: %-44s (plain %d per call in user space): %s\n' \
+	printf 'fastpath: %4d instructions added per call: %-52s (plain %d per call in user space): %s\n' \
 	    "$per" "$label" "$((base / calls))" "$verdict"
 }
 
-row "pwrite/pread" 150 pwrite
+row "pwrite/pread" 124 pwrite
 fast=$per
-row "pwrite/pread, RANGESHIM_SCOPE=process" 150 pwrite RANGESHIM_SCOPE=process
-row "read/write at the file offset" 173 rw
-row "pwritev/preadv, 2 iovecs" 202 vec
-row "writev at the file offset, 2 iovecs" 238 writev
+row "pwrite/pread, RANGESHIM_SCOPE=process" 97 pwrite RANGESHIM_SCOPE=process
+row "read/write at the file offset" 142 rw
+row "pwritev/preadv, 2 iovecs" 163 vec
+row "writev at the file offset, 2 iovecs" 192 writev
 row "write on an O_APPEND descriptor" 201 append
-row "pwrite/pread, RANGESHIM_STATS set" 170 pwrite RANGESHIM_STATS="$dir/stats.json"
+row "pwrite/pread, a second thread" 159 "pwrite thread"
+row "read/write at the file offset, a second thread" 186 "rw thread"
+row "pwritev/preadv, 2 iovecs, a second thread" 198 "vec thread"
+row "writev at the file offset, a second thread" 235 "writev thread"
+row "pwrite/pread, RANGESHIM_STATS set" 144 pwrite RANGESHIM_STATS="$dir/stats.json"
 extra=$((per - fast))
 if [ "$extra" -le "$stats_limit" ]; then
 	echo "fastpath: RANGESHIM_STATS adds $extra instructions per pwrite/pread: ok"

@@ -5,7 +5,7 @@
  * collected (--toggle-collect), so start-up and the rewinds between phases
  * are not counted.
  *
- *   fastpath PATH N MODE
+ *   fastpath PATH N MODE [thread]
  *   pwrite  N pwrite + N pread at offsets below 32 KiB
  *   rw      N write, rewind, N read at the file offset
  *   vec     N pwritev + N preadv of two 256-byte iovecs
@@ -17,9 +17,14 @@
  * every row counts calls inside one node grant, as the pwrite row does;
  * growing a file costs one grant acquisition per 4 MiB on top.
  *
+ * With "thread", a second thread sleeps in read(2) on a pipe throughout:
+ * the process is no longer single-threaded, so the shim takes its range
+ * and offset locks (iolock.h, rs_solo), as in any threaded program.
+ *
  * Prints calls=C, the number of calls io_loop made.
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +68,16 @@ long io_loop(int fd, long n, char *buf, int op)
 	return bytes;
 }
 
+static int wake[2];
+
+static void *sleeper(void *arg)
+{
+	char c;
+
+	(void)arg;
+	return (void *)read(wake[0], &c, 1);
+}
+
 int main(int argc, char **argv)
 {
 	const char *path = argc > 1 ? argv[1] : "/dev/shm/rangeshim-fastpath";
@@ -72,6 +87,13 @@ int main(int argc, char **argv)
 	long bytes, calls = n;
 	int fd;
 
+	pthread_t t;
+	int threaded = argc > 4 && strcmp(argv[4], "thread") == 0;
+
+	if (threaded && (pipe(wake) || pthread_create(&t, NULL, sleeper, NULL))) {
+		perror("fastpath: thread");
+		return 2;
+	}
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | (strcmp(mode, "append") == 0 ? O_APPEND : 0),
 		  0600);
 	if (fd < 0) {
@@ -112,6 +134,10 @@ int main(int argc, char **argv)
 	}
 	close(fd);
 	unlink(path);
+	if (threaded && (write(wake[1], "x", 1) != 1 || pthread_join(t, NULL))) {
+		perror("fastpath: join");
+		return 2;
+	}
 	if (bytes != calls * 512) {
 		fprintf(stderr, "fastpath: short I/O (%ld of %ld bytes)\n", bytes, calls * 512);
 		return 1;

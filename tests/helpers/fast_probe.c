@@ -16,6 +16,15 @@
  *           Prints "torn=T reads=R size=S".
  *   append_trunc  The same while another thread truncates the file to 0
  *           every 20 ms (writers then run until the time is up).
+ *   timer   The main thread starts single-threaded and creates no thread
+ *           itself: a POSIX timer with SIGEV_THREAD makes glibc start its
+ *           own helper thread, and each expiry runs a callback on a thread
+ *           glibc makes, which pwrites a 256 KiB block at offset 0.  The
+ *           main thread preads the block and checks it is whole.  The
+ *           shim leaves out its thread locks only while a process has one
+ *           thread (iolock.h, rs_solo); if it missed glibc's own threads,
+ *           these reads would tear.  Prints "torn=T reads=R single=S",
+ *           S being __libc_single_threaded before the timer was made.
  *   stats   A fixed list of calls whose results differ from their
  *           requested lengths (short reads at end of file, -1 results,
  *           copy_file_range and sendfile past the end, writes from exited
@@ -31,7 +40,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/sendfile.h>
+#include <sys/single_threaded.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -347,6 +358,49 @@ static void stats(void)
 	fflush(stdout);
 }
 
+static int timer_fd;
+static _Atomic long timer_k;
+
+static void timer_write(union sigval v)
+{
+	static __thread char *b;
+	long k = atomic_fetch_add(&timer_k, 1);
+
+	(void)v;
+	if (!b && !(b = malloc(BLK)))
+		abort();
+	memset(b, (int)(1 + k % 50), BLK);
+	if (pwrite(timer_fd, b, BLK, 0) != BLK)
+		abort();
+}
+
+static void timer_race(void)
+{
+	int single = __libc_single_threaded;
+	struct sigevent ev = { .sigev_notify = SIGEV_THREAD,
+			       .sigev_notify_function = timer_write };
+	struct itimerspec it = { { 0, 300000 }, { 0, 300000 } };
+	unsigned char *b = malloc(BLK);
+	long t = 0, r = 0;
+	timer_t tm;
+	double end;
+
+	timer_fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	if (timer_fd < 0 || !b || timer_create(CLOCK_MONOTONIC, &ev, &tm) ||
+	    timer_settime(tm, 0, &it, NULL))
+		abort();
+	for (end = now() + 2.0; now() < end;) {
+		if (pread(timer_fd, b, BLK, 0) != BLK)
+			continue;	/* not written yet */
+		r++;
+		t += !uniform(b, BLK);
+	}
+	timer_delete(tm);
+	printf("torn=%ld reads=%ld single=%d\n", t, r, single);
+	fflush(stdout);
+	close(timer_fd);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -361,6 +415,8 @@ int main(int argc, char **argv)
 		race(append_writer, append_reader, O_APPEND, 3.0);
 	else if (strcmp(argv[1], "append_trunc") == 0 && (truncating = 1))
 		race(append_writer, append_reader, O_APPEND, 3.0);
+	else if (strcmp(argv[1], "timer") == 0)
+		timer_race();
 	else if (strcmp(argv[1], "stats") == 0) {
 		stats();
 		unlink(path);
