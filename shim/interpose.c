@@ -170,12 +170,43 @@ static inline unsigned rwf_place(unsigned mode, int flags)
 	return (flags & RWF_APPEND) ? RS_T_APPEND : 0;
 }
 
+/* One inline shape of a *v2 call: how is a constant in each copy. */
+#define RS_V2_FAST(name, mode, how)                                           \
+	do {                                                                  \
+		rs_io_fast(&io, fd, mode, how, off, 0, iov, cnt);             \
+		if (__builtin_expect(io.fast, 1)) {                           \
+			r = rs_real.name(fd, iov, cnt, off, flags);           \
+			rs_io_end_fast(&io, mode, how, (long long)r);         \
+			return r;                                             \
+		}                                                             \
+	} while (0)
+
+/* Flags that leave the range where it is (RWF_HIPRI, RWF_DSYNC,
+ * RWF_SYNC, RWF_NOWAIT, unknown ones the kernel refuses, and any flag on
+ * a read) take the inline path as preadv/pwritev and readv/writev do, at
+ * the offset or, for -1, at the file offset.  RWF_APPEND and RWF_NOAPPEND
+ * on a write move it: the general path. */
 #define RS_PREADV2(name, mode)                                                \
-	RS_WRAP(ssize_t, name, (int fd, const struct iovec *iov, int cnt, off_t off, int flags), \
-		(fd, iov, cnt, off, flags),                                   \
-		rs_io_iov(&io, fd, mode, off == -1 ? RS_AT_CURSOR : RS_AT_OFFSET, off, iov, cnt, \
-			  rwf_place(mode, flags)),                            \
-		(mode) == RS_RL_WRITE ? RS_B_WRITE : RS_B_READ)
+	RS_EXPORT ssize_t name(int fd, const struct iovec *iov, int cnt, off_t off, int flags) \
+	{                                                                     \
+		struct rs_io io;                                              \
+		ssize_t r;                                                    \
+		if (__builtin_expect(!rwf_place(mode, flags), 1)) {           \
+			if (off == -1)                                        \
+				RS_V2_FAST(name, mode, RS_HOW_CURSOR | RS_HOW_IOV); \
+			else                                                  \
+				RS_V2_FAST(name, mode, RS_HOW_IOV);           \
+		} else {                                                      \
+			rs_io_iov(&io, fd, mode, off == -1 ? RS_AT_CURSOR : RS_AT_OFFSET, off, \
+				  iov, cnt, rwf_place(mode, flags));          \
+		}                                                             \
+		r = REAL(ssize_t, name, (fd, iov, cnt, off, flags));          \
+		if (io.entered) {                                             \
+			rs_io_end_slow(&io);                                  \
+			count_bytes((mode) == RS_RL_WRITE ? RS_B_WRITE : RS_B_READ, (long long)r); \
+		}                                                             \
+		return r;                                                     \
+	}
 
 RS_PREADV2(preadv2, RS_RL_READ)
 RS_PREADV2(preadv64v2, RS_RL_READ)

@@ -252,12 +252,13 @@ extern __thread struct rs_stk rs_stk __attribute__((tls_model("initial-exec")));
  * __libc_stack_end for the main thread, whose thread pointer lies below
  * its stack.  An array anywhere else (the heap, a coroutine stack,
  * sigaltstack) is read with process_vm_readv (rs_iov_len), so that a bad
- * pointer still gives EFAULT.  Returns 0 for an array to read the careful
- * way, including any iov_len above RS_MAX_RW (the general path
- * saturates).
+ * pointer still gives EFAULT.  Returns the sum, or 0 for an array to
+ * read the careful way: one elsewhere, one with an iov_len or a sum above
+ * RS_MAX_RW (rs_iov_len saturates its sum; the caller clamps it), one of
+ * empty buffers.
  */
-static inline __attribute__((always_inline)) int
-rs_iov_len_stack(const struct iovec *iov, int cnt, uint64_t *len)
+static inline __attribute__((always_inline)) uint64_t
+rs_iov_len_stack(const struct iovec *iov, int cnt)
 {
 	uint64_t sum = 0, any = 0;
 
@@ -272,10 +273,12 @@ rs_iov_len_stack(const struct iovec *iov, int cnt, uint64_t *len)
 		sum += n;
 		any |= n;
 	}
-	if (any > RS_MAX_RW)
+	/* Every length <= RS_MAX_RW, and not all 0 (then sum is not 0
+	 * either): one compare for both; then the sum cannot have wrapped
+	 * (1024 * 2^31), and within RS_MAX_RW it needs no clamp. */
+	if (any - 1 >= RS_MAX_RW || sum > RS_MAX_RW)
 		return 0;
-	*len = sum;
-	return 1;
+	return sum;
 }
 
 /*
@@ -350,12 +353,21 @@ rs_io_fast_body(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	}
 	file = rs_fdt_file(fidx);
 	if (how & RS_HOW_IOV) {
-		/* Once, for the lock; the kernel reads the array again. */
-		if (!rs_iov_len_stack(iov, cnt, &len) && rs_iov_len(iov, cnt, &len) < 0)
-			len = 0;	/* the kernel fails it: the general path passes it */
+		/* Once, for the lock; the kernel reads the array again.  The
+		 * careful path's result goes through memory, so it has a
+		 * variable of its own and len stays in a register. */
+		len = rs_iov_len_stack(iov, cnt);
 		if (__builtin_expect(len == 0, 0)) {
-			RS_STORE(rs_depth, 0);
-			goto general;
+			uint64_t n;
+
+			/* A failed read: the kernel fails the call; an empty
+			 * array: nothing to lock.  The general path passes
+			 * both through. */
+			if (rs_iov_len(iov, cnt, &n) < 0 || n == 0) {
+				RS_STORE(rs_depth, 0);
+				goto general;
+			}
+			len = n > RS_MAX_RW ? RS_MAX_RW : n;
 		}
 	}
 	if (how & RS_HOW_CURSOR) {
@@ -386,8 +398,10 @@ rs_io_fast_body(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 		io->fdesc = desc;
 	}
 	start = (uint64_t)off;
-	/* off < 2^63 and the clamped len < 2^31: no overflow. */
-	end = append ? RS_RANGE_EOF : start + (len > RS_MAX_RW ? RS_MAX_RW : len);
+	/* off < 2^63 and the clamped len < 2^31: no overflow.  A vector
+	 * call's len is clamped already. */
+	end = append ? RS_RANGE_EOF
+		     : start + ((how & RS_HOW_IOV) || len <= RS_MAX_RW ? len : RS_MAX_RW);
 	/* Other processes first, then the other threads (grants.h). */
 	rs_grant_enter(file, start, end, append ? RS_GRANT_APPEND : mode, &io->gref[0]);
 	if (!solo && __builtin_expect(rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start,

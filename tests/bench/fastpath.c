@@ -9,6 +9,8 @@
  *   pwrite  N pwrite + N pread at offsets below 32 KiB
  *   rw      N write, rewind, N read at the file offset
  *   vec     N pwritev + N preadv of two 256-byte iovecs
+ *   vec2    the same with pwritev2 + preadv2 and RWF_HIPRI (a flag that
+ *           leaves the range where it is)
  *   writev  N writev of two 256-byte iovecs at the file offset
  *   append  N write on an O_APPEND descriptor
  *
@@ -33,7 +35,7 @@
 
 #define CHUNK 4096
 
-enum { PWRITE, PREAD, WRITE, READ, PWRITEV, PREADV, WRITEV, APPEND };
+enum { PWRITE, PREAD, WRITE, READ, PWRITEV, PREADV, PWRITEV2, WRITEV, APPEND };
 
 __attribute__((noinline, noclone)) long io_loop(int fd, long n, char *buf, int op);
 long io_loop(int fd, long n, char *buf, int op)
@@ -59,6 +61,10 @@ long io_loop(int fd, long n, char *buf, int op)
 		case PWRITEV:
 			bytes += pwritev(fd, iov, 2, off);
 			bytes += preadv(fd, iov, 2, off);
+			break;
+		case PWRITEV2:
+			bytes += pwritev2(fd, iov, 2, off, RWF_HIPRI);
+			bytes += preadv2(fd, iov, 2, off, RWF_HIPRI);
 			break;
 		case WRITEV:
 			bytes += writev(fd, iov, 2);
@@ -114,8 +120,8 @@ int main(int argc, char **argv)
 			bytes += io_loop(fd, k, buf, READ);
 		}
 		calls = 2 * n;
-	} else if (strcmp(mode, "vec") == 0) {
-		bytes = io_loop(fd, n, buf, PWRITEV);
+	} else if (strcmp(mode, "vec") == 0 || strcmp(mode, "vec2") == 0) {
+		bytes = io_loop(fd, n, buf, strcmp(mode, "vec") == 0 ? PWRITEV : PWRITEV2);
 		calls = 2 * n;
 	} else if (strcmp(mode, "writev") == 0 || strcmp(mode, "append") == 0) {
 		int op = strcmp(mode, "writev") == 0 ? WRITEV : APPEND;

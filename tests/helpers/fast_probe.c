@@ -3,9 +3,10 @@
  * test_fastpath.c, which runs each mode with and without the shim.
  *
  *   cursor  Writers share ONE description and write 256 KiB blocks at the
- *           file offset (write and writev), rewinding with lseek every 4
- *           blocks; readers on their own descriptions lseek and read (or
- *           readv, or pread) whole blocks.  Prints "torn=T reads=R size=S".  A read
+ *           file offset (write, writev, and pwritev2 at -1 with
+ *           RWF_HIPRI), rewinding with lseek every 4 blocks; readers on
+ *           their own descriptions lseek and read (or readv, or pread, or
+ *           preadv2 at an offset with RWF_HIPRI) whole blocks.  Prints "torn=T reads=R size=S".  A read
  *           is torn when its block mixes two writers' patterns, which
  *           happens without the shim, and with it only if the range
  *           locked is not the range the kernel used.
@@ -93,6 +94,12 @@ static void *cursor_writer(void *arg)
 			iov[1].iov_len = BLK / 2;
 			if (writev(shared_fd, iov, 2) != BLK)
 				abort();
+		} else if (id == 2) {
+			/* At the file offset with a flag that leaves it there. */
+			iov[0].iov_base = b;
+			iov[0].iov_len = BLK;
+			if (pwritev2(shared_fd, iov, 1, -1, RWF_HIPRI) != BLK)
+				abort();
 		} else if (write(shared_fd, b, BLK) != BLK) {
 			abort();
 		}
@@ -122,8 +129,12 @@ static void *cursor_reader(void *arg)
 			r = readv(fd, iov, 2);
 		} else if ((k + id) % 3 == 1) {
 			r = read(fd, b, BLK);
-		} else {
+		} else if ((k / 3) % 2) {
 			r = pread(fd, b, BLK, (off_t)(k % NBLK) * BLK);
+		} else {
+			struct iovec iov[1] = { { b, BLK } };
+
+			r = preadv2(fd, iov, 1, (off_t)(k % NBLK) * BLK, RWF_HIPRI);
 		}
 		if (r != BLK)
 			continue;	/* not written yet */
@@ -367,10 +378,14 @@ static void timer_write(union sigval v)
 	long k = atomic_fetch_add(&timer_k, 1);
 
 	(void)v;
+	if (atomic_load(&stop))
+		return;
 	if (!b && !(b = malloc(BLK)))
 		abort();
 	memset(b, (int)(1 + k % 50), BLK);
-	if (pwrite(timer_fd, b, BLK, 0) != BLK)
+	/* timer_delete does not wait for a callback in flight: one may
+	 * still write after the descriptor is closed. */
+	if (pwrite(timer_fd, b, BLK, 0) != BLK && !atomic_load(&stop))
 		abort();
 }
 
@@ -395,7 +410,9 @@ static void timer_race(void)
 		r++;
 		t += !uniform(b, BLK);
 	}
+	atomic_store(&stop, 1);
 	timer_delete(tm);
+	usleep(100000);
 	printf("torn=%ld reads=%ld single=%d\n", t, r, single);
 	fflush(stdout);
 	close(timer_fd);
