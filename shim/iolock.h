@@ -302,9 +302,12 @@ rs_io_fast_body(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	int d, append = 0;
 
 	/* Count ourselves in before reading rs_fast: rs_cancel_wait()
-	 * depends on that order (iolock.c). */
+	 * depends on that order (iolock.c).  From inside the shim (d != 0)
+	 * the call passes through, without reading rs_fast, so only depth 0
+	 * needs the store, and it stores a constant. */
 	d = RS_LOAD(rs_depth);
-	RS_STORE(rs_depth, d + 1);
+	if (__builtin_expect(d == 0, 1))
+		RS_STORE(rs_depth, 1);
 	atomic_signal_fence(memory_order_seq_cst);
 	/* One test for all the reasons to take the general path.  For an
 	 * offset call, (off | (len - 1)) < 0: a negative offset or a zero
@@ -465,10 +468,10 @@ rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
  * Stats, when on, cost a few adds to this thread's own counters.
  */
 static inline __attribute__((always_inline)) void
-rs_io_end_fast(struct rs_io *io, unsigned mode, unsigned how, long long r)
+rs_io_end_fast_body(struct rs_io *io, unsigned mode, unsigned how, long long r, const int solo)
 {
 	/* unlock saves errno itself on its (contended) wake path. */
-	if (!io->solo)
+	if (!solo)
 		rs_rangelock_unlock_fast(&io->hold[0].file->rl, &io->hold[0].node);
 	rs_grant_leave(&io->gref[0], io->hold[0].file);
 	if (how & RS_HOW_CURSOR) {
@@ -477,7 +480,7 @@ rs_io_end_fast(struct rs_io *io, unsigned mode, unsigned how, long long r)
 			RS_STORE(rs_ap.file, io->hold[0].file);
 			RS_STORE(rs_ap.eof, io->eof + (r > 0 ? (uint64_t)r : 0));
 		}
-		if (!io->solo)
+		if (!solo)
 			rs_mutex_unlock(&io->fdesc->pos_mtx);
 	}
 	RS_STORE(rs_depth, 0);	/* the fast path runs only from depth 0 */
@@ -487,6 +490,16 @@ rs_io_end_fast(struct rs_io *io, unsigned mode, unsigned how, long long r)
 		if (mode == RS_RL_WRITE && (how & RS_HOW_CURSOR) && io->fast == 2)
 			RS_COUNT(appends, 1);
 	}
+}
+
+/* Two copies again, so that the call's end tests io->solo once. */
+static inline __attribute__((always_inline)) void
+rs_io_end_fast(struct rs_io *io, unsigned mode, unsigned how, long long r)
+{
+	if (io->solo)
+		rs_io_end_fast_body(io, mode, how, r, 1);
+	else
+		rs_io_end_fast_body(io, mode, how, r, 0);
 }
 
 /* One fd, one range: the general path for all but pread/pwrite. */
