@@ -29,6 +29,7 @@
 #include <limits.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -154,8 +155,17 @@ static void find_stack(void)
 	uintptr_t l = (uintptr_t)__builtin_frame_address(0);
 	uintptr_t tp = (uintptr_t)__builtin_thread_pointer();
 	uintptr_t top = tp > l ? tp : (uintptr_t)__libc_stack_end;
+	uintptr_t max = 64u << 20;
+	struct rlimit rl;
 
-	if (top > l && top - l <= (64u << 20) && top - l >= (16u << 10)) {
+	/* The kernel places no mapping of its choosing within the stack
+	 * size limit (plus a guard gap) below the main thread's stack top
+	 * (mmap_base in mm/util.c), so a frame that close is on that stack,
+	 * and everything from it to the top is the stack's own mapping. */
+	if (tp <= l && getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur < max)
+		max = (uintptr_t)rl.rlim_cur;
+	if (top > l && top - l <= max && top - l >= (16u << 10)) {
 		RS_STORE(rs_stk.lo, l);
 		RS_STORE(rs_stk.span, top - l);
 	}
