@@ -37,6 +37,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common.h"
 
@@ -96,6 +97,11 @@ Test(fastpath, timer, .timeout = 120)
 	struct rs_run *r = calloc(1, sizeof(*r));
 	char *argv[] = { PROBE, "timer", base, NULL };
 
+	/* glibc starts the SIGEV_THREAD helper without pthread_create's
+	 * public entry, so TSan never sees that thread and the probe
+	 * crashes under it, shim or not. */
+	if (strcmp(RS_SAN, "tsan") == 0)
+		cr_skip_test("TSan does not see glibc's SIGEV_THREAD threads (the probe crashes without the shim too)");
 	/* The probe must start with one thread, or elision never applies. */
 	rs_run(r, argv, (const char *[]){ NULL }, 1, 60);
 	cr_assert_eq(r->status, 0, "fast_probe timer exited %d: %s", r->status, r->out);
