@@ -206,6 +206,7 @@ struct plan {
 	unsigned mode;
 	enum rs_where where;
 	int append;
+	unsigned fl_append;     /* RS_DESC_APPEND as read when planning */
 	uint64_t start, end;
 };
 
@@ -281,10 +282,15 @@ static int still_covers(const struct plan *p, const struct rs_target *t)
 	return start >= p->start;
 }
 
+/* Still the fd, description and file we planned for, and O_APPEND as it
+ * was (an fcntl(F_SETFL) waits for our lock, then changes it: interpose.c,
+ * setfl_begin). */
 static int valid(const struct plan *p)
 {
 	return rs_fdt_get(p->fd) == p->entry &&
-	       atomic_load_explicit(&p->desc->file, memory_order_relaxed) == p->file_idx;
+	       atomic_load_explicit(&p->desc->file, memory_order_relaxed) == p->file_idx &&
+	       (atomic_load_explicit(&p->desc->flags, memory_order_relaxed) & RS_DESC_APPEND) ==
+		       p->fl_append;
 }
 
 /* Returns 1 when the call should go ahead locked, 0 to pass it through,
@@ -319,12 +325,12 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 		 * RWF_APPEND and RWF_NOAPPEND override O_APPEND for one call
 		 * (kiocb_set_rw_flags in include/linux/fs.h); both at once
 		 * is EINVAL before anything is written. */
+		p[np].fl_append = atomic_load_explicit(&p[np].desc->flags, memory_order_relaxed) &
+				  RS_DESC_APPEND;
 		p[np].append = n == 1 && t[i].mode == RS_RL_WRITE &&
 			(t[i].where == RS_AT_OFFSET || t[i].where == RS_AT_CURSOR) &&
 			((t[i].flags & RS_T_APPEND) ||
-			 (!(t[i].flags & RS_T_NOAPPEND) &&
-			  (atomic_load_explicit(&p[np].desc->flags, memory_order_relaxed) &
-			   RS_DESC_APPEND)));
+			 (!(t[i].flags & RS_T_NOAPPEND) && p[np].fl_append));
 		np++;
 	}
 	if (np == 0)

@@ -298,7 +298,7 @@ rs_io_fast(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, u
 	struct rs_desc *desc;
 	struct rs_file *file;
 	uint64_t e, start, end;
-	uint32_t fidx;
+	uint32_t fidx, fl = 0;
 	int d, append = 0;
 	unsigned lmode;
 
@@ -341,9 +341,9 @@ rs_io_fast(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, u
 	}
 	desc = rs_fdt_desc(e);
 	fidx = atomic_load_explicit(&desc->file, memory_order_acquire);
-	if (mode == RS_RL_WRITE &&
-	    __builtin_expect(atomic_load_explicit(&desc->flags, memory_order_relaxed) &
-			     RS_DESC_APPEND, 0)) {
+	if (mode == RS_RL_WRITE)
+		fl = atomic_load_explicit(&desc->flags, memory_order_relaxed);
+	if (mode == RS_RL_WRITE && __builtin_expect(fl & RS_DESC_APPEND, 0)) {
 		/* pwrite on O_APPEND appends too (pwrite(2), BUGS): rare,
 		 * left to the general path. */
 		if (!(how & RS_HOW_CURSOR)) {
@@ -425,9 +425,14 @@ rs_io_fast(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, u
 	/* Re-checked even when the lock was free at once: a dup2 onto fd
 	 * may have run to completion between our read of the entry and our
 	 * lock, and only the entry tells (interpose.c, dup_begin).  The
-	 * entry alone suffices: one equal to e is the same incarnation of
+	 * entry suffices for that: one equal to e is the same incarnation of
 	 * the description, so of the file too (new_entry, fdtable.c). */
-	if (__builtin_expect(atomic_load_explicit(ep, memory_order_acquire) != e, 0))
+	/* A write also re-reads O_APPEND, which decided where it writes: an
+	 * fcntl(F_SETFL) that changed it waited for calls in flight and set
+	 * it before we locked (interpose.c, setfl_begin). */
+	if (__builtin_expect((atomic_load_explicit(ep, memory_order_acquire) != e) |
+			     (mode == RS_RL_WRITE &&
+			      atomic_load_explicit(&desc->flags, memory_order_relaxed) != fl), 0))
 		goto undo;
 	io->hold[0].file = file;
 	io->fast = 1 + append;
