@@ -160,8 +160,6 @@ static int64_t get_file(uint64_t dev, uint64_t ino)
 	atomic_store_explicit(&f->dev, dev, memory_order_relaxed);
 	atomic_store_explicit(&f->ino, ino, memory_order_relaxed);
 	f->refs = 1;
-	/* No appender's hint may carry over from the file it was before. */
-	atomic_fetch_add_explicit(&f->ap_tgen, 1, memory_order_relaxed);
 	f->hnext = buckets[h];
 	buckets[h] = (uint32_t)idx + 1;
 	RS_COUNT(files_opened, 1);
@@ -340,11 +338,6 @@ static uint64_t install(int fd, int oflags, enum how how)
 	if (w) {
 		file = get_file(dev, ino);
 		if (file >= 0) {
-			/* open(O_TRUNC) shrank it without a lock (limitations.md);
-			 * at least no append after this trusts an older hint. */
-			if (fresh && (oflags & O_TRUNC))
-				atomic_fetch_add_explicit(&rs_fdt_file((uint32_t)file)->ap_tgen, 1,
-							  memory_order_relaxed);
 			if (!fresh)
 				shared = shared_desc(fd, (uint32_t)file);
 			if (shared != RS_FD_UNKNOWN) {
@@ -517,10 +510,6 @@ void rs_fdt_fork_child(void)
 			atomic_store_explicit(&rs_files[i].grants[k], 0, memory_order_relaxed);
 		atomic_store_explicit(&rs_files[i].grants_mtx, 0, memory_order_relaxed);
 		atomic_store_explicit(&rs_files[i].acquire_mtx, 0, memory_order_relaxed);
-		/* The parent, now another process, may shrink the file under
-		 * grants this child no longer has: no end-of-file hint of the
-		 * forking thread carries over (iolock.h, rs_ap_hint). */
-		atomic_fetch_add_explicit(&rs_files[i].ap_tgen, 1, memory_order_relaxed);
 	}
 	for (uint32_t i = 0; i < descs_used; i++)
 		atomic_store_explicit(&rs_descs[i].pos_mtx, 0, memory_order_relaxed);

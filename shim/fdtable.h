@@ -43,11 +43,6 @@ struct rs_file {
 	_Atomic uint64_t grants[RS_NCACHE];   /* see grants.c */
 	_Atomic uint32_t grants_mtx;
 	_Atomic uint32_t acquire_mtx;         /* one acquisition at a time */
-	/* Moves on whenever end of file may have shrunk by this process's
-	 * hand (a truncate, an fallocate that may collapse, an open with
-	 * O_TRUNC) and when the object is (re)used for a file: appenders'
-	 * end-of-file hints are good only while it stays (iolock.h). */
-	_Atomic uint32_t ap_tgen;
 } __attribute__((aligned(64)));
 
 struct rs_desc {

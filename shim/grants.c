@@ -351,11 +351,6 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	}
 	policy_note(pol, req.exact, res.met, coarse_ns());
 	g = &seg->grants[res.idx];	/* users already counts us */
-	/* A new grant: whatever another process did to the file before we
-	 * got it (a truncation, say), appenders' end-of-file hints must not
-	 * outlive.  Before the grant is used or published (iolock.h,
-	 * rs_ap_hint). */
-	atomic_fetch_add_explicit(&f->ap_tgen, 1, memory_order_release);
 	if (req.exact) {
 		RS_COUNT(node_exact, 1);
 		mark_uncached(g, res.gen);	/* ours alone: the call gives it back */

@@ -426,11 +426,6 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 			release(io);
 			return -1;
 		}
-		/* May shrink end of file: appenders' hints must not outlive it.
-		 * Bumped under our write lock on [x, infinity), which every
-		 * append lock conflicts with (rs_ap_hint, iolock.h). */
-		if (p[i].where == RS_TRUNCATE || p[i].where == RS_FROM_OFFSET)
-			atomic_fetch_add_explicit(&p[i].file->ap_tgen, 1, memory_order_relaxed);
 	}
 	/* Bytes are counted by the wrapper, from the call's result. */
 	if (__builtin_expect(rs_stats_on, 0)) {
@@ -579,8 +574,6 @@ void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len)
 			break;
 		release(io);
 	}
-	/* As in try_begin: under the lock, before the truncation. */
-	atomic_fetch_add_explicit(&f->ap_tgen, 1, memory_order_relaxed);
 	errno = saved;
 	RS_COUNT(io_calls, 1);
 	cancel_off(io);

@@ -176,50 +176,27 @@ static inline __attribute__((always_inline)) int rs_fstat_size(int fd, uint64_t 
 }
 
 /*
- * An appender's end-of-file hint: a lower bound L of this file's end of
- * file, so that an append can lock [L, infinity) without asking the
- * kernel (an fstat was a third of the time of a 100-byte append).
- * Locking from any lower bound is sound: the kernel writes at end of file
- * >= L, so the lock covers the bytes written, and more (design.md (d),
- * "Appends").  What makes L a lower bound at the moment we hold the lock:
- *
- * Pre (recording, rs_io_end_fast): the thread held the file's range lock
- *      in APPEND mode over [start, infinity) and saw file->ap_tgen == tgen
- *      under it, end of file was >= start then (a valid hint, or an fstat
- *      under the lock), and the call wrote r >= 0 bytes; it records
- *      eof = start + r.
- * Post (use, rs_io_fast): an append that finds, under its lock, the same
- *      file and ap_tgen == tgen may take end of file >= eof.
- *
- * Why: end of file shrinks only by a truncate, an fallocate that may
- * collapse, or an open with O_TRUNC.  In this process those bump ap_tgen
- * (the first two while holding a write lock over [x, infinity), which
- * conflicts with every append lock, so a bump is either seen under our
- * lock or comes after we let go).  In another process they need a node
- * grant that conflicts with our APPEND grant: the grant we recorded under
- * was revoked first, and any grant we enter now was acquired after the
- * shrink, and every acquisition bumps ap_tgen before the grant is
- * published or used (grants.c).  Growth only raises end of file.  A file
- * object reused for another file bumps it too (fdtable.c), and a forked
- * child forgets its hint.  Shrinks the shim does not see (raw syscalls,
- * processes without the shim) are not caught, as an fstat before the
- * write would not catch one just after it either.
- *
- * left: appends until the hint is refreshed by an fstat under the lock.
- * With others appending to the tail the hint lags the real end of file,
- * and a lagging hint locks more than it needs (readers of bytes already
- * written would wait for appends).
+ * An appender's end-of-file hint: the end of file this thread's last
+ * append to the file left (the start it locked plus what it wrote), a
+ * guess at where the next append will land, so that it can lock
+ * [L, infinity) without an fstat first.  Only a guess: it is not trusted
+ * to be a lower bound of end of file.  Locking from L is sound only while
+ * L <= end of file, and a shrink that no lock of ours sees (a truncation
+ * by a process without the shim, by one in another table, or in process
+ * scope by any other process; open(O_TRUNC), truncate(path) without the
+ * file open and fopen("w") by any process, this one included) leaves
+ * every thread's hint above end of file, for as many appends as it
+ * trusted it: each would write below its lock (tests/test_adv_proc.c,
+ * append_cut_*: thousands of torn reads per 3 s with a hint trusted for
+ * up to 16 appends, 0 with the fstat).  So the append re-reads end of file with an
+ * inline fstat under its lock, which sees every shrink that finished
+ * before the lock was granted, and goes the general way when a shrink
+ * moved it below L (ZFS's RL_APPEND re-check).
  */
 struct rs_ap_hint {
 	struct rs_file *file;
 	uint64_t eof;
-	uint32_t tgen;
-	uint32_t left;
 };
-/* Appends between refreshes (docs/benchmarks.md, "Appends"). */
-#ifndef RS_AP_REFRESH
-#define RS_AP_REFRESH 16u
-#endif
 extern __thread struct rs_ap_hint rs_ap __attribute__((tls_model("initial-exec")));
 
 /* lseek(fd, 0, SEEK_CUR), made here rather than through libc's wrapper:
@@ -375,7 +352,7 @@ rs_io_fast(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, u
 			if (__builtin_expect(RS_LOAD(rs_ap.file) == file, 1))
 				off = (int64_t)RS_LOAD(rs_ap.eof);
 			else if (rs_fstat_size(fd, &size) == 0)
-				off = (int64_t)size, RS_STORE(rs_ap.left, 0);
+				off = (int64_t)size;
 			else
 				off = -1;
 		} else {
@@ -403,24 +380,12 @@ rs_io_fast(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, u
 	if (append) {
 		/* ZFS's RL_APPEND re-check: is start still at or below end of
 		 * file?  End of file cannot shrink now (every coordinated
-		 * shrink conflicts with us), only grow.  The hint says so
-		 * without a system call if nothing could have shrunk it since
-		 * it was recorded (rs_ap_hint); otherwise fstat, and if a
-		 * truncation moved end of file below start, the general path
-		 * re-reads it before and after locking. */
-		uint32_t tgen = atomic_load_explicit(&file->ap_tgen, memory_order_relaxed);
-
-		uint32_t left = RS_LOAD(rs_ap.left);
-
-		if (__builtin_expect((RS_LOAD(rs_ap.tgen) != tgen) | (left == 0), 0)) {
-			if (rs_fstat_size(fd, &io->eof) < 0 || io->eof < start)
-				goto undo;
-			left = RS_AP_REFRESH;
-			RS_STORE(rs_ap.tgen, tgen);
-		} else {
-			io->eof = start;
-		}
-		RS_STORE(rs_ap.left, left - 1);
+		 * shrink conflicts with us), only grow; but an uncoordinated
+		 * one may have moved it below the hint before we locked
+		 * (rs_ap_hint), and then the general path re-reads it before
+		 * and after locking. */
+		if (__builtin_expect(rs_fstat_size(fd, &io->eof) < 0 || io->eof < start, 0))
+			goto undo;
 	}
 	/* Re-checked even when the lock was free at once: a dup2 onto fd
 	 * may have run to completion between our read of the entry and our

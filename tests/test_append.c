@@ -5,12 +5,14 @@
  * tests/helpers/append_probe.c; each runs as a control without the shim,
  * which must tear, and with it, where nothing may tear.
  *
- *  trunc_proc  another process cuts the file to 0 every 5 ms.  With the
- *              bump of ap_tgen on a new node grant compiled out (and the
- *              one at fork), 29-3526 reads tore per 3 s run; with it 0.
+ *  trunc_proc  another process cuts the file to 0 every 5 ms.  (When the
+ *              hint was trusted until a truncate generation moved, that
+ *              generation's bump on a new node grant compiled out tore
+ *              29-3526 reads per 3 s run; the fstat under the lock now
+ *              sees every such cut: tests/test_adv_proc.c.)
  *  fork        appends across fork: a child appends at once with the hint
- *              it inherited while the parent truncates.  Without the two
- *              bumps: 44-93 torn per 3 s run; with them 0.
+ *              it inherited while the parent truncates (44-93 torn per
+ *              3 s run with a trusted hint and no bump at fork).
  *  huge        write()s asking for 3 GiB of which 64 KiB is mapped (a
  *              short write) or nothing (EFAULT): the results must be the
  *              kernel's, and the hint must grow by what was written.
