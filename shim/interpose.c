@@ -642,33 +642,6 @@ static void reopen_end(struct dup_hold *h, int fd)
 RS_FREOPEN(freopen)
 RS_FREOPEN(freopen64)
 
-/* fcntl's third argument is an int or a pointer; passing it on as a
- * pointer-sized value is what glibc itself does. */
-#define RS_FCNTL(name)                                                        \
-	RS_EXPORT int name(int fd, int cmd, ...)                              \
-	{                                                                     \
-		va_list ap;                                                   \
-		void *arg;                                                    \
-		int r, saved;                                                 \
-		va_start(ap, cmd);                                            \
-		arg = va_arg(ap, void *);                                     \
-		va_end(ap);                                                   \
-		rs_ready();                                                   \
-		r = REAL(int, name, (fd, cmd, arg));                          \
-		if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))     \
-			return duped(fd, r);                                  \
-		if (r == 0 && cmd == F_SETFL && enter_fd_slow()) {            \
-			saved = errno;                                        \
-			rs_fdt_setfl(fd);                                     \
-			errno = saved;                                        \
-			rs_leave_slow();                                      \
-		}                                                             \
-		return r;                                                     \
-	}
-
-RS_FCNTL(fcntl)
-RS_FCNTL(fcntl64)
-
 /* The description's flags changed behind our back (F_SETFL by a call we
  * do not wrap): read them again.  Untracked fds are read on first use. */
 static void flags_changed(int fd)
@@ -682,6 +655,71 @@ static void flags_changed(int fd)
 	errno = saved;
 }
 
+/*
+ * F_SETFL can turn O_APPEND on or off, and with it where every write
+ * through the description lands: at end of file or at the offset (or,
+ * for pwrite, at end of file or at its offset).  A write that chose its
+ * range under the old flags must not run under the new ones.  So the
+ * change is made holding the description's offset lock and the file's
+ * whole-range write lock, as dup2 is: calls in flight finish first, and
+ * the flags we record are in place before anyone locks again; a call
+ * that read the old flags before locking sees, once locked, that they
+ * changed, and starts over (rs_io_fast and try_begin re-check them).
+ * Pre:  no shim lock held by this thread (a wrapper, not nested).
+ * Post (setfl_end): rs_desc.flags says what the kernel's flags say, and
+ *       no call locked under other flags is still running.
+ */
+static void setfl_begin(struct dup_hold *h, int fd)
+{
+	dup_begin(h, -1, fd);
+}
+
+static void setfl_end(struct dup_hold *h, int fd, int changed)
+{
+	int saved = errno;
+
+	if (!h->entered) {
+		/* From a signal handler inside the shim: record it at least. */
+		if (changed)
+			flags_changed(fd);
+		errno = saved;
+		return;
+	}
+	if (changed && h->file)
+		rs_fdt_setfl(fd);
+	dup_unlock(h);
+	errno = saved;
+}
+
+/* fcntl's third argument is an int or a pointer; passing it on as a
+ * pointer-sized value is what glibc itself does. */
+#define RS_FCNTL(name)                                                        \
+	RS_EXPORT int name(int fd, int cmd, ...)                              \
+	{                                                                     \
+		va_list ap;                                                   \
+		void *arg;                                                    \
+		int r, saved;                                                 \
+		va_start(ap, cmd);                                            \
+		arg = va_arg(ap, void *);                                     \
+		va_end(ap);                                                   \
+		rs_ready();                                                   \
+		if (cmd == F_SETFL) {                                         \
+			struct dup_hold h;                                    \
+			setfl_begin(&h, fd);                                  \
+			r = REAL(int, name, (fd, cmd, arg));                  \
+			setfl_end(&h, fd, r == 0);                            \
+			return r;                                             \
+		}                                                             \
+		r = REAL(int, name, (fd, cmd, arg));                          \
+		if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))     \
+			return duped(fd, r);                                  \
+		(void)saved;                                                  \
+		return r;                                                     \
+	}
+
+RS_FCNTL(fcntl)
+RS_FCNTL(fcntl64)
+
 /* fdopen(fd, "a") turns O_APPEND on with a glibc-internal fcntl
  * (_IO_new_fdopen in libio/iofdopen.c) that no wrapper sees; afterwards
  * a write through fd appends, and must lock from end of file. */
@@ -694,9 +732,13 @@ RS_EXPORT FILE *fdopen(int fd, const char *mode)
 		errno = ENOSYS;
 		return NULL;
 	}
-	fp = rs_real.fdopen(fd, mode);
-	if (fp)
-		flags_changed(fd);
+	{
+		struct dup_hold h;
+
+		setfl_begin(&h, fd);
+		fp = rs_real.fdopen(fd, mode);
+		setfl_end(&h, fd, fp != NULL);
+	}
 	rs_cov_stream(fp);
 	return fp;
 }
@@ -788,6 +830,12 @@ RS_EXPORT long syscall(long nr, ...)
 
 		r = rs_raw_syscall6(nr, a, b, c, d, e, f);
 		fork_end(r, locked);
+	} else if (__builtin_expect(nr == SYS_fcntl && (int)b == F_SETFL, 0)) {
+		struct dup_hold h;
+
+		setfl_begin(&h, (int)a);
+		r = rs_raw_syscall6(nr, a, b, c, d, e, f);
+		setfl_end(&h, (int)a, r == 0);
 	} else {
 		r = rs_raw_syscall6(nr, a, b, c, d, e, f);
 	}
@@ -797,8 +845,6 @@ RS_EXPORT long syscall(long nr, ...)
 		errno = (int)-r;
 		return -1;
 	}
-	if (__builtin_expect(nr == SYS_fcntl && (int)b == F_SETFL, 0))
-		flags_changed((int)a);
 	return r;
 }
 #endif

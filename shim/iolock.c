@@ -244,6 +244,7 @@ struct plan {
 	unsigned mode;
 	enum rs_where where;
 	int append;
+	unsigned fl_append;     /* RS_DESC_APPEND as read when planning */
 	uint64_t start, end;
 };
 
@@ -319,10 +320,15 @@ static int still_covers(const struct plan *p, const struct rs_target *t)
 	return start >= p->start;
 }
 
+/* Still the fd, description and file we planned for, and O_APPEND as it
+ * was (an fcntl(F_SETFL) waits for our lock, then changes it: interpose.c,
+ * setfl_begin). */
 static int valid(const struct plan *p)
 {
 	return rs_fdt_get(p->fd) == p->entry &&
-	       atomic_load_explicit(&p->desc->file, memory_order_relaxed) == p->file_idx;
+	       atomic_load_explicit(&p->desc->file, memory_order_relaxed) == p->file_idx &&
+	       (atomic_load_explicit(&p->desc->flags, memory_order_relaxed) & RS_DESC_APPEND) ==
+		       p->fl_append;
 }
 
 /* Returns 1 when the call should go ahead locked, 0 to pass it through,
@@ -357,12 +363,12 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 		 * RWF_APPEND and RWF_NOAPPEND override O_APPEND for one call
 		 * (kiocb_set_rw_flags in include/linux/fs.h); both at once
 		 * is EINVAL before anything is written. */
+		p[np].fl_append = atomic_load_explicit(&p[np].desc->flags, memory_order_relaxed) &
+				  RS_DESC_APPEND;
 		p[np].append = n == 1 && t[i].mode == RS_RL_WRITE &&
 			(t[i].where == RS_AT_OFFSET || t[i].where == RS_AT_CURSOR) &&
 			((t[i].flags & RS_T_APPEND) ||
-			 (!(t[i].flags & RS_T_NOAPPEND) &&
-			  (atomic_load_explicit(&p[np].desc->flags, memory_order_relaxed) &
-			   RS_DESC_APPEND)));
+			 (!(t[i].flags & RS_T_NOAPPEND) && p[np].fl_append));
 		np++;
 	}
 	if (np == 0)
@@ -428,10 +434,14 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 		}
 		for (int i = 0; i < np; i++) {
 			struct rs_hold *h = &io->hold[io->nholds];
+			/* Appenders share the tail (rangelock.c, "Appenders"),
+			 * but not under RANGESHIM_LOCK=mutex: one lock a file. */
+			unsigned m = p[i].append && rs_cfg.lock != RS_LOCK_MUTEX ? RS_RL_APPEND
+										  : p[i].mode;
 
 			h->file = p[i].file;
 			waited += rs_rangelock_lock(&h->file->rl, &h->node,
-						    p[i].start, p[i].end, p[i].mode);
+						    p[i].start, p[i].end, m);
 			io->nholds++;
 		}
 		int covers = 1;

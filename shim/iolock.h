@@ -206,9 +206,24 @@ static inline __attribute__((always_inline)) int rs_fstat_size(int fd, uint64_t 
 #endif
 }
 
-/* The end of file this thread last appended at, and the file: a lower
- * bound of end of file for its next append, unless the file shrank,
- * which the re-check under the lock sees. */
+/*
+ * An appender's end-of-file hint: the end of file this thread's last
+ * append to the file left (the start it locked plus what it wrote), a
+ * guess at where the next append will land, so that it can lock
+ * [L, infinity) without an fstat first.  Only a guess: it is not trusted
+ * to be a lower bound of end of file.  Locking from L is sound only while
+ * L <= end of file, and a shrink that no lock of ours sees (a truncation
+ * by a process without the shim, by one in another table, or in process
+ * scope by any other process; open(O_TRUNC), truncate(path) without the
+ * file open and fopen("w") by any process, this one included) leaves
+ * every thread's hint above end of file, for as many appends as it
+ * trusted it: each would write below its lock (tests/test_adv_proc.c,
+ * append_cut_*: thousands of torn reads per 3 s with a hint trusted for
+ * up to 16 appends, 0 with the fstat).  So the append re-reads end of file with an
+ * inline fstat under its lock, which sees every shrink that finished
+ * before the lock was granted, and goes the general way when a shrink
+ * moved it below L (ZFS's RL_APPEND re-check).
+ */
 struct rs_ap_hint {
 	struct rs_file *file;
 	uint64_t eof;
@@ -298,8 +313,9 @@ rs_io_fast_body(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	struct rs_desc *desc;
 	struct rs_file *file;
 	uint64_t e, start, end;
-	uint32_t fidx;
+	uint32_t fidx, fl = 0;
 	int d, append = 0;
+	unsigned lmode;
 
 	/* Count ourselves in before reading rs_fast: rs_cancel_wait()
 	 * depends on that order (iolock.c).  From inside the shim (d != 0)
@@ -343,9 +359,9 @@ rs_io_fast_body(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	}
 	desc = rs_fdt_desc(e);
 	fidx = atomic_load_explicit(&desc->file, memory_order_acquire);
-	if (mode == RS_RL_WRITE &&
-	    __builtin_expect(atomic_load_explicit(&desc->flags, memory_order_relaxed) &
-			     RS_DESC_APPEND, 0)) {
+	if (mode == RS_RL_WRITE)
+		fl = atomic_load_explicit(&desc->flags, memory_order_relaxed);
+	if (mode == RS_RL_WRITE && __builtin_expect(fl & RS_DESC_APPEND, 0)) {
 		/* pwrite on O_APPEND appends too (pwrite(2), BUGS): rare,
 		 * left to the general path. */
 		if (!(how & RS_HOW_CURSOR)) {
@@ -383,6 +399,7 @@ rs_io_fast_body(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 		if (append) {
 			uint64_t size;
 
+			/* Our own hint, or end of file now (checked again below). */
 			if (__builtin_expect(RS_LOAD(rs_ap.file) == file, 1))
 				off = (int64_t)RS_LOAD(rs_ap.eof);
 			else if (rs_fstat_size(fd, &size) == 0)
@@ -406,25 +423,35 @@ rs_io_fast_body(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	end = append ? RS_RANGE_EOF
 		     : start + ((how & RS_HOW_IOV) || len <= RS_MAX_RW ? len : RS_MAX_RW);
 	/* Other processes first, then the other threads (grants.h). */
-	rs_grant_enter(file, start, end, append ? RS_GRANT_APPEND : mode, &io->gref[0]);
+	/* Appenders share the tail with appenders, in both locks
+	 * (rangelock.c and nodelock.c, "Appenders"); one mode for both
+	 * locks: the values agree (below). */
+	lmode = append ? RS_RL_APPEND : mode;
+	rs_grant_enter(file, start, end, lmode, &io->gref[0]);
 	if (!solo && __builtin_expect(rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start,
-							    end, mode), 0))
+							    end, lmode), 0))
 		RS_COUNT(lock_waits, 1);
 	if (append) {
-		/* ZFS's RL_APPEND re-check: end of file under the lock.  It
-		 * cannot grow past start now (every coordinated write there
-		 * conflicts with us), but a truncation since the hint was
-		 * taken may have moved it below: then the general path, which
-		 * re-reads it before and after locking. */
+		/* ZFS's RL_APPEND re-check: is start still at or below end of
+		 * file?  End of file cannot shrink now (every coordinated
+		 * shrink conflicts with us), only grow; but an uncoordinated
+		 * one may have moved it below the hint before we locked
+		 * (rs_ap_hint), and then the general path re-reads it before
+		 * and after locking. */
 		if (__builtin_expect(rs_fstat_size(fd, &io->eof) < 0 || io->eof < start, 0))
 			goto undo;
 	}
 	/* Re-checked even when the lock was free at once: a dup2 onto fd
 	 * may have run to completion between our read of the entry and our
 	 * lock, and only the entry tells (interpose.c, dup_begin).  The
-	 * entry alone suffices: one equal to e is the same incarnation of
+	 * entry suffices for that: one equal to e is the same incarnation of
 	 * the description, so of the file too (new_entry, fdtable.c). */
-	if (__builtin_expect(atomic_load_explicit(ep, memory_order_acquire) != e, 0))
+	/* A write also re-reads O_APPEND, which decided where it writes: an
+	 * fcntl(F_SETFL) that changed it waited for calls in flight and set
+	 * it before we locked (interpose.c, setfl_begin). */
+	if (__builtin_expect((atomic_load_explicit(ep, memory_order_acquire) != e) |
+			     (mode == RS_RL_WRITE &&
+			      atomic_load_explicit(&desc->flags, memory_order_relaxed) != fl), 0))
 		goto undo;
 	io->hold[0].file = file;
 	io->solo = solo;
@@ -442,6 +469,9 @@ undo:
 general:
 	rs_io_fast_slow(io, fd, mode, how, off, len, iov, cnt);
 }
+
+_Static_assert(RS_RL_APPEND == RS_GRANT_APPEND && RS_RL_READ == 1 && RS_RL_WRITE == 2,
+	       "the range lock's modes are the node grant's call modes");
 
 /* The body in two copies, solo a constant in each: a threaded process
  * pays one test here for the locks a single-threaded one leaves out, not

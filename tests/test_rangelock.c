@@ -93,6 +93,7 @@
 
 #define R RS_RL_READ
 #define W RS_RL_WRITE
+#define A RS_RL_APPEND
 #define EOFR RS_RANGE_EOF
 
 /* How long to wait for something that must happen (generous for TSan). */
@@ -418,6 +419,15 @@ static const struct pair_case pair_cases[] = {
 	{ M1, EOFR, R, M1, EOFR, R, 0, "[MAX-1,EOF) twice R/R" },
 	{ M1 - 1, M1, W, M1 - 1, M1, W, 1, "[MAX-2,MAX-1) twice" },
 	{ 0, M1, W, M1 - 1, EOFR, R, 1, "[0,MAX-1) vs [MAX-2,EOF)" },
+	/* Appenders share with appenders, and only with them. */
+	{ X, EOFR, A, 5 * X, EOFR, A, 0, "[x,EOF) vs [y,EOF) appenders" },
+	{ X, EOFR, A, X, EOFR, A, 0, "[x,EOF) twice A/A" },
+	{ X, EOFR, A, 5 * X, 5 * X + 1, R, 1, "[x,EOF) A vs a read of the tail" },
+	{ X, EOFR, A, X - 1, X + 1, R, 1, "[x,EOF) A vs straddling read" },
+	{ X, EOFR, A, 0, X, R, 0, "[x,EOF) A vs a read below it" },
+	{ X, EOFR, A, 5 * X, 5 * X + 1, W, 1, "[x,EOF) A vs a write past it" },
+	{ X, EOFR, A, 0, EOFR, W, 1, "[x,EOF) A vs a truncation to 0" },
+	{ X, EOFR, A, 0, X, W, 0, "[x,EOF) A vs a write below it" },
 };
 
 static void check_pair(struct rs_rangelock *rl, uint64_t s1, uint64_t e1,

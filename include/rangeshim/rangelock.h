@@ -24,12 +24,16 @@ extern "C" {
 enum rs_rl_mode {
 	RS_RL_READ = 1,
 	RS_RL_WRITE = 2,
+	/* Appenders share with each other and exclude readers and writers:
+	 * for O_APPEND writes, which the kernel orders among themselves
+	 * (rangelock.c, "Appenders"). */
+	RS_RL_APPEND = 4,
 };
 
 struct rs_rl_node {
 	uint64_t start;
 	uint64_t end;
-	/* RS_RL_READ or RS_RL_WRITE; while the request waits, also internal
+	/* RS_RL_READ, _WRITE or _APPEND; while the request waits, also internal
 	 * flags (waiting, hand-off), changed only under the queue mutex. */
 	uint32_t mode;
 	/* The futex word: 0 once the range is granted, non-zero while the
@@ -52,9 +56,11 @@ struct rs_rangelock {
 RS_RANGELOCK_API void rs_rangelock_init(struct rs_rangelock *rl);
 
 /*
- * Pre:  start < end; mode is RS_RL_READ or RS_RL_WRITE; node is not queued.
+ * Pre:  start < end; mode is RS_RL_READ, RS_RL_WRITE or RS_RL_APPEND;
+ *       node is not queued.
  * Post: [start, end) is held in the given mode: no overlapping range is
- *       held in a conflicting mode.  Returns 0 when it was granted at
+ *       held in a conflicting mode (only READ with READ and APPEND with
+ *       APPEND are compatible).  Returns 0 when it was granted at
  *       once, 1 when the caller had to wait.  A running caller may take a
  *       free range ahead of earlier waiters, but never ahead of a waiter
  *       that has waited longer than the hand-off threshold (rangelock.c,

@@ -1,0 +1,281 @@
+/*
+ * adv_fast_probe MODE PATH: adversarial rigs against the inline path's
+ * shortcuts (tests/test_adv_proc.c).  Prints "verdict=ok" or
+ * "verdict=bad ..." and exits 0; a crash is the rig's exit status.
+ *
+ *   iov_altstack  a thread runs a signal handler on an alternate stack
+ *                 mapped just below its own stack and makes a writev
+ *                 with a heap iovec array there (the careful path, which
+ *                 on h-fastpath records [its frame, top of stack) as
+ *                 mapped for the thread's life: rs_stk, iolock.h).  The
+ *                 alternate stack is then unmapped, and a writev whose
+ *                 iovec pointer lies in the unmapped memory must fail
+ *                 with EFAULT, as it does without the shim.
+ *   iov_first     a thread's first vector calls, before the careful path
+ *                 has run on it (rs_stk unknown: lo 0, span 0), pass the
+ *                 iovec pointer 8: writev, readv, pwritev and preadv must
+ *                 each fail with EFAULT, on the main thread and on a
+ *                 thread glibc made.
+ *   clone_solo FN MS  a second thread made with glibc's clone function
+ *                 named FN ("clone" or "__clone", both exported by libc,
+ *                 the second strong, the first its weak alias), with a
+ *                 copy of the main thread's TLS block of its own, not
+ *                 through pthread_create: __libc_single_threaded stays
+ *                 set.  It pwrites 1 MiB records of one byte value at
+ *                 offset 0 while the main thread preads them: a read
+ *                 that mixes values is torn.  Prints "reads=R torn=T".
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <dlfcn.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ALT (256 * 1024)
+
+static const char *path;
+static int fd;
+static char *alt;
+
+static void on_usr1(int sig)
+{
+	static char data[16] = "0123456789abcdef";
+	struct iovec *v = malloc(sizeof(*v));
+
+	(void)sig;
+	if (!v)
+		abort();
+	v->iov_base = data;
+	v->iov_len = sizeof(data);
+	if (writev(fd, v, 1) != (ssize_t)sizeof(data))
+		abort();
+	free(v);
+}
+
+static void *altstack_thread(void *arg)
+{
+	pthread_attr_t a;
+	void *lo;
+	size_t size, guard;
+	stack_t ss = { 0 }, off = { .ss_flags = SS_DISABLE };
+	struct sigaction sa = { 0 };
+	const struct iovec *gone;
+	ssize_t r;
+	int e;
+
+	(void)arg;
+	if (pthread_getattr_np(pthread_self(), &a) || pthread_attr_getstack(&a, &lo, &size) ||
+	    pthread_attr_getguardsize(&a, &guard))
+		abort();
+	/* Just below the thread's stack and its guard: within 64 MiB of the
+	 * thread pointer, at the top of the stack mapping. */
+	alt = mmap((char *)lo - guard - ALT - 4096, ALT, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (alt == MAP_FAILED) {
+		printf("verdict=skip could not map below the stack: %s\n", strerror(errno));
+		return NULL;
+	}
+	ss.ss_sp = alt;
+	ss.ss_size = ALT;
+	sa.sa_handler = on_usr1;
+	sa.sa_flags = SA_ONSTACK;
+	if (sigaltstack(&ss, NULL) || sigaction(SIGUSR1, &sa, NULL))
+		abort();
+	pthread_kill(pthread_self(), SIGUSR1);
+	if (sigaltstack(&off, NULL) || munmap(alt, ALT))
+		abort();
+	/* The last iovec of the unmapped alternate stack. */
+	gone = (const struct iovec *)(alt + ALT - sizeof(struct iovec));
+	errno = 0;
+	r = writev(fd, gone, 1);
+	e = errno;
+	if (r == -1 && e == EFAULT)
+		printf("verdict=ok writev=-1 errno=EFAULT\n");
+	else
+		printf("verdict=bad writev=%zd errno=%d (%s)\n", r, e, strerror(e));
+	fflush(stdout);
+	return NULL;
+}
+
+/* ---- iov_first ------------------------------------------------------ */
+
+static int first_bad;
+
+/* Each call through a pointer, so that the compiler's access checks do
+ * not see the constant; volatile so that it is read at the call. */
+static void *volatile bad_iov = (void *)8;
+
+static void iov_first_calls(const char *who)
+{
+	const struct iovec *v = bad_iov;
+	const char *name[4] = { "writev", "readv", "pwritev", "preadv" };
+
+	for (int i = 0; i < 4; i++) {
+		ssize_t r;
+		int e;
+
+		errno = 0;
+		r = i == 0 ? writev(fd, v, 1) : i == 1 ? readv(fd, v, 1) :
+		    i == 2 ? pwritev(fd, v, 1, 0) : preadv(fd, v, 1, 0);
+		e = errno;
+		if (r != -1 || e != EFAULT) {
+			printf("%s %s=%zd errno=%d\n", who, name[i], r, e);
+			first_bad++;
+		}
+		fflush(stdout);
+	}
+}
+
+static void *iov_first_thread(void *arg)
+{
+	(void)arg;
+	iov_first_calls("thread");
+	return NULL;
+}
+
+/* ---- clone_solo ---------------------------------------------------- */
+
+#define BIG (1 << 20)
+
+static _Atomic int stop_writer;
+static unsigned char *wbuf[2];
+
+static int writer(void *arg)
+{
+	(void)arg;
+	for (long k = 0; !atomic_load(&stop_writer); k++)
+		if (pwrite(fd, wbuf[k % 2], BIG, 0) != BIG)
+			break;
+	return 0;
+}
+
+/* A TLS block of the thread's own: the main thread's static TLS and its
+ * thread descriptor, copied, with the descriptor's self pointers moved
+ * (x86-64: the descriptor at the thread pointer, TLS below it). */
+static void *copy_tls(void)
+{
+	void (*info)(size_t *, size_t *) =
+		(void (*)(size_t *, size_t *))dlsym(RTLD_DEFAULT, "_dl_get_tls_static_info");
+	const unsigned *tcbp = dlsym(RTLD_DEFAULT, "_thread_db_sizeof_pthread");
+	size_t size, align;
+	char *tp = __builtin_thread_pointer(), *blk, *ntp;
+
+	if (!info || !tcbp)
+		return NULL;
+	info(&size, &align);
+	if (align < 64)
+		align = 64;
+	blk = aligned_alloc(align, (size + align) / align * align);
+	if (!blk)
+		return NULL;
+	memcpy(blk, tp - (size - *tcbp), size);
+	ntp = blk + (size - *tcbp);
+	((void **)ntp)[0] = ntp;	/* tcbhead_t.tcb */
+	((void **)ntp)[2] = ntp;	/* tcbhead_t.self */
+	return ntp;
+}
+
+extern int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
+
+static int clone_solo(const char *fn, double ms)
+{
+	const int flags = CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
+			  CLONE_SYSVSEM | CLONE_SETTLS | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID;
+	static _Atomic pid_t ctid;
+	pid_t ptid;
+	unsigned char *rbuf = malloc(BIG);
+	char *stack = mmap(NULL, BIG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *ntp = copy_tls();
+	long reads = 0, torn = 0;
+	struct timespec t0, t1;
+	int r;
+
+	if (!rbuf || stack == MAP_FAILED || !ntp) {
+		printf("verdict=skip cannot set up a thread by hand\n");
+		return 0;
+	}
+	for (int i = 0; i < 2; i++) {
+		wbuf[i] = malloc(BIG);
+		if (!wbuf[i])
+			abort();
+		memset(wbuf[i], 'a' + i, BIG);
+	}
+	if (pwrite(fd, wbuf[0], BIG, 0) != BIG)
+		abort();
+	atomic_store(&ctid, 1);
+	if (!strcmp(fn, "__clone"))
+		r = __clone(writer, stack + BIG, flags, NULL, &ptid, ntp, &ctid);
+	else
+		r = clone(writer, stack + BIG, flags, NULL, &ptid, ntp, &ctid);
+	if (r < 0) {
+		printf("verdict=skip %s: %s\n", fn, strerror(errno));
+		return 0;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		ssize_t n = pread(fd, rbuf, BIG, 0);
+
+		if (n != BIG)
+			abort();
+		reads++;
+		for (size_t i = 1; i < BIG; i++)
+			if (rbuf[i] != rbuf[0]) {
+				torn++;
+				break;
+			}
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+	} while ((t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6 < ms);
+	atomic_store(&stop_writer, 1);
+	/* CLONE_CHILD_CLEARTID: the kernel zeroes ctid and wakes us. */
+	while (atomic_load(&ctid) != 0)
+		syscall(SYS_futex, &ctid, FUTEX_WAIT, ptid, NULL, NULL, 0);
+	printf("reads=%ld torn=%ld\n", reads, torn);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	pthread_t t;
+
+	if (argc < 3) {
+		fprintf(stderr, "usage: adv_fast_probe iov_altstack|iov_first PATH | clone_solo PATH FN MS\n");
+		return 2;
+	}
+	path = argv[2];
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0)
+		abort();
+	if (!strcmp(argv[1], "iov_altstack")) {
+		/* A thread glibc made: its thread pointer tops its stack. */
+		pthread_create(&t, NULL, altstack_thread, NULL);
+		pthread_join(t, NULL);
+	} else if (!strcmp(argv[1], "iov_first")) {
+		iov_first_calls("main");
+		pthread_create(&t, NULL, iov_first_thread, NULL);
+		pthread_join(t, NULL);
+		printf(first_bad ? "verdict=bad %d calls\n" : "verdict=ok\n", first_bad);
+	} else if (!strcmp(argv[1], "clone_solo") && argc >= 5) {
+		clone_solo(argv[3], atof(argv[4]));
+	} else {
+		fprintf(stderr, "adv_fast_probe: unknown mode %s\n", argv[1]);
+		return 2;
+	}
+	close(fd);
+	unlink(path);
+	return 0;
+}
