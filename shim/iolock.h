@@ -185,9 +185,9 @@ static inline __attribute__((always_inline)) int rs_fstat_size(int fd, uint64_t 
  *
  * Pre (recording, rs_io_end_fast): the thread held the file's range lock
  *      in APPEND mode over [start, infinity) and saw file->ap_tgen == tgen
- *      under it, end of file was >= start then (a valid hint, or an fstat
- *      under the lock), and the call wrote r >= 0 bytes; it records
- *      eof = start + r.
+ *      under it, end of file was >= e then (e: start, from a valid hint,
+ *      or what an fstat under the lock said), and the call wrote r >= 0
+ *      bytes; it records eof = e + r.
  * Post (use, rs_io_fast): an append that finds, under its lock, the same
  *      file and ap_tgen == tgen may take end of file >= eof.
  *
