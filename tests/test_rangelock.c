@@ -632,6 +632,9 @@ struct starve {
 	_Atomic uint64_t writer_max_wait_ns;
 	_Atomic int bad_ret;
 	pthread_barrier_t go;
+	/* The crowd's and the victim's modes: 0 for READ and WRITE; APPEND
+	 * crowds lock [id * 50, EOF) as appenders do. */
+	unsigned crowd_mode, victim_mode;
 };
 
 struct starve_reader_arg {
@@ -645,13 +648,17 @@ static void *starve_reader(void *arg)
 	struct starve *s = ra->s;
 	/* All readers overlap each other and the writer's [200,400). */
 	uint64_t start = (uint64_t)ra->id * 50, end = start + 500;
+	unsigned mode = s->crowd_mode ? s->crowd_mode : R;
 	struct rs_rl_node n;
+
+	if (mode == A)
+		end = EOFR;
 
 	pthread_barrier_wait(&s->go);
 	/* Stagger so that the holds overlap in time. */
 	sleep_us(50u * (unsigned)ra->id);
 	while (!atomic_load(&s->stop_readers)) {
-		int r = rs_rangelock_lock(&s->rl, &n, start, end, R);
+		int r = rs_rangelock_lock(&s->rl, &n, start, end, mode);
 
 		if (r != 0 && r != 1)
 			atomic_store(&s->bad_ret, 1);
@@ -673,7 +680,7 @@ static void *starve_writer(void *arg)
 	sleep_us(20000); /* let the readers get going */
 	while (!atomic_load(&s->stop_writer)) {
 		uint64_t t0 = now_ns(), dt, old;
-		int r = rs_rangelock_lock(&s->rl, &n, 200, 400, W);
+		int r = rs_rangelock_lock(&s->rl, &n, 200, 400, s->victim_mode ? s->victim_mode : W);
 
 		dt = now_ns() - t0;
 		if (r != 0 && r != 1)
@@ -693,7 +700,7 @@ static void *starve_writer(void *arg)
 	return NULL;
 }
 
-Test(rangelock, writer_not_starved_by_readers, .timeout = 10)
+static void starve_case(unsigned crowd_mode, unsigned victim_mode)
 {
 	static struct starve s;
 	struct starve_reader_arg ra[ST_READERS];
@@ -702,6 +709,8 @@ Test(rangelock, writer_not_starved_by_readers, .timeout = 10)
 	uint64_t wops, wwaits, maxw, rops;
 
 	rs_rangelock_init(&s.rl);
+	s.crowd_mode = crowd_mode;
+	s.victim_mode = victim_mode;
 	cr_assert_eq(pthread_barrier_init(&s.go, NULL, ST_READERS + 2), 0);
 	for (int i = 0; i < ST_READERS; i++) {
 		ra[i].s = &s;
@@ -752,6 +761,15 @@ Test(rangelock, writer_not_starved_by_readers, .timeout = 10)
 	cr_assert_gt(rops, 100, "readers made little progress (%llu)",
 		     (unsigned long long)rops);
 }
+
+Test(rangelock, writer_not_starved_by_readers, .timeout = 10) { starve_case(R, W); }
+
+/* Appenders share [x, EOF) with each other, so a crowd of them can keep
+ * the tail busy for ever, as readers can: a reader of the tail must still
+ * get in (the same hand-off; rangelock.c, "Appenders").  Control: built
+ * with -DRS_RL_HANDOFF_NS=UINT64_MAX the reader got the lock 0 times in
+ * 2 s and this test failed. */
+Test(rangelock, tail_reader_not_starved_by_appenders, .timeout = 10) { starve_case(A, R); }
 
 /*
  * Barging writers: BG_HAMMERS threads each lock their own part of the

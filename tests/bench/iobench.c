@@ -116,6 +116,7 @@ struct opts {
 	unsigned readers, writers;
 	int mode;               /* run-*: enum mode */
 	int layout;             /* run-mixed */
+	bool work_set;          /* contended: --work= names the one workload */
 	unsigned tasks;         /* run: task count */
 };
 
@@ -1705,6 +1706,8 @@ static void cmd_contended(const struct opts *o)
 		printf(" %19s", cm_names[c]);
 	printf("\n");
 	for (int w = 0; w < W_COUNT; w++) {
+		if (o->work_set && w != o->layout)
+			continue;
 		for (int li = 0; li < o->nlist; li++) {
 			unsigned n = o->list[li];
 			double ratio[CM_COUNT][MAX_ROUNDS];
@@ -1999,7 +2002,7 @@ static void usage(FILE *f)
 "  mixed   [--readers=N] [--writers=N] [--size=SIZE] [--secs=S]\n"
 "  small   [--secs=S]\n"
 "  lock    [--tasks=1,2,4 (threads)] [--secs=S]\n"
-"  contended [--tasks=2,4 (threads)] [--secs=S]\n"
+"  contended [--tasks=2,4 (threads)] [--secs=S] [--work=same|random|append (one)]\n"
 "  scope   print the scope the shim really runs in by default\n"
 "Common: --dir=DIR (files go here; default /tmp) --lib=PATH (librangeshim.so)\n"
 "        --block=SIZE --rounds=N --dat=FILE (plot data) --scope=S (RANGESHIM_SCOPE\n"
@@ -2102,6 +2105,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 					break;
 			if (o->layout == W_COUNT)
 				goto bad;
+			o->work_set = true;
 			break;
 		case O_HELP: usage(stdout); exit(0);
 		default: usage(stderr); exit(2);

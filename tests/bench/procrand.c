@@ -17,6 +17,8 @@
  *           each process's own blocks (nodelock.c, "Expansion")
  *   own     random 4 KiB pread/pwrite, each process in its own 16 MiB
  *           (the disjoint case, for comparison: no process meets another)
+ *   ownw    the same with pwrite only: issue 9's "disjoint regions"
+ *           target (processes each writing their own 16 MiB)
  *   append  100-byte lines written to an O_APPEND file (FILE is truncated
  *           first), checked line by line at the end
  *
@@ -39,7 +41,7 @@
 #define SBLOCK (64 << 10)
 #define LINE 100
 
-enum { RAND, SAME, STRIDE, PAIR, OWN, APPEND };
+enum { RAND, SAME, STRIDE, PAIR, OWN, APPEND, OWNW };
 
 static double now(void)
 {
@@ -72,14 +74,14 @@ static long worker(const char *file, int id, int procs, int calls, int work, int
 		size_t len = work == STRIDE || work == PAIR ? SBLOCK : BLOCK;
 		/* same: mostly writes, a checking read per 16 calls, as the
 		 * threads' table does (iobench contended); else half each. */
-		int rd = work == SAME ? i % 16 == 15 : i & 1;
+		int rd = work == SAME ? i % 16 == 15 : work == OWNW ? 0 : i & 1;
 		off_t off = 0;
 		ssize_t n;
 
 		s = s * 1103515245u + 12345u;
 		if (work == RAND)
 			off = (off_t)((s >> 8) % (REGION / BLOCK)) * BLOCK;
-		else if (work == OWN)
+		else if (work == OWN || work == OWNW)
 			off = (off_t)id * REGION + (off_t)((s >> 8) % (REGION / BLOCK)) * BLOCK;
 		else if (work == STRIDE)
 			off = (off_t)(((s >> 8) % (REGION / SBLOCK / procs)) * procs + id) * SBLOCK;
@@ -155,7 +157,7 @@ int main(int argc, char **argv)
 	double t0, t;
 
 	if (argc < 4) {
-		fprintf(stderr, "usage: procrand FILE PROCS CALLS [rand|same|stride|pair|own|append] [ofd]\n");
+		fprintf(stderr, "usage: procrand FILE PROCS CALLS [rand|same|stride|pair|own|ownw|append] [ofd]\n");
 		return 2;
 	}
 	procs = atoi(argv[2]);
@@ -175,6 +177,8 @@ int main(int argc, char **argv)
 			work = OWN;
 		else if (!strcmp(argv[i], "append"))
 			work = APPEND;
+		else if (!strcmp(argv[i], "ownw"))
+			work = OWNW;
 		else {
 			fprintf(stderr, "procrand: unknown argument '%s'\n", argv[i]);
 			return 2;
@@ -195,7 +199,7 @@ int main(int argc, char **argv)
 	if (work != APPEND) {
 		static char zero[1 << 20];
 
-		for (off_t o = 0; o < (off_t)REGION * (work == OWN ? procs : 1);
+		for (off_t o = 0; o < (off_t)REGION * (work == OWN || work == OWNW ? procs : 1);
 		     o += (off_t)sizeof(zero))
 			if (pwrite(fd, zero, sizeof(zero), o) != (ssize_t)sizeof(zero)) {
 				perror(argv[1]);
