@@ -757,24 +757,30 @@ RS_EXPORT FILE *fdopen(int fd, const char *mode)
  * architectures are not wrapped (see limitations.md).
  */
 /* glibc's clone(3) with CLONE_VM makes a thread glibc does not count
- * (posix_spawn's own clone is internal and never comes here).  The
- * optional arguments are passed on as read; glibc reads each only when
- * flags ask for it. */
-__attribute__((no_sanitize("address")))
-RS_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
-{
-	va_list ap;
-	void *ptid, *tls, *ctid;
-
-	va_start(ap, arg);
-	ptid = va_arg(ap, void *);
-	tls = va_arg(ap, void *);
-	ctid = va_arg(ap, void *);
-	va_end(ap);
-	if ((flags & CLONE_VM) && !(flags & CLONE_VFORK))
-		RS_STORE(rs_solo_ok, 0);
-	return REAL(int, clone, (fn, stack, flags, arg, ptid, tls, ctid));
-}
+ * (posix_spawn's own clone is internal and never comes here).  glibc
+ * exports it twice: __clone is the symbol and clone its weak alias, and a
+ * program may call either (tests/test_adv_proc.c, fast_clone_solo), so
+ * both are wrapped.  The optional arguments are passed on as read; glibc
+ * reads each only when flags ask for it. */
+#define RS_CLONE_WRAPPER(name)								\
+	__attribute__((no_sanitize("address")))						\
+	RS_EXPORT int name(int (*fn)(void *), void *stack, int flags, void *arg, ...)	\
+	{										\
+		va_list ap;								\
+		void *ptid, *tls, *ctid;						\
+											\
+		va_start(ap, arg);							\
+		ptid = va_arg(ap, void *);						\
+		tls = va_arg(ap, void *);						\
+		ctid = va_arg(ap, void *);						\
+		va_end(ap);								\
+		if ((flags & CLONE_VM) && !(flags & CLONE_VFORK))			\
+			RS_STORE(rs_solo_ok, 0);					\
+		return REAL(int, name, (fn, stack, flags, arg, ptid, tls, ctid));	\
+	}
+int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
+RS_CLONE_WRAPPER(clone)
+RS_CLONE_WRAPPER(__clone)
 
 #ifdef RS_HAVE_RAW_SYSCALL
 

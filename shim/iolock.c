@@ -29,6 +29,7 @@
 #include <limits.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -157,11 +158,17 @@ static void find_stack(void)
 	uintptr_t top = tp > l ? tp : (uintptr_t)__libc_stack_end;
 	uintptr_t max = 64u << 20;
 	struct rlimit rl;
+	stack_t ss;
 
 	/* The kernel places no mapping of its choosing within the stack
 	 * size limit (plus a guard gap) below the main thread's stack top
 	 * (mmap_base in mm/util.c), so a frame that close is on that stack,
 	 * and everything from it to the top is the stack's own mapping. */
+	/* A frame on the signal stack says nothing of the thread's own
+	 * stack, and that memory may be unmapped later while the window
+	 * would still claim it (test_adv_proc, fast_iov_altstack). */
+	if (sigaltstack(NULL, &ss) == 0 && (ss.ss_flags & SS_ONSTACK))
+		return;
 	if (tp <= l && getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
 	    rl.rlim_cur < max)
 		max = (uintptr_t)rl.rlim_cur;

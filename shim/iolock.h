@@ -277,10 +277,14 @@ rs_iov_len_stack(const struct iovec *iov, int cnt)
 {
 	uint64_t sum = 0, any = 0;
 
-	/* span >= 16 KiB when known (rs_iov_len), so span - 16 * cnt
-	 * cannot wrap for cnt <= 1024; span 0 wraps it to "no". */
-	if (!((unsigned)(cnt - 1) < 1024u &&
-	      (uintptr_t)iov - RS_LOAD(rs_stk.lo) <= RS_LOAD(rs_stk.span) - (uintptr_t)cnt * sizeof(*iov)))
+	uintptr_t at = (uintptr_t)iov - RS_LOAD(rs_stk.lo), span = RS_LOAD(rs_stk.span);
+
+	/* at < span: the array starts inside the window (span 0, unknown,
+	 * admits nothing); then span - at cannot wrap.  An unsigned compare
+	 * of (iov - lo) against (span - 16 * cnt) alone would let span 0
+	 * wrap to "everything" (test_adv_proc, fast_iov_first). */
+	if (!((unsigned)(cnt - 1) < 1024u && at < span &&
+	      (uintptr_t)cnt * sizeof(*iov) <= span - at))
 		return 0;
 	for (int i = 0; i < cnt; i++) {
 		uint64_t n = iov[i].iov_len;

@@ -29,6 +29,7 @@
 	X(void, closefrom, (int)) \
 	X(pid_t, _Fork, (void)) \
 	X(int, clone, (int (*)(void *), void *, int, void *, ...)) \
+	X(int, __clone, (int (*)(void *), void *, int, void *, ...)) \
 	X(int, pthread_cancel, (pthread_t)) \
 	X(int, fclose, (FILE *)) \
 	X(FILE *, fdopen, (int, const char *)) \
