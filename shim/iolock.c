@@ -150,7 +150,7 @@ extern void *__libc_stack_end;
  * pointer on a thread glibc made, above it on the main thread.  Left
  * unknown on a stack we cannot place: a top more than 64 MiB away (a
  * coroutine or signal stack, where the frame is not on the thread's own
- * stack), or less than 16 KiB of room (rs_iov_len_stack's bound). */
+ * stack).  Any room will do: rs_iov_len_stack's test cannot wrap. */
 static void find_stack(void)
 {
 	uintptr_t l = (uintptr_t)__builtin_frame_address(0);
@@ -172,7 +172,7 @@ static void find_stack(void)
 	if (tp <= l && getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
 	    rl.rlim_cur < max)
 		max = (uintptr_t)rl.rlim_cur;
-	if (top > l && top - l <= max && top - l >= (16u << 10)) {
+	if (top > l && top - l <= max) {
 		RS_STORE(rs_stk.lo, l);
 		RS_STORE(rs_stk.span, top - l);
 	}
