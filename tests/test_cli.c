@@ -34,6 +34,8 @@
  *                          detaching (its slot and grant still listed) is
  *                          removed by plain `clean`.
  */
+#include <dirent.h>
+#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -47,9 +49,42 @@
 
 static char shm_name[96], shm_path[300], shm_env[128], data[256];
 
+/*
+ * Files a killed run of this suite left: the pid in the name is a test
+ * worker's, so a name whose process is gone is stale (teardown never ran).
+ */
+static void sweep_stale(void)
+{
+	static const char *const pre[] = { "rs-cli-test.", "rangeshim-cli-test." };
+	DIR *d = opendir("/dev/shm");
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		for (size_t i = 0; i < sizeof(pre) / sizeof(pre[0]); i++) {
+			size_t n = strlen(pre[i]);
+			char *end, p[300];
+			long pid;
+
+			if (strncmp(e->d_name, pre[i], n))
+				continue;
+			pid = strtol(e->d_name + n, &end, 10);
+			if (end == e->d_name + n || (*end && *end != '.') || pid <= 0 ||
+			    pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+				continue;
+			snprintf(p, sizeof(p), "/dev/shm/%s", e->d_name);
+			unlink(p);
+		}
+	}
+	closedir(d);
+}
+
 static void setup(void)
 {
 	int fd;
+
+	sweep_stale();
 
 	snprintf(shm_name, sizeof(shm_name), "/rangeshim-cli-test.%d", (int)getpid());
 	rs_seg_path(shm_name, shm_path, sizeof(shm_path));
@@ -587,5 +622,133 @@ Test(cli, shm_dot_names_refused)
 		char *argv[] = { RS_CLI, "locks", "--shm", (char *)name, NULL };
 		run_cli(&r, argv, NULL);
 		cr_assert_eq(r.status, 2, "locks --shm %s: %s", name, r.out);
+	}
+}
+
+/* ---- rangeshim check ---- */
+
+static const char *check_leg_line(const char *out, const char *leg)
+{
+	const char *p = strstr(out, leg);
+
+	return p ? p + strlen(leg) : "";
+}
+
+/* The shim's leg of `check` on tmpfs: no torn read, the torn counts of
+ * both legs printed, and the test file gone afterwards. */
+Test(cli, check_fixes_tears)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/dev/shm", "rs-cli-check.");
+	char *argv[] = { RS_CLI, "check", "--seconds", "1", base, NULL };
+	const char *env[] = { shm_env, NULL };
+	const char *w;
+
+	run_cli(&r, argv, env);
+	cr_assert_eq(r.status, 0, "check failed:\n%s", r.out);
+	cr_assert(strstr(r.out, "(tmpfs)"), "no fs type: %s", r.out);
+	cr_assert(strstr(r.out, "library: " RS_BUILD_DIR "/librangeshim.so"), "%s", r.out);
+	cr_assert(has_number(r.out, "without rangeshim: "), "no control count: %s", r.out);
+	w = check_leg_line(r.out, "with rangeshim:    ");
+	cr_assert(!strncmp(w, "0 of ", 5) && atol(w + 5) > 0, "shim leg: %s", r.out);
+	cr_assert(strstr(r.out, "OK"), "%s", r.out);
+	cr_assert_eq(rmdir(base), 0, "check left its file in %s: %s", base, strerror(errno));
+	mkdir(base, 0700);
+}
+
+/* The path of a real shared library that locks nothing (libm). */
+static const char *some_other_library(void)
+{
+	static char path[PATH_MAX];
+	void *h = dlopen("libm.so.6", RTLD_NOW);
+	Dl_info info;
+
+	cr_assert_not_null(h, "dlopen libm.so.6: %s", dlerror());
+	cr_assert(dladdr(dlsym(h, "cos"), &info) && info.dli_fname, "no path for libm");
+	cr_assert_not_null(realpath(info.dli_fname, path), "%s", info.dli_fname);
+	return path;
+}
+
+/*
+ * Controls: `check` must fail when the shim's leg is not protected.
+ * RANGESHIM_SCOPE=off in the environment is passed on (so it tears); a
+ * sabotaged librangeshim.so (libm under that name: loaded, locks nothing)
+ * tears; a library under another name is reported as not loaded.
+ */
+Test(cli, check_controls_fail)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/dev/shm", "rs-cli-check.");
+	char fake[PATH_MAX], lib_opt[PATH_MAX + 8], buf[65536];
+	const char *other = some_other_library(), *w;
+	const char *off_env[] = { shm_env, "RANGESHIM_SCOPE=off", NULL };
+	const char *env[] = { shm_env, NULL };
+	int in, out;
+	ssize_t n;
+
+	char *argv[] = { RS_CLI, "check", "--seconds", "2", base, NULL };
+	run_cli(&r, argv, off_env);
+	cr_assert_eq(r.status, 1, "RANGESHIM_SCOPE=off must fail the check:\n%s", r.out);
+	cr_assert(strstr(r.out, "setting: RANGESHIM_SCOPE=off"), "%s", r.out);
+	cr_assert(strstr(r.out, "reads tore with the shim"), "%s", r.out);
+
+	snprintf(fake, sizeof(fake), "%s/librangeshim.so", base);
+	in = open(other, O_RDONLY);
+	out = open(fake, O_WRONLY | O_CREAT | O_TRUNC, 0755);
+	cr_assert(in >= 0 && out >= 0);
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		cr_assert_eq(write(out, buf, (size_t)n), n);
+	close(in);
+	close(out);
+	snprintf(lib_opt, sizeof(lib_opt), "--lib=%s", fake);
+	char *sab[] = { RS_CLI, "check", "--seconds", "2", lib_opt, base, NULL };
+	run_cli(&r, sab, env);
+	cr_assert_eq(r.status, 1, "a library that locks nothing must fail the check:\n%s", r.out);
+	w = check_leg_line(r.out, "with rangeshim:    ");
+	cr_assert_gt(atol(w), 0, "the sabotaged leg tore nothing: %s", r.out);
+	unlink(fake);
+
+	snprintf(lib_opt, sizeof(lib_opt), "--lib=%s", other);
+	char *notours[] = { RS_CLI, "check", "--seconds", "0.5", lib_opt, base, NULL };
+	run_cli(&r, notours, env);
+	cr_assert_eq(r.status, 1, "%s", r.out);
+	cr_assert(strstr(r.out, "the library was not loaded"), "%s", r.out);
+	cr_assert_eq(rmdir(base), 0, "check left files in %s", base);
+	mkdir(base, 0700);
+}
+
+/* What the file system refuses: exit 3 and the reason.  A read-only and a
+ * full tmpfs are mounted in a private mount namespace (root only). */
+Test(cli, check_fs_refusals)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/tmp", "rs-cli-check."), missing[PATH_MAX], sh[PATH_MAX * 3];
+	char *notdir[] = { RS_CLI, "check", data, NULL };
+
+	run_cli(&r, notdir, NULL);
+	cr_assert_eq(r.status, 3, "%s", r.out);
+	cr_assert(strstr(r.out, "not a directory"), "%s", r.out);
+	snprintf(missing, sizeof(missing), "%s/nope", base);
+	char *nodir[] = { RS_CLI, "check", missing, NULL };
+	run_cli(&r, nodir, NULL);
+	cr_assert_eq(r.status, 3, "%s", r.out);
+	cr_assert(strstr(r.out, "no such directory"), "%s", r.out);
+	char *usage[] = { RS_CLI, "check", "--seconds", "0", base, NULL };
+	run_cli(&r, usage, NULL);
+	cr_assert_eq(r.status, 2, "%s", r.out);
+
+	char *probe[] = { "/usr/bin/unshare", "-m", "true", NULL };
+	if (getuid() != 0 || access(probe[0], X_OK) || rs_run(&r, probe, NULL, 0, 10) != 0) {
+		cr_log_warn("check_fs_refusals: no private mount namespace; read-only and full "
+			    "file systems not tried");
+		return;
+	}
+	for (int i = 0; i < 2; i++) {
+		snprintf(sh, sizeof(sh), "mount -t tmpfs -o %s none %s && exec %s check --seconds 0.5 %s",
+			 i ? "size=512k" : "ro,size=1m", base, RS_CLI, base);
+		char *argv[] = { "/usr/bin/unshare", "-m", "/bin/sh", "-c", sh, NULL };
+		run_cli(&r, argv, NULL);
+		cr_assert_eq(r.status, 3, "%s", r.out);
+		cr_assert(strstr(r.out, i ? "no space left" : "read-only file system"), "%s", r.out);
 	}
 }
