@@ -24,7 +24,7 @@ LDFLAGS += $(SANFLAGS)
 SHIM_SRCS = shim/init.c shim/interpose.c shim/iolock.c shim/fdtable.c shim/rangelock.c \
             shim/grants.c shim/nodelock.c shim/segment.c \
             shim/config.c shim/stats.c shim/log.c shim/real.c \
-            shim/coverage.c
+            shim/coverage.c shim/filewaits.c
 SHIM_OBJS = $(SHIM_SRCS:shim/%.c=$(BUILD)/obj/%.o)
 LIB       = $(BUILD)/librangeshim.so
 CLI       = $(BUILD)/rangeshim

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "filewaits.h"
 #include "futex.h"
 #include "log.h"
 #include "nodelock.h"
@@ -348,6 +349,7 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	if (res.waited) {
 		RS_COUNT(node_waits, 1);
 		RS_COUNT(node_wait_ns, res.wait_ns);
+		rs_fw_node_wait(f, res.wait_ns);
 	}
 	policy_note(pol, req.exact, res.met, coarse_ns());
 	g = &seg->grants[res.idx];	/* users already counts us */

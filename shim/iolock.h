@@ -18,6 +18,7 @@
 
 #include "config.h"
 #include "fdtable.h"
+#include "filewaits.h"
 #include "grants.h"
 #include "rangelock_fast.h"
 #include "rawsyscall.h"
@@ -354,8 +355,10 @@ rs_io_fast(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, u
 	/* Other processes first, then the other threads (grants.h). */
 	rs_grant_enter(file, start, end, append ? RS_GRANT_APPEND : mode, &io->gref[0]);
 	if (__builtin_expect(rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start, end, mode),
-			     0))
+			     0)) {
 		RS_COUNT(lock_waits, 1);
+		RS_FILE_LOCK_WAIT(file, fd, NULL, &io->hold[0].node);
+	}
 	if (append) {
 		/* ZFS's RL_APPEND re-check: end of file under the lock.  It
 		 * cannot grow past start now (every coordinated write there

@@ -752,3 +752,125 @@ Test(cli, check_fs_refusals)
 		cr_assert(strstr(r.out, i ? "no space left" : "read-only file system"), "%s", r.out);
 	}
 }
+
+/* ---- per-file waits and program names in the reports ---- */
+
+/*
+ * A job of four programs under the shim, each writing its JSON report:
+ * node_probe's writer and reader processes race on file A (node waits),
+ * torn_read's threads race on file B (range-lock waits), dd copies B to C
+ * with nobody in its way.  `stats` must name each program, and rank A and
+ * B under "top files by lock waits" with the right kind of wait; C, which
+ * had I/O but no wait, is the control: it must not be listed.
+ */
+Test(cli, stats_top_files_by_waits)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/dev/shm", "rs-cli-waits."), stats_env[PATH_MAX + 32];
+	char a[PATH_MAX], b[PATH_MAX], c[PATH_MAX], fa[PATH_MAX + 8], fb[PATH_MAX + 8];
+	char iff[PATH_MAX + 8], off[PATH_MAX + 8], f[8][64];
+	const char *env[] = { stats_env, shm_env, NULL };
+	const char *p;
+
+	snprintf(stats_env, sizeof(stats_env), "RANGESHIM_STATS=%s/%%p.json", base);
+	snprintf(a, sizeof(a), "%s.A", data);
+	snprintf(b, sizeof(b), "%s.B", data);
+	snprintf(c, sizeof(c), "%s.C", data);
+	snprintf(fa, sizeof(fa), "file=%s", a);
+	snprintf(fb, sizeof(fb), "%s", b);
+	char *probe[] = { RS_HELPER("node_probe"), "torn", fa, "writers=1", "readers=1",
+			  "block=1048576", "seconds=1", NULL };
+	rs_run(&r, probe, env, 1, 60);
+	cr_assert_eq(r.status, 0, "node_probe: %s", r.out);
+	char *torn[] = { RS_EXAMPLE("torn_read"), "--file", fb, "--keep", "--seconds", "0.5", NULL };
+	rs_run(&r, torn, env, 1, 60);
+	cr_assert_eq(r.status, 0, "torn_read: %s", r.out);
+	snprintf(iff, sizeof(iff), "if=%s", b);
+	snprintf(off, sizeof(off), "of=%s", c);
+	char *dd[] = { "/bin/dd", iff, off, "bs=64k", NULL };
+	rs_run(&r, dd, env, 1, 60);
+	cr_assert_eq(r.status, 0, "dd: %s", r.out);
+
+	char *argv[] = { RS_CLI, "stats", base, NULL };
+	run_cli(&r, argv, NULL);
+	unlink(a);
+	unlink(b);
+	unlink(c);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_assert(strstr(r.out, " node_probe ") && strstr(r.out, " torn_read ") && strstr(r.out, " dd "),
+		  "a program is not named:\n%s", r.out);
+	cr_assert(strstr(r.out, "top files by lock waits ("), "no file ranking:\n%s", r.out);
+	cr_assert_null(strstr(r.out, c), "C had no wait but is listed:\n%s", r.out);
+	/* WAITS LOCK_WAITS NODE_WAITS WAIT_MS PROCS PATH */
+	cr_assert_eq(line_fields(r.out, a, f, 8), 6, "A not listed:\n%s", r.out);
+	cr_assert_gt(atoll(f[2]), 0, "A's waits are node waits:\n%s", r.out);
+	cr_assert_geq(atoi(f[4]), 1, "%s", r.out);
+	cr_assert_eq(line_fields(r.out, b, f, 8), 6, "B not listed:\n%s", r.out);
+	cr_assert_gt(atoll(f[1]), 0, "B's waits are range-lock waits:\n%s", r.out);
+	cr_assert_eq(atoll(f[2]), 0, "B was used by one process only:\n%s", r.out);
+	cr_assert_eq(atoi(f[4]), 1, "%s", r.out);
+	p = strstr(r.out, "WAITS");
+	cr_assert(p && strstr(p, a) && strstr(p, b), "%s", r.out);
+}
+
+/* The report's program name is argv[0]'s last part, escaped as JSON; the
+ * command decodes it again and shows control characters as \xNN. */
+Test(cli, stats_program_name_escaped)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/tmp", "rs-cli-prog."), link[PATH_MAX], rep[PATH_MAX];
+	char stats_env[PATH_MAX + 32], *js;
+	const char *env[] = { stats_env, shm_env, NULL };
+
+	snprintf(link, sizeof(link), "%s/we\"ird\\\nn\xc3\xa9\xff", base);
+	cr_assert_eq(symlink("/bin/true", link), 0, "%s", strerror(errno));
+	snprintf(rep, sizeof(rep), "%s/r.json", base);
+	snprintf(stats_env, sizeof(stats_env), "RANGESHIM_STATS=%s", rep);
+	char *argv[] = { link, NULL };
+	rs_run(&r, argv, env, 1, 30);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	js = rs_read_file(rep, NULL);
+	cr_assert_not_null(js, "no report");
+	cr_assert(strstr(js, "\"program\": \"we\\\"ird\\\\\\u000an\xc3\xa9\\ufffd\""),
+		  "program not escaped: %s", js);
+	cr_assert(strstr(js, "\"files\": []"), "no files list: %s", js);
+	free(js);
+	unlink(link);
+	char *st[] = { RS_CLI, "stats", rep, rep, NULL };
+	run_cli(&r, st, NULL);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_assert(strstr(r.out, " we\"ird\\\\x0an\xc3\xa9\xef\xbf\xbd "), "program decoded: %s", r.out);
+}
+
+/* Files of several reports merge by dev:ino and rank by waits, then time;
+ * a report whose "files" is malformed is skipped, with the reason. */
+Test(cli, stats_files_merge_and_rank)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/tmp", "rs-cli-rank."), fn[PATH_MAX];
+	const char *p1, *p2, *p3;
+
+	snprintf(fn, sizeof(fn), "%s/1.json", base);
+	rs_write_text(fn, "{\"pid\": 1, \"program\": \"a\", \"io_calls\": 1, \"files\": ["
+		      "{\"path\": \"/x/low\", \"dev\": \"1:2\", \"ino\": 5, \"lock_waits\": 1, \"node_waits\": 0, \"wait_ns\": 9000000},"
+		      "{\"path\": \"/x/high\", \"dev\": \"1:2\", \"ino\": 6, \"lock_waits\": 3, \"node_waits\": 0, \"wait_ns\": 1}]}");
+	snprintf(fn, sizeof(fn), "%s/2.json", base);
+	rs_write_text(fn, "{\"pid\": 2, \"program\": \"b\", \"io_calls\": 1, \"files\": ["
+		      "{\"path\": \"/x/low-other-name\", \"dev\": \"1:2\", \"ino\": 5, \"lock_waits\": 0, \"node_waits\": 1, \"wait_ns\": 1},"
+		      "{\"path\": \"/x/mid\", \"dev\": \"1:2\", \"ino\": 7, \"lock_waits\": 0, \"node_waits\": 2, \"wait_ns\": 5000000}]}");
+	snprintf(fn, sizeof(fn), "%s/3.json", base);
+	rs_write_text(fn, "{\"pid\": 3, \"io_calls\": 1, \"files\": [{\"path\": 7}]}");
+	char *argv[] = { RS_CLI, "stats", base, NULL };
+	run_cli(&r, argv, NULL);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_assert(strstr(r.out, "3.json: bad \"files\" list"), "%s", r.out);
+	cr_assert(strstr(r.out, "top files by lock waits (3 of 3)"), "%s", r.out);
+	p1 = strstr(r.out, "/x/high");
+	p2 = strstr(r.out, "/x/mid");
+	p3 = strstr(r.out, "/x/low");
+	cr_assert(p1 && p2 && p3 && p1 < p3 && p3 < p2,
+		  "not ranked high (3 waits), low (2, 9 ms), mid (2, 5 ms):\n%s", r.out);
+	cr_assert(strstr(r.out, "           2            1            1          9.0     2  /x/low\n"),
+		  "low merged over both reports:\n%s", r.out);
+	cr_assert_null(strstr(r.out, "low-other-name"), "%s", r.out);
+}
