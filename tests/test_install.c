@@ -14,6 +14,7 @@
  * (so a file missing from the list, which uninstall would leave behind,
  * fails the test too).
  */
+#include <dirent.h>
 #include <ftw.h>
 
 #include "common.h"
@@ -90,17 +91,47 @@ static void make_target(struct rs_run *r, const char *target)
 	rs_run(r, argv, NULL, 0, 300);
 }
 
+static char scratch[300];
+
+/* Trees of runs that were killed before teardown: their pid is gone. */
+static void sweep_stale(void)
+{
+	DIR *d = opendir("/tmp");
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char *end, p[300];
+		long pid;
+
+		if (strncmp(e->d_name, "rs-install.", 11))
+			continue;
+		pid = strtol(e->d_name + 11, &end, 10);
+		if (end == e->d_name + 11 || (*end && strcmp(end, ".scratch")) || pid <= 0 ||
+		    pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		snprintf(p, sizeof(p), "/tmp/%s", e->d_name);
+		rs_rm_rf(p);
+	}
+	closedir(d);
+}
+
 static void setup(void)
 {
+	sweep_stale();
 	snprintf(dest, sizeof(dest), "/tmp/rs-install.%d", (int)getpid());
+	snprintf(scratch, sizeof(scratch), "%s.scratch", dest);
 	rs_rm_rf(dest);
+	rs_rm_rf(scratch);
 	cr_assert_eq(mkdir(dest, 0755), 0, "%s: %s", dest, strerror(errno));
+	cr_assert_eq(mkdir(scratch, 0755), 0, "%s: %s", scratch, strerror(errno));
 }
 
 static void teardown(void)
 {
 	rs_rm_rf(dest);
-	rs_remove_bases();
+	rs_rm_rf(scratch);
 }
 
 TestSuite(install, .init = setup, .fini = teardown, .timeout = 400);
@@ -127,7 +158,7 @@ Test(install, tree_works_and_uninstalls_clean)
 	static struct files before, after, gone;
 	static struct rs_run r;
 	char bin[PATH_MAX], lib[PATH_MAX], p[PATH_MAX * 2], cmd[PATH_MAX * 4], diff[8192];
-	char *base = rs_make_base("/dev/shm", "rs-install-check.");
+	char *base = scratch;
 	char *manifest, *line;
 	const char *s;
 
@@ -159,11 +190,14 @@ Test(install, tree_works_and_uninstalls_clean)
 	/* check and run from the installed tree use the installed library. */
 	{
 		char *argv[] = { bin, "check", "--seconds", "1", base, NULL };
-		const char *env[] = { "RANGESHIM_SHM=/rangeshim-install-test", NULL };
+		char shm[64], shm_file[96];
+		const char *env[] = { shm, NULL };
 
+		snprintf(shm, sizeof(shm), "RANGESHIM_SHM=/rangeshim-install-test.%d", (int)getpid());
+		snprintf(shm_file, sizeof(shm_file), "/dev/shm/rangeshim-install-test.%d", (int)getpid());
 		unsetenv("RANGESHIM_LIB");
 		rs_run(&r, argv, env, 0, 60);
-		unlink("/dev/shm/rangeshim-install-test");
+		unlink(shm_file);
 		cr_assert_eq(r.status, 0, "installed check failed:\n%s", r.out);
 		snprintf(p, sizeof(p), "library: %s\n", lib);
 		cr_assert(strstr(r.out, p), "check did not use %s:\n%s", lib, r.out);
