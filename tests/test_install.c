@@ -6,7 +6,8 @@
  * compiles with them, bash completion completes, and benchmarks.md's
  * pictures resolve in the installed doc directory.  Then `make uninstall`
  * must leave exactly the files that were there before (a foreign one is
- * planted first, and must survive).
+ * planted first, and must survive).  Last, an install with LIBDIR=.../lib64
+ * (not PREFIX/lib): the command must find the library there.
  *
  * The leftover check is shown to fail: a file that install did not put
  * down, planted in the doc directory, must be reported after uninstall,
@@ -79,16 +80,23 @@ static void extra(const struct files *after, const struct files *before, char *o
 
 /* ---- running things ---- */
 
-static void make_target(struct rs_run *r, const char *target)
+/* make TARGET with DESTDIR=dest PREFIX=/usr/local, or with these two
+ * settings instead (a = "PREFIX=...", b = "LIBDIR=...", no DESTDIR). */
+static void make_with(struct rs_run *r, const char *target, const char *a, const char *b)
 {
 	char d[PATH_MAX + 16];
 	char *argv[] = { "/usr/bin/env", "-u", "MAKEFLAGS", "-u", "MFLAGS", "-u", "MAKELEVEL",
 			 "make", "-s", "--no-print-directory", "-C", RS_SRC_DIR,
-			 "BUILD=" RS_BUILD_DIR, "SAN=" RS_SAN, "PREFIX=" PREFIX, d,
-			 (char *)target, NULL };
+			 "BUILD=" RS_BUILD_DIR, "SAN=" RS_SAN, a ? (char *)a : "PREFIX=" PREFIX,
+			 b ? (char *)b : d, (char *)target, NULL };
 
 	snprintf(d, sizeof(d), "DESTDIR=%s", dest);
 	rs_run(r, argv, NULL, 0, 300);
+}
+
+static void make_target(struct rs_run *r, const char *target)
+{
+	make_with(r, target, NULL, NULL);
 }
 
 static char scratch[300];
@@ -319,4 +327,24 @@ Test(install, tree_works_and_uninstalls_clean)
 	extra(&gone, &before, diff, sizeof(diff));
 	cr_assert_str_eq(diff, "/usr/local/share/doc/rangeshim/img/planted.png\n",
 			 "the leftover check missed the planted file: '%s'", diff);
+
+	/* A LIBDIR that is not PREFIX/lib (lib64): the installed command
+	 * finds the library through the LIBDIR compiled into it. */
+	{
+		char pre[PATH_MAX], libdir[PATH_MAX], exe[PATH_MAX], want[PATH_MAX];
+
+		snprintf(pre, sizeof(pre), "PREFIX=%s/p", scratch);
+		snprintf(libdir, sizeof(libdir), "LIBDIR=%s/p/lib64", scratch);
+		make_with(&r, "install", pre, libdir);
+		cr_assert_eq(r.status, 0, "%s", r.out);
+		snprintf(exe, sizeof(exe), "%s/p/bin/rangeshim", scratch);
+		char *argv[] = { exe, "run", "--", "/bin/sh", "-c", "echo \"preload=$LD_PRELOAD\"", NULL };
+		rs_run(&r, argv, NULL, 0, 30);
+		snprintf(want, sizeof(want), "preload=%s/p/lib64/librangeshim.so\n", scratch);
+		cr_assert(strstr(r.out, want), "LIBDIR not found by the command: %s", r.out);
+		make_with(&r, "uninstall", pre, libdir);
+		cr_assert_eq(r.status, 0, "%s", r.out);
+		snprintf(cmd, sizeof(cmd), "test -z \"$(find %s/p ! -type d)\"", scratch);
+		cr_assert_eq(system(cmd), 0, "uninstall with LIBDIR left files in %s/p", scratch);
+	}
 }
