@@ -9,7 +9,8 @@
  * gets two slots.  Files met when the table is full count in `untracked`.
  *
  * The claiming thread also records the file's name, once: from the
- * caller's path, else /proc/self/fd/FD, else by looking through
+ * caller's path if absolute, else /proc/self/fd/FD if that is still the
+ * file (fstat), else by looking through
  * /proc/self/fd for a descriptor of ours on that file (a node wait knows
  * no fd).  Only raw system calls and the stack: no malloc, no stdio, so it
  * is safe wherever a wait can happen.  The report reads the name only once
@@ -21,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <time.h>
@@ -98,7 +100,7 @@ static void name_slot(struct slot *s, struct rs_file *f, int fd, const char *pat
 	char link[32];
 	long n = -1;
 
-	if (path && path[0]) {
+	if (path && path[0] == '/') {
 		size_t l = strlen(path);
 
 		if (l >= PATH_LEN)
@@ -107,8 +109,16 @@ static void name_slot(struct slot *s, struct rs_file *f, int fd, const char *pat
 		s->path[l] = '\0';
 		n = (long)l;
 	} else if (fd >= 0) {
+		struct stat st;
+
+		/* Another thread may have closed fd and opened something else
+		 * on its number since our lock: the name must be f's. */
 		snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 		n = link_of(AT_FDCWD, link, s->path);
+		if (n > 0 && (syscall(SYS_fstat, fd, &st) < 0 ||
+			      (uint64_t)st.st_dev != atomic_load_explicit(&s->dev, memory_order_relaxed) ||
+			      (uint64_t)st.st_ino != atomic_load_explicit(&s->ino, memory_order_relaxed)))
+			n = -1;
 	}
 	if (n <= 0)
 		n = name_by_scan(f, s->path);
