@@ -896,3 +896,27 @@ Test(cli, check_clean_control_says_less)
 	else
 		cr_assert(strstr(r.out, "OK: reads tear here without the shim"), "%s", r.out);
 }
+
+/* --processes: the writer is a process of its own, so the shim's leg needs
+ * node scope.  Control: RANGESHIM_SCOPE=process coordinates only threads,
+ * and must fail the check. */
+Test(cli, check_processes_needs_node_scope)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/dev/shm", "rs-cli-check.");
+	char *argv[] = { RS_CLI, "check", "--processes", "--seconds", "1.5", base, NULL };
+	const char *env[] = { shm_env, NULL };
+	const char *proc_env[] = { shm_env, "RANGESHIM_SCOPE=process", NULL };
+	const char *w;
+
+	run_cli(&r, argv, env);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_assert(strstr(r.out, "reader(s) in another process"), "%s", r.out);
+	w = check_leg_line(r.out, "with rangeshim:    ");
+	cr_assert(!strncmp(w, "0 of ", 5) && atol(w + 5) > 0, "%s", r.out);
+	run_cli(&r, argv, proc_env);
+	cr_assert_eq(r.status, 1, "process scope must not pass a check across processes:\n%s", r.out);
+	cr_assert(strstr(r.out, "does not coordinate processes"), "%s", r.out);
+	cr_assert_eq(rmdir(base), 0, "check left files in %s", base);
+	mkdir(base, 0700);
+}

@@ -3,8 +3,8 @@
  * stop it?  The installed-tree version of `make demo`'s first half.
  *
  * A file in PATH (default: the current directory) is raced by one writer
- * thread rewriting a block with pwrite and reader threads preading it,
- * twice: once without the shim (the control) and once with it.  Each run
+ * thread (--processes: a writer process) rewriting a block with pwrite and
+ * reader threads preading it, twice: once without the shim (the control) and once with it.  Each run
  * is this same program re-executed as a hidden worker (`check --worker`),
  * so nothing from the source tree is needed: the shim's leg gets
  * LD_PRELOAD from the same search `run` uses, and the control gets no
@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
@@ -39,6 +40,7 @@
 
 /* ---- the worker: one race, "reads=N torn=N writes=N shim=0|1" ---- */
 
+/* Shared with the writer process under --processes (MAP_SHARED). */
 struct race {
 	const char *path;
 	size_t block;
@@ -46,6 +48,7 @@ struct race {
 	uint64_t deadline_ns;
 	atomic_bool stop;
 	atomic_int err;        /* first errno of a failed call, or 0 */
+	uint64_t child_writes; /* the writer process's count */
 };
 
 struct reader {
@@ -173,33 +176,55 @@ static bool shim_mapped(void)
 	return found;
 }
 
-/* check --worker FILE BLOCK READERS SECONDS DIRECT */
+/* check --worker FILE BLOCK READERS SECONDS DIRECT PROCESSES */
 static int worker(char **argv)
 {
-	struct race r = { .path = argv[0] };
+	struct race *r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+			      -1, 0);
 	struct reader rd[MAX_READERS];
 	unsigned readers = (unsigned)strtoul(argv[2], NULL, 10);
 	uint64_t reads = 0, torn = 0, writes = 0;
+	bool procs = argv[5][0] == '1';
+	pid_t child = -1;
 	pthread_t wt;
 	void *wres = NULL;
-	int e;
+	int e, st;
 
-	r.block = (size_t)strtoull(argv[1], NULL, 10);
-	r.direct = argv[4][0] == '1';
-	r.deadline_ns = mono_ns() + (uint64_t)(strtod(argv[3], NULL) * 1e9);
-	atomic_init(&r.stop, false);
-	atomic_init(&r.err, 0);
-	if (r.block < 2 || readers < 1 || readers > MAX_READERS)
+	if (r == MAP_FAILED) {
+		perror("rangeshim check: mmap");
+		return 1;
+	}
+	r->path = argv[0];
+	r->block = (size_t)strtoull(argv[1], NULL, 10);
+	r->direct = argv[4][0] == '1';
+	r->deadline_ns = mono_ns() + (uint64_t)(strtod(argv[3], NULL) * 1e9);
+	atomic_init(&r->stop, false);
+	atomic_init(&r->err, 0);
+	if (r->block < 2 || readers < 1 || readers > MAX_READERS)
 		return EXIT_USAGE;
-	if ((e = pthread_create(&wt, NULL, writer_main, &r))) {
+	if (procs) {
+		/* The writer in a process of its own: the shim must then
+		 * exclude another process (node scope), not just a thread. */
+		fflush(stdout);
+		child = fork();
+		if (child < 0) {
+			perror("rangeshim check: fork");
+			return 1;
+		}
+		if (child == 0) {
+			wres = writer_main(r);
+			r->child_writes = wres ? *(uint64_t *)wres : 0;
+			exit(0);
+		}
+	} else if ((e = pthread_create(&wt, NULL, writer_main, r))) {
 		errno = e;
 		perror("rangeshim check: thread");
 		return 1;
 	}
 	for (unsigned i = 0; i < readers; i++) {
-		rd[i] = (struct reader){ .r = &r };
+		rd[i] = (struct reader){ .r = r };
 		if ((e = pthread_create(&rd[i].tid, NULL, reader_main, &rd[i]))) {
-			atomic_store(&r.stop, true);
+			atomic_store(&r->stop, true);
 			readers = i;
 			break;
 		}
@@ -209,13 +234,19 @@ static int worker(char **argv)
 		reads += rd[i].reads;
 		torn += rd[i].torn;
 	}
-	atomic_store(&r.stop, true);
-	pthread_join(wt, &wres);
-	if (wres)
-		writes = *(uint64_t *)wres;
-	free(wres);
+	atomic_store(&r->stop, true);
+	if (procs) {
+		while (waitpid(child, &st, 0) < 0 && errno == EINTR)
+			;
+		writes = r->child_writes;
+	} else {
+		pthread_join(wt, &wres);
+		if (wres)
+			writes = *(uint64_t *)wres;
+		free(wres);
+	}
 	printf("reads=%" PRIu64 " torn=%" PRIu64 " writes=%" PRIu64 " shim=%d err=%d\n",
-	       reads, torn, writes, shim_mapped(), atomic_load(&r.err));
+	       reads, torn, writes, shim_mapped(), atomic_load(&r->err));
 	return fflush(stdout) == 0 ? 0 : 1;
 }
 
@@ -386,7 +417,7 @@ static bool field(const char *s, const char *key, uint64_t *v)
  * granted) is a failure to report, not a hang.
  */
 static void run_leg(struct leg *leg, const char *preload, size_t block, unsigned readers,
-		    double seconds, bool direct, int timeout_s)
+		    double seconds, bool direct, bool procs, int timeout_s)
 {
 	char bs[32], rs[16], ss[32], out[512];
 	size_t used = 0;
@@ -417,7 +448,7 @@ static void run_leg(struct leg *leg, const char *preload, size_t block, unsigned
 		else
 			unsetenv("LD_PRELOAD");
 		execl("/proc/self/exe", "rangeshim", "check", "--worker", test_file, bs, rs, ss,
-		      direct ? "1" : "0", (char *)NULL);
+		      direct ? "1" : "0", procs ? "1" : "0", (char *)NULL);
 		perror("rangeshim check: exec /proc/self/exe");
 		_exit(127);
 	}
@@ -499,12 +530,13 @@ static bool parse_block(const char *s, size_t *out)
 
 int cmd_check(const struct command *cmd, int argc, char **argv)
 {
-	enum { OPT_SECONDS = 0x300, OPT_BLOCK, OPT_READERS, OPT_DIRECT };
+	enum { OPT_SECONDS = 0x300, OPT_BLOCK, OPT_READERS, OPT_DIRECT, OPT_PROCS };
 	static const struct option longopts[] = {
 		{ "seconds", required_argument, NULL, OPT_SECONDS },
 		{ "block", required_argument, NULL, OPT_BLOCK },
 		{ "readers", required_argument, NULL, OPT_READERS },
 		{ "direct", no_argument, NULL, OPT_DIRECT },
+		{ "processes", no_argument, NULL, OPT_PROCS },
 		{ "lib", required_argument, NULL, OPT_LIB },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
@@ -514,13 +546,13 @@ int cmd_check(const struct command *cmd, int argc, char **argv)
 	double seconds = 2.0;
 	size_t block = 1u << 20;
 	unsigned readers = 1;
-	bool direct = false;
+	bool direct = false, procs = false;
 	const char *dir = ".";
 	char *preload, *end, fsbuf[32], shown[PATH_MAX * 4 + 8];
 	int c, rc, timeout_s;
 
 	(void)cmd;
-	if (argc == 7 && !strcmp(argv[1], "--worker"))
+	if (argc == 8 && !strcmp(argv[1], "--worker"))
 		return worker(argv + 2);
 	opterr = 0;
 	optind = 1;
@@ -548,6 +580,9 @@ int cmd_check(const struct command *cmd, int argc, char **argv)
 			break;
 		case OPT_DIRECT:
 			direct = true;
+			break;
+		case OPT_PROCS:
+			procs = true;
 			break;
 		case OPT_LIB:
 			if (!*optarg)
@@ -587,9 +622,9 @@ int cmd_check(const struct command *cmd, int argc, char **argv)
 	atexit(remove_test_file);
 
 	escape_text(dir, shown, sizeof(shown));
-	printf("rangeshim check: %s (%s): %zu-byte pwrite racing %u pread reader(s)%s, "
+	printf("rangeshim check: %s (%s): %zu-byte pwrite racing %u pread reader(s)%s%s, "
 	       "%.1f s per run\n", shown, fs_type(dir, fsbuf, sizeof(fsbuf)), block, readers,
-	       direct ? ", O_DIRECT" : "", seconds);
+	       procs ? " in another process" : "", direct ? ", O_DIRECT" : "", seconds);
 	printf("  library: %s\n", preload);
 	for (int i = 0; i < SET_COUNT; i++) {
 		const char *v = getenv(setting_names[i].var);
@@ -600,8 +635,8 @@ int cmd_check(const struct command *cmd, int argc, char **argv)
 		}
 	}
 	timeout_s = (int)(seconds * 3) + 30;
-	run_leg(&ctl, NULL, block, readers, seconds, direct, timeout_s);
-	run_leg(&with, preload, block, readers, seconds, direct, timeout_s);
+	run_leg(&ctl, NULL, block, readers, seconds, direct, procs, timeout_s);
+	run_leg(&with, preload, block, readers, seconds, direct, procs, timeout_s);
 	free(preload);
 	print_leg("without rangeshim:", &ctl);
 	print_leg("with rangeshim:", &with);
@@ -638,8 +673,9 @@ int cmd_check(const struct command *cmd, int argc, char **argv)
 	}
 	if (with.torn) {
 		printf("FAIL: %" PRIu64 " of %" PRIu64 " reads tore with the shim. Is this "
-		       "directory outside RANGESHIM_PATHS, or RANGESHIM_SCOPE=off?\n",
-		       with.torn, with.reads);
+		       "directory outside RANGESHIM_PATHS, or RANGESHIM_SCOPE=off%s?\n",
+		       with.torn, with.reads, procs ? " or process (which does not coordinate "
+		       "processes)" : "");
 		return 1;
 	}
 	if (!ctl.torn) {

@@ -66,7 +66,7 @@ _rangeshim()
             fi ;;
         check)
             if [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W "--seconds --block --readers --direct --lib --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "--seconds --block --readers --direct --processes --lib --help" -- "$cur"))
             else
                 COMPREPLY=($(compgen -d -- "$cur"))
             fi ;;

@@ -70,6 +70,7 @@ void usage(FILE *out)
 	      "  --block SIZE bytes per write and read, suffix k or M (default 1M)\n"
 	      "  --readers N  reader threads (default 1)\n"
 	      "  --direct     O_DIRECT reads and writes\n"
+	      "  --processes  the writer in a process of its own (node scope), not a thread\n"
 	      "  --lib PATH   library to check (default: found as for run)\n"
 	      "  check exits 0 when no read tore with the shim, 1 when some did (or the\n"
 	      "  library was not loaded), 3 when the file system refused the test file\n"
