@@ -33,6 +33,15 @@
  *  clean_dead_only         A table whose only process died without
  *                          detaching (its slot and grant still listed) is
  *                          removed by plain `clean`.
+ *  check_*                 `rangeshim check`: no tear with the shim on
+ *                          tmpfs; the controls (RANGESHIM_SCOPE=off, libm
+ *                          renamed librangeshim.so, a library under another
+ *                          name, process scope against a writer process)
+ *                          must fail it; refusals (not a directory, none,
+ *                          no permission, read-only, full) exit 3.
+ *  stats_*                 `rangeshim stats`: merging, per-program rows,
+ *                          top files by lock waits (a file with I/O but no
+ *                          wait is the control), escaped program names.
  */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -736,6 +745,17 @@ Test(cli, check_fs_refusals)
 	char *usage[] = { RS_CLI, "check", "--seconds", "0", base, NULL };
 	run_cli(&r, usage, NULL);
 	cr_assert_eq(r.status, 2, "%s", r.out);
+
+	/* A directory the user may not write: as root, check as nobody. */
+	if (getuid() == 0 && access("/usr/bin/setpriv", X_OK) == 0) {
+		char *nobody[] = { "/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+				   "--clear-groups", RS_CLI, "check", base, NULL };
+
+		cr_assert_eq(chmod(base, 0755), 0);
+		run_cli(&r, nobody, NULL);
+		cr_assert_eq(r.status, 3, "%s", r.out);
+		cr_assert(strstr(r.out, "permission denied"), "%s", r.out);
+	}
 
 	char *probe[] = { "/usr/bin/unshare", "-m", "true", NULL };
 	if (getuid() != 0 || access(probe[0], X_OK) || rs_run(&r, probe, NULL, 0, 10) != 0) {
