@@ -18,6 +18,7 @@
  */
 #include "filewaits.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -172,17 +173,24 @@ static void note(struct rs_file *f, int fd, const char *path, int node, uint64_t
 	atomic_fetch_add_explicit(&s->wait_ns, ns, memory_order_relaxed);
 }
 
+/* Both keep errno: the real call comes next, and a call that succeeds
+ * must leave errno as the caller had it, with or without the shim. */
 void rs_fw_lock_wait(struct rs_file *f, int fd, const char *path, const struct rs_rl_node *node)
 {
+	int saved = errno;
 	uint64_t t = now_ns();
 
 	note(f, fd, path, 0, node->since && node->since < t ? t - node->since : 0);
+	errno = saved;
 }
 
 void rs_fw_node_wait(struct rs_file *f, uint64_t ns)
 {
+	int saved = errno;
+
 	if (__builtin_expect(rs_stats_on, 0))
 		note(f, -1, NULL, 1, ns);
+	errno = saved;
 }
 
 static uint64_t waits(const struct slot *s)
