@@ -24,7 +24,7 @@ LDFLAGS += $(SANFLAGS)
 SHIM_SRCS = shim/init.c shim/interpose.c shim/iolock.c shim/fdtable.c shim/rangelock.c \
             shim/grants.c shim/nodelock.c shim/segment.c \
             shim/config.c shim/stats.c shim/log.c shim/real.c \
-            shim/coverage.c
+            shim/coverage.c shim/filewaits.c
 SHIM_OBJS = $(SHIM_SRCS:shim/%.c=$(BUILD)/obj/%.o)
 LIB       = $(BUILD)/librangeshim.so
 CLI       = $(BUILD)/rangeshim
@@ -37,7 +37,7 @@ TESTS     = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 UNIT_SRCS = shim/rangelock.c shim/nodelock.c shim/segment.c shim/config.c shim/log.c \
             shim/real.c shim/stats.c
 
-.PHONY: all clean test test-asan test-tsan demo deps install check-callgrind
+.PHONY: all clean test test-asan test-tsan demo deps install uninstall install-manifest check-callgrind FORCE
 
 all: $(LIB) $(CLI) $(EXAMPLES)
 
@@ -66,7 +66,7 @@ $(BUILD)/tests/helpers/%: tests/helpers/%.c $(wildcard tests/helpers/*.h)
 
 $(BUILD)/tests/test_%: tests/test_%.c $(UNIT_SRCS) $(wildcard tests/*.h) $(wildcard shim/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DRS_BUILD_DIR='"$(abspath $(BUILD))"' -DRS_SAN='"$(SAN)"' \
+	$(CC) $(CFLAGS) -DRS_BUILD_DIR='"$(abspath $(BUILD))"' -DRS_SAN='"$(SAN)"' -DRS_SRC_DIR='"$(abspath .)"' \
 	    -o $@ $< $(UNIT_SRCS) $(LDFLAGS) -lcriterion -lpthread -ldl
 
 deps:
@@ -88,13 +88,71 @@ demo: all
 check-callgrind: all $(BUILD)/tests/bench/fastpath
 	@sh tests/callgrind.sh $(BUILD)
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \
-	    $(DESTDIR)$(PREFIX)/include/rangeshim $(DESTDIR)$(PREFIX)/share/doc/rangeshim
-	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/librangeshim.so
-	install -m 0755 $(CLI) $(DESTDIR)$(PREFIX)/bin/rangeshim
-	install -m 0644 include/rangeshim/rangelock.h $(DESTDIR)$(PREFIX)/include/rangeshim/
-	install -m 0644 README.md docs/*.md $(DESTDIR)$(PREFIX)/share/doc/rangeshim/
+# ---- install / uninstall ------------------------------------------------
+# The GNU directory variables, each overridable; DESTDIR stages the tree.
+BINDIR      ?= $(PREFIX)/bin
+LIBDIR      ?= $(PREFIX)/lib
+INCLUDEDIR  ?= $(PREFIX)/include
+DATAROOTDIR ?= $(PREFIX)/share
+MANDIR      ?= $(DATAROOTDIR)/man
+DOCDIR      ?= $(DATAROOTDIR)/doc/rangeshim
+BASHCOMPDIR ?= $(DATAROOTDIR)/bash-completion/completions
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+
+# Every file install puts down, relative to DESTDIR: uninstall removes
+# exactly these, and tests/test_install.c checks the staged tree against
+# this list (`make install-manifest` prints it).
+DOC_FILES   = README.md $(wildcard docs/*.md)
+IMG_FILES   = $(wildcard docs/img/*)
+INSTALLED   = $(BINDIR)/rangeshim $(LIBDIR)/librangeshim.so \
+              $(INCLUDEDIR)/rangeshim/rangelock.h $(PKGCONFIGDIR)/rangeshim.pc \
+              $(MANDIR)/man1/rangeshim.1 $(MANDIR)/man7/rangeshim.7 \
+              $(BASHCOMPDIR)/rangeshim \
+              $(addprefix $(DOCDIR)/,$(notdir $(DOC_FILES))) \
+              $(addprefix $(DOCDIR)/img/,$(notdir $(IMG_FILES)))
+# Directories that are ours alone, removed by uninstall when empty.
+OWN_DIRS    = $(DOCDIR)/img $(DOCDIR) $(INCLUDEDIR)/rangeshim
+
+# The installed command is built with LIBDIR compiled in, so that it finds
+# the library wherever LIBDIR puts it (not only in ../lib).
+INST_CLI = $(BUILD)/install/rangeshim
+$(INST_CLI): $(CLI_SRCS) $(wildcard shim/*.h shim/cli/*.h) FORCE
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DRS_LIBDIR='"$(LIBDIR)"' -o $@.tmp $(CLI_SRCS) $(LDFLAGS) -lpthread
+	mv $@.tmp $@
+
+$(BUILD)/install/rangeshim.pc: include/rangeshim.pc.in FORCE
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+	    -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
+
+# One version, the command's (shim/cli/cli.h).
+VERSION := $(shell sed -n 's/^#define RS_VERSION "\(.*\)"/\1/p' shim/cli/cli.h)
+
+install: $(LIB) $(INST_CLI) $(BUILD)/install/rangeshim.pc
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/rangeshim \
+	    $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7 \
+	    $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(DOCDIR)/img
+	install -m 0755 $(INST_CLI) $(DESTDIR)$(BINDIR)/rangeshim
+	install -m 0755 $(LIB) $(DESTDIR)$(LIBDIR)/librangeshim.so
+	install -m 0644 include/rangeshim/rangelock.h $(DESTDIR)$(INCLUDEDIR)/rangeshim/
+	install -m 0644 $(BUILD)/install/rangeshim.pc $(DESTDIR)$(PKGCONFIGDIR)/rangeshim.pc
+	install -m 0644 docs/man/rangeshim.1 $(DESTDIR)$(MANDIR)/man1/rangeshim.1
+	install -m 0644 docs/man/rangeshim.7 $(DESTDIR)$(MANDIR)/man7/rangeshim.7
+	install -m 0644 shim/cli/completion.bash $(DESTDIR)$(BASHCOMPDIR)/rangeshim
+	install -m 0644 $(DOC_FILES) $(DESTDIR)$(DOCDIR)/
+	install -m 0644 $(IMG_FILES) $(DESTDIR)$(DOCDIR)/img/
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	@for d in $(addprefix $(DESTDIR),$(OWN_DIRS)); do \
+	    if [ -d "$$d" ] && ! rmdir "$$d" 2>/dev/null; then \
+	        echo "uninstall: left $$d: it holds files that install did not put there"; fi; done
+
+install-manifest:
+	@printf '%s\n' $(INSTALLED)
+
+FORCE:
 
 clean:
 	rm -rf build build-asan build-tsan

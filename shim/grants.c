@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "filewaits.h"
 #include "futex.h"
 #include "log.h"
 #include "nodelock.h"
@@ -355,6 +356,9 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 		RS_COUNT(node_exact, 1);
 		mark_uncached(g, res.gen);	/* ours alone: the call gives it back */
 		rs_mutex_unlock(&f->acquire_mtx);
+		/* After the mutex: a first wait on f names it (filewaits.c). */
+		if (res.waited)
+			rs_fw_node_wait(f, res.wait_ns);
 		ref->g = g;
 		ref->file = f;
 		errno = saved;
@@ -368,6 +372,8 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 		mark_uncached(g, res.gen);
 	rs_mutex_unlock(&f->grants_mtx);
 	rs_mutex_unlock(&f->acquire_mtx);
+	if (res.waited)
+		rs_fw_node_wait(f, res.wait_ns);
 	ref->g = g;
 	ref->file = f;
 	errno = saved;

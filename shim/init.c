@@ -154,7 +154,9 @@ static void write_stats_file(const char *tmpl, const char *text, int len)
  */
 static void write_report(void)
 {
-	char buf[4096];
+	/* Static, not on the stack: up to 16 escaped file names (filewaits.h)
+	 * would not fit a small thread stack.  `reported` lets one caller in. */
+	static char buf[40960];
 	int saved = errno, len;
 
 	if (atomic_exchange(&reported, 1))

@@ -447,8 +447,10 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 										  : p[i].mode;
 
 			h->file = p[i].file;
-			waited += rs_rangelock_lock(&h->file->rl, &h->node,
-						    p[i].start, p[i].end, m);
+			if (rs_rangelock_lock(&h->file->rl, &h->node, p[i].start, p[i].end, m)) {
+				waited++;
+				RS_FILE_LOCK_WAIT(h->file, p[i].fd, NULL, &h->node);
+			}
 			io->nholds++;
 		}
 		int covers = 1;
@@ -608,8 +610,10 @@ void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len)
 		rs_grant_enter(f, start, RS_RANGE_EOF, RS_RL_WRITE, &io->gref[0]);
 		io->gref[0].file = f;
 		io->ngrefs = io->gref[0].g != NULL;
-		RS_COUNT(lock_waits, rs_rangelock_lock(&f->rl, &io->hold[0].node,
-						       start, RS_RANGE_EOF, RS_RL_WRITE));
+		if (rs_rangelock_lock(&f->rl, &io->hold[0].node, start, RS_RANGE_EOF, RS_RL_WRITE)) {
+			RS_COUNT(lock_waits, 1);
+			RS_FILE_LOCK_WAIT(f, -1, path, &io->hold[0].node);
+		}
 		io->nholds = 1;
 		if (stat(path, &st) == 0 &&
 		    atomic_load_explicit(&f->dev, memory_order_relaxed) == (uint64_t)st.st_dev &&

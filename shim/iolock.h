@@ -19,6 +19,7 @@
 
 #include "config.h"
 #include "fdtable.h"
+#include "filewaits.h"
 #include "grants.h"
 #include "rangelock_fast.h"
 #include "rawsyscall.h"
@@ -433,8 +434,10 @@ rs_io_fast_body(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	lmode = append ? RS_RL_APPEND : mode;
 	rs_grant_enter(file, start, end, lmode, &io->gref[0]);
 	if (!solo && __builtin_expect(rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start,
-							    end, lmode), 0))
+							    end, lmode), 0)) {
 		RS_COUNT(lock_waits, 1);
+		RS_FILE_LOCK_WAIT(file, fd, NULL, &io->hold[0].node);
+	}
 	if (append) {
 		/* ZFS's RL_APPEND re-check: is start still at or below end of
 		 * file?  End of file cannot shrink now (every coordinated

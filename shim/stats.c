@@ -13,9 +13,18 @@
  */
 #include "stats.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "utf8.h"
+
+/* Per-file waits (filewaits.c): in the library, absent from the unit
+ * tests that link this file alone. */
+unsigned long rs_fw_json(char *buf, unsigned long size, unsigned long n) __attribute__((weak));
+unsigned long rs_fw_text(char *buf, unsigned long size, unsigned long n) __attribute__((weak));
+void rs_fw_reset(void) __attribute__((weak));
 
 #define RS_STATS_SLOTS 256
 
@@ -108,14 +117,41 @@ uint64_t rs_stats_get(size_t off)
 
 #define RS_STATS_SUM(name) ((unsigned long long)rs_stats_get(offsetof(struct rs_stats, name)))
 
+unsigned long rs_json_str(char *buf, unsigned long size, unsigned long n, const char *s)
+{
+	APPEND("%s", "\"");
+	for (const unsigned char *p = (const unsigned char *)s; *p;) {
+		size_t k = rs_utf8_len(p);
+
+		if (k == 0) {
+			APPEND("%s", "\\ufffd");
+			k = 1;
+		} else if (*p == '"' || *p == '\\') {
+			APPEND("\\%c", *p);
+		} else if (*p < 0x20 || *p == 0x7f) {
+			APPEND("\\u%04x", *p);
+		} else {
+			APPEND("%.*s", (int)k, (const char *)p);
+		}
+		p += k;
+	}
+	APPEND("%s", "\"");
+	return n;
+}
+
 int rs_stats_json(char *buf, unsigned long size, long pid)
 {
 	unsigned long n = 0;
 
-	APPEND("{\"pid\": %ld", pid);
+	APPEND("{\"pid\": %ld, \"program\": ", pid);
+	/* argv[0]'s last part, set by glibc before any constructor runs;
+	 * a fork child keeps its parent's, as ps does. */
+	n = rs_json_str(buf, size, n, program_invocation_short_name ? program_invocation_short_name : "");
 #define RS_STATS_JSON(name, doc) APPEND(", \"%s\": %llu", #name, RS_STATS_SUM(name));
 	RS_STATS_FIELDS(RS_STATS_JSON)
 #undef RS_STATS_JSON
+	if (rs_fw_json)
+		n = rs_fw_json(buf, size, n);
 	APPEND("%s", "}\n");
 	return (int)(n < size ? n : size - 1);
 }
@@ -128,6 +164,8 @@ int rs_stats_text(char *buf, unsigned long size, long pid)
 #define RS_STATS_TEXT(name, doc) APPEND("  %-19s %12llu  %s\n", #name, RS_STATS_SUM(name), doc);
 	RS_STATS_FIELDS(RS_STATS_TEXT)
 #undef RS_STATS_TEXT
+	if (rs_fw_text)
+		n = rs_fw_text(buf, size, n);
 	return (int)(n < size ? n : size - 1);
 }
 
@@ -140,4 +178,6 @@ void rs_stats_reset(void)
 			atomic_store_explicit(&slot_used[k], 0, memory_order_relaxed);
 	}
 	memset((void *)&rest, 0, sizeof(rest));
+	if (rs_fw_reset)
+		rs_fw_reset();
 }

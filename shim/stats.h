@@ -90,7 +90,12 @@ static inline __attribute__((always_inline)) void rs_count_add(size_t off, uint6
 		}                                                              \
 	} while (0)
 
-/* Render as JSON into buf; returns the length.  Used for files and tests. */
+/* Append s to buf + n as a JSON string (bytes that are not UTF-8 become
+ * U+FFFD); returns the new length.  For names in reports. */
+unsigned long rs_json_str(char *buf, unsigned long size, unsigned long n, const char *s);
+/* Render as JSON into buf; returns the length.  Used for files and tests.
+ * The object has "pid", "program", every counter, and the per-file waits
+ * of filewaits.h when the library has them. */
 int rs_stats_json(char *buf, unsigned long size, long pid);
 /* Human summary, one counter a line.  Both sum every thread's block. */
 int rs_stats_text(char *buf, unsigned long size, long pid);

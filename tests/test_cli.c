@@ -33,7 +33,18 @@
  *  clean_dead_only         A table whose only process died without
  *                          detaching (its slot and grant still listed) is
  *                          removed by plain `clean`.
+ *  check_*                 `rangeshim check`: no tear with the shim on
+ *                          tmpfs; the controls (RANGESHIM_SCOPE=off, libm
+ *                          renamed librangeshim.so, a library under another
+ *                          name, process scope against a writer process)
+ *                          must fail it; refusals (not a directory, none,
+ *                          no permission, read-only, full) exit 3.
+ *  stats_*                 `rangeshim stats`: merging, per-program rows,
+ *                          top files by lock waits (a file with I/O but no
+ *                          wait is the control), escaped program names.
  */
+#include <dirent.h>
+#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -47,9 +58,42 @@
 
 static char shm_name[96], shm_path[300], shm_env[128], data[256];
 
+/*
+ * Files a killed run of this suite left: the pid in the name is a test
+ * worker's, so a name whose process is gone is stale (teardown never ran).
+ */
+static void sweep_stale(void)
+{
+	static const char *const pre[] = { "rs-cli-test.", "rangeshim-cli-test." };
+	DIR *d = opendir("/dev/shm");
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		for (size_t i = 0; i < sizeof(pre) / sizeof(pre[0]); i++) {
+			size_t n = strlen(pre[i]);
+			char *end, p[300];
+			long pid;
+
+			if (strncmp(e->d_name, pre[i], n))
+				continue;
+			pid = strtol(e->d_name + n, &end, 10);
+			if (end == e->d_name + n || (*end && *end != '.') || pid <= 0 ||
+			    pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+				continue;
+			snprintf(p, sizeof(p), "/dev/shm/%s", e->d_name);
+			unlink(p);
+		}
+	}
+	closedir(d);
+}
+
 static void setup(void)
 {
 	int fd;
+
+	sweep_stale();
 
 	snprintf(shm_name, sizeof(shm_name), "/rangeshim-cli-test.%d", (int)getpid());
 	rs_seg_path(shm_name, shm_path, sizeof(shm_path));
@@ -588,4 +632,311 @@ Test(cli, shm_dot_names_refused)
 		run_cli(&r, argv, NULL);
 		cr_assert_eq(r.status, 2, "locks --shm %s: %s", name, r.out);
 	}
+}
+
+/* ---- rangeshim check ---- */
+
+static const char *check_leg_line(const char *out, const char *leg)
+{
+	const char *p = strstr(out, leg);
+
+	return p ? p + strlen(leg) : "";
+}
+
+/* The shim's leg of `check` on tmpfs: no torn read, the torn counts of
+ * both legs printed, and the test file gone afterwards. */
+Test(cli, check_fixes_tears)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/dev/shm", "rs-cli-check.");
+	char *argv[] = { RS_CLI, "check", "--seconds", "1", base, NULL };
+	const char *env[] = { shm_env, NULL };
+	const char *w;
+
+	run_cli(&r, argv, env);
+	cr_assert_eq(r.status, 0, "check failed:\n%s", r.out);
+	cr_assert(strstr(r.out, "(tmpfs)"), "no fs type: %s", r.out);
+	cr_assert(strstr(r.out, "library: " RS_BUILD_DIR "/librangeshim.so"), "%s", r.out);
+	cr_assert(has_number(r.out, "without rangeshim: "), "no control count: %s", r.out);
+	w = check_leg_line(r.out, "with rangeshim:    ");
+	cr_assert(!strncmp(w, "0 of ", 5) && atol(w + 5) > 0, "shim leg: %s", r.out);
+	cr_assert(strstr(r.out, "OK"), "%s", r.out);
+	cr_assert_eq(rmdir(base), 0, "check left its file in %s: %s", base, strerror(errno));
+	mkdir(base, 0700);
+}
+
+/* The path of a real shared library that locks nothing (libm). */
+static const char *some_other_library(void)
+{
+	static char path[PATH_MAX];
+	void *h = dlopen("libm.so.6", RTLD_NOW);
+	Dl_info info;
+
+	cr_assert_not_null(h, "dlopen libm.so.6: %s", dlerror());
+	cr_assert(dladdr(dlsym(h, "cos"), &info) && info.dli_fname, "no path for libm");
+	cr_assert_not_null(realpath(info.dli_fname, path), "%s", info.dli_fname);
+	return path;
+}
+
+/*
+ * Controls: `check` must fail when the shim's leg is not protected.
+ * RANGESHIM_SCOPE=off in the environment is passed on (so it tears); a
+ * sabotaged librangeshim.so (libm under that name: loaded, locks nothing)
+ * tears; a library under another name is reported as not loaded.
+ */
+Test(cli, check_controls_fail)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/dev/shm", "rs-cli-check.");
+	char fake[PATH_MAX], lib_opt[PATH_MAX + 8], buf[65536];
+	const char *other = some_other_library(), *w;
+	const char *off_env[] = { shm_env, "RANGESHIM_SCOPE=off", NULL };
+	const char *env[] = { shm_env, NULL };
+	int in, out;
+	ssize_t n;
+
+	char *argv[] = { RS_CLI, "check", "--seconds", "2", base, NULL };
+	run_cli(&r, argv, off_env);
+	cr_assert_eq(r.status, 1, "RANGESHIM_SCOPE=off must fail the check:\n%s", r.out);
+	cr_assert(strstr(r.out, "setting: RANGESHIM_SCOPE=off"), "%s", r.out);
+	cr_assert(strstr(r.out, "reads tore with the shim"), "%s", r.out);
+
+	snprintf(fake, sizeof(fake), "%s/librangeshim.so", base);
+	in = open(other, O_RDONLY);
+	out = open(fake, O_WRONLY | O_CREAT | O_TRUNC, 0755);
+	cr_assert(in >= 0 && out >= 0);
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		cr_assert_eq(write(out, buf, (size_t)n), n);
+	close(in);
+	close(out);
+	snprintf(lib_opt, sizeof(lib_opt), "--lib=%s", fake);
+	char *sab[] = { RS_CLI, "check", "--seconds", "2", lib_opt, base, NULL };
+	run_cli(&r, sab, env);
+	cr_assert_eq(r.status, 1, "a library that locks nothing must fail the check:\n%s", r.out);
+	w = check_leg_line(r.out, "with rangeshim:    ");
+	cr_assert_gt(atol(w), 0, "the sabotaged leg tore nothing: %s", r.out);
+	unlink(fake);
+
+	snprintf(lib_opt, sizeof(lib_opt), "--lib=%s", other);
+	char *notours[] = { RS_CLI, "check", "--seconds", "0.5", lib_opt, base, NULL };
+	run_cli(&r, notours, env);
+	cr_assert_eq(r.status, 1, "%s", r.out);
+	cr_assert(strstr(r.out, "the library was not loaded"), "%s", r.out);
+	cr_assert_eq(rmdir(base), 0, "check left files in %s", base);
+	mkdir(base, 0700);
+}
+
+/* What the file system refuses: exit 3 and the reason.  A read-only and a
+ * full tmpfs are mounted in a private mount namespace (root only). */
+Test(cli, check_fs_refusals)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/tmp", "rs-cli-check."), missing[PATH_MAX], sh[PATH_MAX * 3];
+	char *notdir[] = { RS_CLI, "check", data, NULL };
+
+	run_cli(&r, notdir, NULL);
+	cr_assert_eq(r.status, 3, "%s", r.out);
+	cr_assert(strstr(r.out, "not a directory"), "%s", r.out);
+	snprintf(missing, sizeof(missing), "%s/nope", base);
+	char *nodir[] = { RS_CLI, "check", missing, NULL };
+	run_cli(&r, nodir, NULL);
+	cr_assert_eq(r.status, 3, "%s", r.out);
+	cr_assert(strstr(r.out, "no such directory"), "%s", r.out);
+	char *usage[] = { RS_CLI, "check", "--seconds", "0", base, NULL };
+	run_cli(&r, usage, NULL);
+	cr_assert_eq(r.status, 2, "%s", r.out);
+
+	/* A directory the user may not write: as root, check as nobody. */
+	if (getuid() == 0 && access("/usr/bin/setpriv", X_OK) == 0) {
+		char *nobody[] = { "/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+				   "--clear-groups", RS_CLI, "check", base, NULL };
+
+		cr_assert_eq(chmod(base, 0755), 0);
+		run_cli(&r, nobody, NULL);
+		cr_assert_eq(r.status, 3, "%s", r.out);
+		cr_assert(strstr(r.out, "permission denied"), "%s", r.out);
+	}
+
+	char *probe[] = { "/usr/bin/unshare", "-m", "true", NULL };
+	if (getuid() != 0 || access(probe[0], X_OK) || rs_run(&r, probe, NULL, 0, 10) != 0) {
+		cr_log_warn("check_fs_refusals: no private mount namespace; read-only and full "
+			    "file systems not tried");
+		return;
+	}
+	for (int i = 0; i < 2; i++) {
+		snprintf(sh, sizeof(sh), "mount -t tmpfs -o %s none %s && exec %s check --seconds 0.5 %s",
+			 i ? "size=512k" : "ro,size=1m", base, RS_CLI, base);
+		char *argv[] = { "/usr/bin/unshare", "-m", "/bin/sh", "-c", sh, NULL };
+		run_cli(&r, argv, NULL);
+		cr_assert_eq(r.status, 3, "%s", r.out);
+		cr_assert(strstr(r.out, i ? "no space left" : "read-only file system"), "%s", r.out);
+	}
+}
+
+/* ---- per-file waits and program names in the reports ---- */
+
+/*
+ * A job of four programs under the shim, each writing its JSON report:
+ * node_probe's writer and reader processes race on file A (node waits),
+ * torn_read's threads race on file B (range-lock waits), dd copies B to C
+ * with nobody in its way.  `stats` must name each program, and rank A and
+ * B under "top files by lock waits" with the right kind of wait; C, which
+ * had I/O but no wait, is the control: it must not be listed.
+ */
+Test(cli, stats_top_files_by_waits)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/dev/shm", "rs-cli-waits."), stats_env[PATH_MAX + 32];
+	char a[PATH_MAX], b[PATH_MAX], c[PATH_MAX], fa[PATH_MAX + 8], fb[PATH_MAX + 8];
+	char iff[PATH_MAX + 8], off[PATH_MAX + 8], f[8][64];
+	const char *env[] = { stats_env, shm_env, NULL };
+	const char *p;
+
+	snprintf(stats_env, sizeof(stats_env), "RANGESHIM_STATS=%s/%%p.json", base);
+	snprintf(a, sizeof(a), "%s.A", data);
+	snprintf(b, sizeof(b), "%s.B", data);
+	snprintf(c, sizeof(c), "%s.C", data);
+	snprintf(fa, sizeof(fa), "file=%s", a);
+	snprintf(fb, sizeof(fb), "%s", b);
+	char *probe[] = { RS_HELPER("node_probe"), "torn", fa, "writers=1", "readers=1",
+			  "block=1048576", "seconds=1", NULL };
+	rs_run(&r, probe, env, 1, 60);
+	cr_assert_eq(r.status, 0, "node_probe: %s", r.out);
+	char *torn[] = { RS_EXAMPLE("torn_read"), "--file", fb, "--keep", "--seconds", "0.5", NULL };
+	rs_run(&r, torn, env, 1, 60);
+	cr_assert_eq(r.status, 0, "torn_read: %s", r.out);
+	snprintf(iff, sizeof(iff), "if=%s", b);
+	snprintf(off, sizeof(off), "of=%s", c);
+	char *dd[] = { "/bin/dd", iff, off, "bs=64k", NULL };
+	rs_run(&r, dd, env, 1, 60);
+	cr_assert_eq(r.status, 0, "dd: %s", r.out);
+
+	char *argv[] = { RS_CLI, "stats", base, NULL };
+	run_cli(&r, argv, NULL);
+	unlink(a);
+	unlink(b);
+	unlink(c);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_assert(strstr(r.out, " node_probe ") && strstr(r.out, " torn_read ") && strstr(r.out, " dd "),
+		  "a program is not named:\n%s", r.out);
+	cr_assert(strstr(r.out, "top files by lock waits ("), "no file ranking:\n%s", r.out);
+	cr_assert_null(strstr(r.out, c), "C had no wait but is listed:\n%s", r.out);
+	/* WAITS LOCK_WAITS NODE_WAITS WAIT_MS PROCS PATH */
+	cr_assert_eq(line_fields(r.out, a, f, 8), 6, "A not listed:\n%s", r.out);
+	cr_assert_gt(atoll(f[2]), 0, "A's waits are node waits:\n%s", r.out);
+	cr_assert_geq(atoi(f[4]), 1, "%s", r.out);
+	cr_assert_eq(line_fields(r.out, b, f, 8), 6, "B not listed:\n%s", r.out);
+	cr_assert_gt(atoll(f[1]), 0, "B's waits are range-lock waits:\n%s", r.out);
+	cr_assert_eq(atoll(f[2]), 0, "B was used by one process only:\n%s", r.out);
+	cr_assert_eq(atoi(f[4]), 1, "%s", r.out);
+	p = strstr(r.out, "WAITS");
+	cr_assert(p && strstr(p, a) && strstr(p, b), "%s", r.out);
+}
+
+/* The report's program name is argv[0]'s last part, escaped as JSON; the
+ * command decodes it again and shows control characters as \xNN. */
+Test(cli, stats_program_name_escaped)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/tmp", "rs-cli-prog."), link[PATH_MAX], rep[PATH_MAX];
+	char stats_env[PATH_MAX + 32], *js;
+	const char *env[] = { stats_env, shm_env, NULL };
+
+	snprintf(link, sizeof(link), "%s/we\"ird\\\nn\xc3\xa9\xff", base);
+	cr_assert_eq(symlink("/bin/true", link), 0, "%s", strerror(errno));
+	snprintf(rep, sizeof(rep), "%s/r.json", base);
+	snprintf(stats_env, sizeof(stats_env), "RANGESHIM_STATS=%s", rep);
+	char *argv[] = { link, NULL };
+	rs_run(&r, argv, env, 1, 30);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	js = rs_read_file(rep, NULL);
+	cr_assert_not_null(js, "no report");
+	cr_assert(strstr(js, "\"program\": \"we\\\"ird\\\\\\u000an\xc3\xa9\\ufffd\""),
+		  "program not escaped: %s", js);
+	cr_assert(strstr(js, "\"files\": []"), "no files list: %s", js);
+	free(js);
+	unlink(link);
+	char *st[] = { RS_CLI, "stats", rep, rep, NULL };
+	run_cli(&r, st, NULL);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_assert(strstr(r.out, " we\"ird\\\\x0an\xc3\xa9\xef\xbf\xbd "), "program decoded: %s", r.out);
+}
+
+/* Files of several reports merge by dev:ino and rank by waits, then time;
+ * a report whose "files" is malformed is skipped, with the reason. */
+Test(cli, stats_files_merge_and_rank)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/tmp", "rs-cli-rank."), fn[PATH_MAX];
+	const char *p1, *p2, *p3;
+
+	snprintf(fn, sizeof(fn), "%s/1.json", base);
+	rs_write_text(fn, "{\"pid\": 1, \"program\": \"a\", \"io_calls\": 1, \"files\": ["
+		      "{\"path\": \"/x/low\", \"dev\": \"1:2\", \"ino\": 5, \"lock_waits\": 1, \"node_waits\": 0, \"wait_ns\": 9000000},"
+		      "{\"path\": \"/x/high\", \"dev\": \"1:2\", \"ino\": 6, \"lock_waits\": 3, \"node_waits\": 0, \"wait_ns\": 1}]}");
+	snprintf(fn, sizeof(fn), "%s/2.json", base);
+	rs_write_text(fn, "{\"pid\": 2, \"program\": \"b\", \"io_calls\": 1, \"files\": ["
+		      "{\"path\": \"/x/low-other-name\", \"dev\": \"1:2\", \"ino\": 5, \"lock_waits\": 0, \"node_waits\": 1, \"wait_ns\": 1},"
+		      "{\"path\": \"/x/mid\", \"dev\": \"1:2\", \"ino\": 7, \"lock_waits\": 0, \"node_waits\": 2, \"wait_ns\": 5000000}]}");
+	snprintf(fn, sizeof(fn), "%s/3.json", base);
+	rs_write_text(fn, "{\"pid\": 3, \"io_calls\": 1, \"files\": [{\"path\": 7}]}");
+	char *argv[] = { RS_CLI, "stats", base, NULL };
+	run_cli(&r, argv, NULL);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_assert(strstr(r.out, "3.json: bad \"files\" list"), "%s", r.out);
+	cr_assert(strstr(r.out, "top files by lock waits (3 of 3)"), "%s", r.out);
+	p1 = strstr(r.out, "/x/high");
+	p2 = strstr(r.out, "/x/mid");
+	p3 = strstr(r.out, "/x/low");
+	cr_assert(p1 && p2 && p3 && p1 < p3 && p3 < p2,
+		  "not ranked high (3 waits), low (2, 9 ms), mid (2, 5 ms):\n%s", r.out);
+	cr_assert(strstr(r.out, "           2            1            1          9.0     2  /x/low\n"),
+		  "low merged over both reports:\n%s", r.out);
+	cr_assert_null(strstr(r.out, "low-other-name"), "%s", r.out);
+}
+
+/* 2-byte blocks hardly ever tear, even without the shim: the verdict must
+ * then say the check proves less (and still pass); whichever way the
+ * control went, the verdict must match its count. */
+Test(cli, check_clean_control_says_less)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/dev/shm", "rs-cli-check.");
+	char *argv[] = { RS_CLI, "check", "--block", "2", "--seconds", "0.5", base, NULL };
+	const char *env[] = { shm_env, NULL };
+	const char *ctl;
+
+	run_cli(&r, argv, env);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	ctl = check_leg_line(r.out, "without rangeshim: ");
+	cr_assert(*ctl >= '0' && *ctl <= '9', "%s", r.out);
+	if (atol(ctl) == 0)
+		cr_assert(strstr(r.out, "OK, with less proof: ") &&
+			  strstr(r.out, "none tore without it"), "%s", r.out);
+	else
+		cr_assert(strstr(r.out, "OK: reads tear here without the shim"), "%s", r.out);
+}
+
+/* --processes: the writer is a process of its own, so the shim's leg needs
+ * node scope.  Control: RANGESHIM_SCOPE=process coordinates only threads,
+ * and must fail the check. */
+Test(cli, check_processes_needs_node_scope)
+{
+	struct rs_run r;
+	char *base = rs_make_base("/dev/shm", "rs-cli-check.");
+	char *argv[] = { RS_CLI, "check", "--processes", "--seconds", "1.5", base, NULL };
+	const char *env[] = { shm_env, NULL };
+	const char *proc_env[] = { shm_env, "RANGESHIM_SCOPE=process", NULL };
+	const char *w;
+
+	run_cli(&r, argv, env);
+	cr_assert_eq(r.status, 0, "%s", r.out);
+	cr_assert(strstr(r.out, "reader(s) in another process"), "%s", r.out);
+	w = check_leg_line(r.out, "with rangeshim:    ");
+	cr_assert(!strncmp(w, "0 of ", 5) && atol(w + 5) > 0, "%s", r.out);
+	run_cli(&r, argv, proc_env);
+	cr_assert_eq(r.status, 1, "process scope must not pass a check across processes:\n%s", r.out);
+	cr_assert(strstr(r.out, "does not coordinate processes"), "%s", r.out);
+	cr_assert_eq(rmdir(base), 0, "check left files in %s", base);
+	mkdir(base, 0700);
 }

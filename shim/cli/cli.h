@@ -3,7 +3,7 @@
  *
  *   main.c      dispatch, usage and the shared option errors
  *   preload.c   the options of run and env, and finding the library
- *   run.c env.c locks.c clean.c stats.c    the subcommands
+ *   run.c env.c locks.c clean.c stats.c check.c    the subcommands
  *   table.c     the one reader of the node lock table (locks, clean)
  *   text.c      escaping for terminals and JSON
  *
@@ -53,6 +53,7 @@ int cmd_env(const struct command *cmd, int argc, char **argv);
 int cmd_locks(const struct command *cmd, int argc, char **argv);
 int cmd_clean(const struct command *cmd, int argc, char **argv);
 int cmd_stats(const struct command *cmd, int argc, char **argv);
+int cmd_check(const struct command *cmd, int argc, char **argv);
 
 /* stats.c: merge JSON reports (files, or directories of *.json) and print
  * the job summary; returns how many reports were read, -1 on no memory. */

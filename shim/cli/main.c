@@ -6,6 +6,7 @@ static const struct command commands[] = {
 	{ "env", cmd_env, "print the variables `run` would set, for eval" },
 	{ "locks", cmd_locks, "list the node lock table's grants, like lslocks" },
 	{ "stats", cmd_stats, "merge the JSON stats reports of a job (FILE...|DIR) into one summary" },
+	{ "check", cmd_check, "race writers and readers in PATH without and with the shim" },
 	{ "clean", cmd_clean, "remove the node lock table if no live process is attached" },
 };
 
@@ -29,7 +30,11 @@ void usage(FILE *out)
 	      "  --lib PATH                 library to preload, put first in LD_PRELOAD\n"
 	      "\n"
 	      "The library is $RANGESHIM_LIB if set, else " LIB_NAME " next to this\n"
-	      "program, in ../lib or in ../lib/rangeshim.\n"
+	      "program, in ../lib or in ../lib/rangeshim"
+#ifdef RS_LIBDIR
+	      ", or in " RS_LIBDIR
+#endif
+	      ".\n"
 	      "\n"
 	      "Options of locks and clean:\n"
 	      "  --shm NAME   node table segment (default: $RANGESHIM_SHM, else /rangeshim-UID;\n"
@@ -60,10 +65,21 @@ void usage(FILE *out)
 	      "grants block it, as lslocks does; a line per waiter then says whom it\n"
 	      "waits for and in what state that process is (e.g. stopped by Ctrl-Z).\n"
 	      "\n"
+	      "Options of check [PATH] (PATH: a directory, default the current one):\n"
+	      "  --seconds S  each of the two runs lasts S seconds (default 2)\n"
+	      "  --block SIZE bytes per write and read, suffix k or M (default 1M)\n"
+	      "  --readers N  reader threads (default 1)\n"
+	      "  --direct     O_DIRECT reads and writes\n"
+	      "  --processes  the writer in a process of its own (node scope), not a thread\n"
+	      "  --lib PATH   library to check (default: found as for run)\n"
+	      "  check exits 0 when no read tore with the shim, 1 when some did (or the\n"
+	      "  library was not loaded), 3 when the file system refused the test file\n"
+	      "\n"
 	      "Examples:\n"
 	      "  rangeshim run -- ./my_app\n"
 	      "  rangeshim run --stats -- dd if=/dev/zero of=out bs=1M count=10\n"
 	      "  eval \"$(rangeshim env --scope process)\"\n"
+	      "  rangeshim check /scratch/$USER\n"
 	      "  rangeshim locks --json | python3 -m json.tool\n"
 	      "  rangeshim locks --watch 1 -o PID,STATE,BLOCKER,RANGE data.bin\n", out);
 }

@@ -129,9 +129,18 @@ static char *find_library(const char *explicit_lib)
 		if (is_regular_file(tried[i]) && (lib = realpath(tried[i], NULL)))
 			return lib;
 	}
+#ifdef RS_LIBDIR
+	/* make install's LIBDIR, compiled in: a LIBDIR that is not ../lib
+	 * (lib64, a multiarch directory). */
+	if (is_regular_file(RS_LIBDIR "/" LIB_NAME) && (lib = realpath(RS_LIBDIR "/" LIB_NAME, NULL)))
+		return lib;
+#endif
 	fprintf(stderr, "rangeshim: %s not found; tried", LIB_NAME);
 	for (size_t i = 0; i < nrel; i++)
 		fprintf(stderr, " %s%s", tried[i], i + 1 < nrel ? "," : ";");
+#ifdef RS_LIBDIR
+	fputs(" " RS_LIBDIR "/" LIB_NAME ";", stderr);
+#endif
 	fputs(" set RANGESHIM_LIB or use --lib\n", stderr);
 	return NULL;
 }

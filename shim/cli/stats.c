@@ -4,17 +4,31 @@
  * Darshan's job summary does for its counters.  `run --stats` prints the
  * same summary for the processes it started.
  *
- * The report is one flat object: "pid" and one unsigned number per
- * counter.  Counters are read generically, by name, so a library with
- * more counters (the uncovered_* ones) needs no change here; a string
- * value is kept only under "program"/"comm"/"exe", and nested values are
- * skipped.  A file that is not such an object gets one line and is left
+ * The report is one object: "pid", "program", one unsigned number per
+ * counter, and "files", the files the process waited on most (path, dev,
+ * ino, lock_waits, node_waits, wait_ns; shim/filewaits.c).  Counters are
+ * read generically, by name, so a library with more counters (the
+ * uncovered_* ones) needs no change here; a string value is kept only
+ * under "program"/"comm"/"exe", "files" is merged across processes by
+ * dev:ino, and other nested values are skipped.  A file that is not such an object gets one line and is left
  * out: the summary says how many were.
  */
 #include "cli.h"
 
 #define MAX_KEYS 96
 #define KEY_LEN 48
+
+#define PATH_LEN 1024
+#define MAX_REPORT_FILES 64   /* a report lists 16 (filewaits.h); room for more */
+#define TOP_FILES 16
+
+/* One entry of a report's "files", or of the job's merged list. */
+struct file_waits {
+	char path[PATH_LEN];          /* "" when the report had null */
+	char dev[32];                 /* "major:minor", "" if absent */
+	unsigned long long ino, lock_waits, node_waits, wait_ns;
+	unsigned procs;               /* reports that listed it (job list) */
+};
 
 struct report {
 	long pid;
@@ -30,6 +44,11 @@ struct job {
 	char key[MAX_KEYS][KEY_LEN];
 	unsigned long long total[MAX_KEYS];
 	struct report *rep;           /* nreports of them */
+	struct file_waits *files;     /* nfiles of them, merged by dev:ino */
+	unsigned nfiles;
+	/* The report being read: its "files", merged once it parses. */
+	struct file_waits cur[MAX_REPORT_FILES];
+	unsigned ncur;
 };
 
 /* ---- a small JSON reader, for the one flat object of a report ---- */
@@ -44,7 +63,51 @@ static void ws(struct src *s)
 		s->p++;
 }
 
-/* A string into out (truncated, escapes kept as the escaped byte); -1 if bad. */
+static int hex4(const char *p, const char *end, unsigned *v)
+{
+	*v = 0;
+	if (end - p < 4)
+		return -1;
+	for (int i = 0; i < 4; i++) {
+		char c = p[i];
+
+		*v <<= 4;
+		if (c >= '0' && c <= '9')
+			*v |= (unsigned)(c - '0');
+		else if (c >= 'a' && c <= 'f')
+			*v |= (unsigned)(c - 'a' + 10);
+		else if (c >= 'A' && c <= 'F')
+			*v |= (unsigned)(c - 'A' + 10);
+		else
+			return -1;
+	}
+	return 0;
+}
+
+/* Code point cp as UTF-8 into out[*o...], if it fits. */
+static void put_utf8(char *out, size_t len, size_t *o, unsigned cp)
+{
+	unsigned char b[4];
+	size_t n;
+
+	if (cp < 0x80)
+		b[0] = (unsigned char)cp, n = 1;
+	else if (cp < 0x800)
+		b[0] = (unsigned char)(0xc0 | cp >> 6), b[1] = (unsigned char)(0x80 | (cp & 0x3f)), n = 2;
+	else if (cp < 0x10000)
+		b[0] = (unsigned char)(0xe0 | cp >> 12), b[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3f)),
+		b[2] = (unsigned char)(0x80 | (cp & 0x3f)), n = 3;
+	else
+		b[0] = (unsigned char)(0xf0 | cp >> 18), b[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3f)),
+		b[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3f)), b[3] = (unsigned char)(0x80 | (cp & 0x3f)),
+		n = 4;
+	if (*o + n < len) {
+		memcpy(out + *o, b, n);
+		*o += n;
+	}
+}
+
+/* A JSON string into out, decoded (truncated to len); -1 if bad. */
 static int str(struct src *s, char *out, size_t len)
 {
 	size_t o = 0;
@@ -52,12 +115,45 @@ static int str(struct src *s, char *out, size_t len)
 	if (s->p >= s->end || *s->p != '"')
 		return -1;
 	for (s->p++; s->p < s->end && *s->p != '"'; s->p++) {
-		if ((unsigned char)*s->p < 0x20)
+		unsigned cp, lo;
+		char c = *s->p;
+
+		if ((unsigned char)c < 0x20)
 			return -1;
-		if (*s->p == '\\' && ++s->p >= s->end)
+		if (c != '\\') {
+			if (o + 1 < len)
+				out[o++] = c;
+			continue;
+		}
+		if (++s->p >= s->end)
 			return -1;
+		switch (*s->p) {
+		case '"': case '\\': case '/': c = *s->p; break;
+		case 'b': c = '\b'; break;
+		case 'f': c = '\f'; break;
+		case 'n': c = '\n'; break;
+		case 'r': c = '\r'; break;
+		case 't': c = '\t'; break;
+		case 'u':
+			if (hex4(s->p + 1, s->end, &cp) < 0)
+				return -1;
+			s->p += 4;
+			if (cp >= 0xd800 && cp <= 0xdbff && s->end - s->p > 6 && s->p[1] == '\\' &&
+			    s->p[2] == 'u' && hex4(s->p + 3, s->end, &lo) == 0 && lo >= 0xdc00 &&
+			    lo <= 0xdfff) {
+				cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+				s->p += 6;
+			} else if (cp >= 0xd800 && cp <= 0xdfff) {
+				cp = 0xfffd;   /* a lone surrogate */
+			}
+			if (len)
+				put_utf8(out, len, &o, cp);
+			continue;
+		default:
+			return -1;
+		}
 		if (o + 1 < len)
-			out[o++] = *s->p;
+			out[o++] = c;
 	}
 	if (s->p >= s->end)
 		return -1;
@@ -142,12 +238,94 @@ static int number(struct src *s, unsigned long long *v)
 	return 0;
 }
 
-static int parse_report(const char *text, size_t len, struct report *r, char *why, size_t whylen)
+/* One object of "files": {"path": ..., "dev": ..., "ino": N, ...}. */
+static int file_entry(struct src *s, struct file_waits *f)
+{
+	memset(f, 0, sizeof(*f));
+	if (s->p >= s->end || *s->p++ != '{')
+		return -1;
+	ws(s);
+	if (s->p < s->end && *s->p == '}')
+		return s->p++, 0;
+	for (;;) {
+		char key[KEY_LEN];
+		unsigned long long *num = NULL;
+
+		ws(s);
+		if (str(s, key, sizeof(key)) < 0)
+			return -1;
+		ws(s);
+		if (s->p >= s->end || *s->p++ != ':')
+			return -1;
+		ws(s);
+		if (!strcmp(key, "ino"))
+			num = &f->ino;
+		else if (!strcmp(key, "lock_waits"))
+			num = &f->lock_waits;
+		else if (!strcmp(key, "node_waits"))
+			num = &f->node_waits;
+		else if (!strcmp(key, "wait_ns"))
+			num = &f->wait_ns;
+		if (num) {
+			if (number(s, num) < 0)
+				return -1;
+		} else if (!strcmp(key, "path") || !strcmp(key, "dev")) {
+			/* A string, or null for a name the process did not know. */
+			if (s->end - s->p >= 4 && !memcmp(s->p, "null", 4))
+				s->p += 4;
+			else if (str(s, key[0] == 'p' ? f->path : f->dev,
+				     key[0] == 'p' ? sizeof(f->path) : sizeof(f->dev)) < 0)
+				return -1;
+		} else if (skip_value(s, 3) < 0) {
+			return -1;
+		}
+		ws(s);
+		if (s->p < s->end && *s->p == ',') {
+			s->p++;
+			continue;
+		}
+		if (s->p < s->end && *s->p == '}')
+			return s->p++, 0;
+		return -1;
+	}
+}
+
+/* "files": [...] into j->cur (entries beyond MAX_REPORT_FILES skipped). */
+static int files_array(struct src *s, struct job *j)
+{
+	struct file_waits extra;
+
+	j->ncur = 0;
+	if (s->p >= s->end || *s->p++ != '[')
+		return -1;
+	ws(s);
+	if (s->p < s->end && *s->p == ']')
+		return s->p++, 0;
+	for (;;) {
+		ws(s);
+		if (file_entry(s, j->ncur < MAX_REPORT_FILES ? &j->cur[j->ncur] : &extra) < 0)
+			return -1;
+		if (j->ncur < MAX_REPORT_FILES)
+			j->ncur++;
+		ws(s);
+		if (s->p < s->end && *s->p == ',') {
+			s->p++;
+			continue;
+		}
+		if (s->p < s->end && *s->p == ']')
+			return s->p++, 0;
+		return -1;
+	}
+}
+
+static int parse_report(const char *text, size_t len, struct report *r, struct job *j,
+			char *why, size_t whylen)
 {
 	struct src s = { text, text + len };
 	bool have_pid = false;
 
 	memset(r, 0, sizeof(*r));
+	j->ncur = 0;
 	ws(&s);
 	if (s.p >= s.end || *s.p++ != '{')
 		return snprintf(why, whylen, "not a JSON object"), -1;
@@ -170,6 +348,9 @@ static int parse_report(const char *text, size_t len, struct report *r, char *wh
 			    (!strcmp(key, "program") || !strcmp(key, "comm") || !strcmp(key, "exe"))) {
 				if (str(&s, r->program, sizeof(r->program)) < 0)
 					return snprintf(why, whylen, "bad string for \"%s\"", key), -1;
+			} else if (!strcmp(key, "files") && s.p < s.end && *s.p == '[') {
+				if (files_array(&s, j) < 0)
+					return snprintf(why, whylen, "bad \"files\" list"), -1;
 			} else if (s.p < s.end && *s.p >= '0' && *s.p <= '9') {
 				if (number(&s, &v) < 0)
 					return snprintf(why, whylen, "\"%s\" is not a counter", key), -1;
@@ -204,6 +385,50 @@ static int parse_report(const char *text, size_t len, struct report *r, char *wh
 
 /* ---- the job ---- */
 
+static unsigned long long sat_add(unsigned long long a, unsigned long long b)
+{
+	return a + b < a ? ~0ull : a + b;
+}
+
+/* The report's files into the job's list: one entry per file, by dev:ino
+ * (by path when a report has no dev). */
+static void merge_files(struct job *j)
+{
+	for (unsigned i = 0; i < j->ncur; i++) {
+		const struct file_waits *c = &j->cur[i];
+		struct file_waits *f = NULL;
+
+		if (!c->lock_waits && !c->node_waits)
+			continue;   /* nothing to rank it by */
+
+		for (unsigned k = 0; k < j->nfiles && !f; k++) {
+			struct file_waits *o = &j->files[k];
+
+			if (c->dev[0] ? !strcmp(o->dev, c->dev) && o->ino == c->ino
+				      : !o->dev[0] && !strcmp(o->path, c->path))
+				f = o;
+		}
+		if (!f) {
+			struct file_waits *grown = realloc(j->files, (j->nfiles + 1) * sizeof(*grown));
+
+			if (!grown)
+				return;
+			j->files = grown;
+			f = &j->files[j->nfiles++];
+			*f = *c;
+			f->lock_waits = f->node_waits = f->wait_ns = 0;
+			f->procs = 0;
+		}
+		if (!f->path[0] && c->path[0])
+			memcpy(f->path, c->path, sizeof(f->path));
+		f->lock_waits = sat_add(f->lock_waits, c->lock_waits);
+		f->node_waits = sat_add(f->node_waits, c->node_waits);
+		f->wait_ns = sat_add(f->wait_ns, c->wait_ns);
+		f->procs++;
+	}
+	j->ncur = 0;
+}
+
 static void add_report(struct job *j, const char *path)
 {
 	char buf[65536], why[160];
@@ -232,12 +457,13 @@ static void add_report(struct job *j, const char *path)
 	}
 	j->rep = rep;
 	rep += j->nreports;
-	if (parse_report(buf, (size_t)n, rep, why, sizeof(why)) < 0) {
+	if (parse_report(buf, (size_t)n, rep, j, why, sizeof(why)) < 0) {
 		fprintf(stderr, "rangeshim: skipping %s: %s\n", path, why);
 		j->nbad++;
 		return;
 	}
 	j->nreports++;
+	merge_files(j);
 	for (unsigned i = 0; i < rep->nkeys; i++) {
 		unsigned k = 0;
 
@@ -356,6 +582,42 @@ static void print_rows(FILE *out, const struct job *j)
 	}
 }
 
+static int file_cmp(const void *a, const void *b)
+{
+	const struct file_waits *x = a, *y = b;
+	unsigned long long wx = sat_add(x->lock_waits, x->node_waits);
+	unsigned long long wy = sat_add(y->lock_waits, y->node_waits);
+
+	if (wx != wy)
+		return wx < wy ? 1 : -1;
+	if (x->wait_ns != y->wait_ns)
+		return x->wait_ns < y->wait_ns ? 1 : -1;
+	return strcmp(x->path, y->path);
+}
+
+/* The files the job waited on most: lock_waits (threads) plus node_waits
+ * (processes), then time waited. */
+static void print_files(FILE *out, struct job *j)
+{
+	unsigned n = j->nfiles < TOP_FILES ? j->nfiles : TOP_FILES;
+
+	if (!j->nfiles)
+		return;
+	qsort(j->files, j->nfiles, sizeof(*j->files), file_cmp);
+	fprintf(out, "  top files by lock waits (%u of %u):\n", n, j->nfiles);
+	fprintf(out, "  %12s %12s %12s %12s %5s  %s\n", "WAITS", "LOCK_WAITS", "NODE_WAITS",
+		"WAIT_MS", "PROCS", "PATH");
+	for (unsigned i = 0; i < n; i++) {
+		const struct file_waits *f = &j->files[i];
+		char path[PATH_LEN * 4 + 8];
+
+		escape_text(f->path[0] ? f->path : "?", path, sizeof(path));
+		fprintf(out, "  %12llu %12llu %12llu %12.1f %5u  %s\n",
+			sat_add(f->lock_waits, f->node_waits), f->lock_waits, f->node_waits,
+			(double)f->wait_ns / 1e6, f->procs, path);
+	}
+}
+
 static int report_cmp(const void *a, const void *b)
 {
 	const struct report *x = a, *y = b;
@@ -377,6 +639,7 @@ static void print_job(FILE *out, struct job *j)
 		qsort(j->rep, j->nreports, sizeof(*j->rep), report_cmp);
 		print_rows(out, j);
 	}
+	print_files(out, j);
 	print_coverage_line(out, j);
 }
 
@@ -393,6 +656,7 @@ int stats_summary(FILE *out, char **paths, int npaths)
 		add_path(j, paths[i]);
 	print_job(out, j);
 	n = j->nreports;
+	free(j->files);
 	free(j->rep);
 	free(j);
 	return (int)n;

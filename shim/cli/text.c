@@ -1,5 +1,6 @@
 /* Text for terminals and JSON: paths and command names are any bytes. */
 #include "cli.h"
+#include "utf8.h"
 
 uint64_t realtime_now_ns(void)
 {
@@ -9,31 +10,9 @@ uint64_t realtime_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Length of the valid UTF-8 sequence at p, or 0: JSON text is Unicode,
- * while a path is any bytes. */
 static size_t utf8_len(const unsigned char *p)
 {
-	uint32_t cp, min;
-	size_t n;
-
-	if (p[0] < 0x80)
-		return 1;
-	if (p[0] >= 0xc2 && p[0] <= 0xdf)
-		n = 2, cp = p[0] & 0x1fu, min = 0x80;
-	else if (p[0] >= 0xe0 && p[0] <= 0xef)
-		n = 3, cp = p[0] & 0x0fu, min = 0x800;
-	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
-		n = 4, cp = p[0] & 0x07u, min = 0x10000;
-	else
-		return 0;
-	for (size_t i = 1; i < n; i++) {
-		if ((p[i] & 0xc0) != 0x80)   /* also stops at the terminator */
-			return 0;
-		cp = cp << 6 | (p[i] & 0x3fu);
-	}
-	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return n;
+	return rs_utf8_len(p);
 }
 
 /* Control characters or stray bytes in a path or a command name would

@@ -1,0 +1,689 @@
+/*
+ * rangeshim check [PATH]: does this file system tear, and does the shim
+ * stop it?  The installed-tree version of `make demo`'s first half.
+ *
+ * A file in PATH (default: the current directory) is raced by one writer
+ * thread (--processes: a writer process) rewriting a block with pwrite and
+ * reader threads preading it, twice: once without the shim (the control) and once with it.  Each run
+ * is this same program re-executed as a hidden worker (`check --worker`),
+ * so nothing from the source tree is needed: the shim's leg gets
+ * LD_PRELOAD from the same search `run` uses, and the control gets no
+ * LD_PRELOAD at all.  The rest of the environment (RANGESHIM_SCOPE,
+ * RANGESHIM_PATHS, ...) is passed on, so the check tests the settings the
+ * user would run with.
+ *
+ * Each write fills the block with one byte value (1..255, never 0); a
+ * read is torn when its bytes are not all equal, as in
+ * examples/torn_read.c.  The worker also reports whether the library is
+ * mapped into it, so a preload the loader ignored (a setuid worker, a
+ * wrong architecture) is named instead of passing as "no tears".
+ *
+ * Exit status: 0 when the shim's leg saw no torn read (and did work),
+ * 1 when it tore, did nothing, or had no shim; 2 on usage errors or no
+ * library; 3 when the file system refused what the check needs (the
+ * reason is printed: read-only, no space, not a directory, ...).
+ */
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/statvfs.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+
+#include "preload.h"
+
+#define EXIT_FS 3
+#define ALIGN 4096
+#define MAX_READERS 64
+
+/* ---- the worker: one race, "reads=N torn=N writes=N shim=0|1" ---- */
+
+/* Shared with the writer process under --processes (MAP_SHARED). */
+struct race {
+	const char *path;
+	size_t block;
+	bool direct;
+	uint64_t deadline_ns;
+	atomic_bool stop;
+	atomic_int err;        /* first errno of a failed call, or 0 */
+	uint64_t child_writes; /* the writer process's count */
+};
+
+struct reader {
+	pthread_t tid;
+	struct race *r;
+	uint64_t reads, torn;
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void fail_call(struct race *r)
+{
+	int z = 0, e = errno ? errno : EIO;
+
+	atomic_compare_exchange_strong(&r->err, &z, e);
+	atomic_store(&r->stop, true);
+}
+
+static void *writer_main(void *arg)
+{
+	struct race *r = arg;
+	uint64_t *writes = malloc(sizeof(*writes));
+	unsigned char *buf = NULL;
+	unsigned gen = 1;
+	int fd;
+
+	if (!writes || posix_memalign((void **)&buf, ALIGN, r->block)) {
+		fail_call(r);
+		free(writes);
+		return NULL;
+	}
+	*writes = 0;
+	fd = open(r->path, O_WRONLY | O_CLOEXEC | (r->direct ? O_DIRECT : 0));
+	if (fd < 0)
+		fail_call(r);
+	while (fd >= 0 && !atomic_load_explicit(&r->stop, memory_order_relaxed)) {
+		ssize_t n;
+
+		gen = gen == 255 ? 1 : gen + 1;
+		memset(buf, (int)gen, r->block);
+		n = pwrite(fd, buf, r->block, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n != (ssize_t)r->block) {
+			if (n >= 0)
+				errno = ENOSPC;   /* a short write of a regular file */
+			fail_call(r);
+			break;
+		}
+		(*writes)++;
+	}
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return writes;
+}
+
+static bool uniform(const unsigned char *p, size_t n)
+{
+	return p[0] != 0 && memcmp(p, p + 1, n - 1) == 0;
+}
+
+static void *reader_main(void *arg)
+{
+	struct reader *rd = arg;
+	struct race *r = rd->r;
+	unsigned char *buf = NULL;
+	int fd;
+
+	if (posix_memalign((void **)&buf, ALIGN, r->block)) {
+		fail_call(r);
+		return NULL;
+	}
+	fd = open(r->path, O_RDONLY | O_CLOEXEC | (r->direct ? O_DIRECT : 0));
+	if (fd < 0)
+		fail_call(r);
+	while (fd >= 0 && !atomic_load_explicit(&r->stop, memory_order_relaxed)) {
+		/* One call, never finished by a second: that would itself be
+		 * a non-atomic read.  The file is pre-filled, so short is an
+		 * error, not a tear. */
+		ssize_t n = pread(fd, buf, r->block, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n != (ssize_t)r->block) {
+			if (n >= 0)
+				errno = EIO;
+			fail_call(r);
+			break;
+		}
+		rd->reads++;
+		if (!uniform(buf, r->block))
+			rd->torn++;
+		if ((rd->reads & 15) == 0 && mono_ns() >= r->deadline_ns)
+			break;
+	}
+	atomic_store(&r->stop, true);
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return NULL;
+}
+
+/* Is a library named LIB_NAME mapped into this process? */
+static bool shim_mapped(void)
+{
+	char line[PATH_MAX + 128];
+	bool found = false;
+	FILE *f = fopen("/proc/self/maps", "re");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char *slash = strrchr(line, '/');
+
+		found = slash && !strncmp(slash + 1, LIB_NAME, strlen(LIB_NAME));
+	}
+	fclose(f);
+	return found;
+}
+
+/* check --worker FILE BLOCK READERS SECONDS DIRECT PROCESSES */
+static int worker(char **argv)
+{
+	struct race *r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+			      -1, 0);
+	struct reader rd[MAX_READERS];
+	unsigned readers = (unsigned)strtoul(argv[2], NULL, 10);
+	uint64_t reads = 0, torn = 0, writes = 0;
+	bool procs = argv[5][0] == '1';
+	pid_t child = -1;
+	pthread_t wt;
+	void *wres = NULL;
+	int e, st;
+
+	if (r == MAP_FAILED) {
+		perror("rangeshim check: mmap");
+		return 1;
+	}
+	r->path = argv[0];
+	r->block = (size_t)strtoull(argv[1], NULL, 10);
+	r->direct = argv[4][0] == '1';
+	r->deadline_ns = mono_ns() + (uint64_t)(strtod(argv[3], NULL) * 1e9);
+	atomic_init(&r->stop, false);
+	atomic_init(&r->err, 0);
+	if (r->block < 2 || readers < 1 || readers > MAX_READERS)
+		return EXIT_USAGE;
+	if (procs) {
+		/* The writer in a process of its own: the shim must then
+		 * exclude another process (node scope), not just a thread. */
+		fflush(stdout);
+		child = fork();
+		if (child < 0) {
+			perror("rangeshim check: fork");
+			return 1;
+		}
+		if (child == 0) {
+			wres = writer_main(r);
+			r->child_writes = wres ? *(uint64_t *)wres : 0;
+			exit(0);
+		}
+	} else if ((e = pthread_create(&wt, NULL, writer_main, r))) {
+		errno = e;
+		perror("rangeshim check: thread");
+		return 1;
+	}
+	for (unsigned i = 0; i < readers; i++) {
+		rd[i] = (struct reader){ .r = r };
+		if ((e = pthread_create(&rd[i].tid, NULL, reader_main, &rd[i]))) {
+			atomic_store(&r->stop, true);
+			readers = i;
+			break;
+		}
+	}
+	for (unsigned i = 0; i < readers; i++) {
+		pthread_join(rd[i].tid, NULL);
+		reads += rd[i].reads;
+		torn += rd[i].torn;
+	}
+	atomic_store(&r->stop, true);
+	if (procs) {
+		while (waitpid(child, &st, 0) < 0 && errno == EINTR)
+			;
+		writes = r->child_writes;
+	} else {
+		pthread_join(wt, &wres);
+		if (wres)
+			writes = *(uint64_t *)wres;
+		free(wres);
+	}
+	printf("reads=%" PRIu64 " torn=%" PRIu64 " writes=%" PRIu64 " shim=%d err=%d\n",
+	       reads, torn, writes, shim_mapped(), atomic_load(&r->err));
+	return fflush(stdout) == 0 ? 0 : 1;
+}
+
+/* ---- the check ---- */
+
+struct leg {
+	uint64_t reads, torn, writes;
+	int shim, err;
+	const char *trouble;   /* why the leg has no result, or NULL */
+};
+
+static char test_file[PATH_MAX];
+
+static void remove_test_file(void)
+{
+	if (test_file[0])
+		unlink(test_file);
+}
+
+static void on_signal(int sig)
+{
+	/* Async-signal-safe: unlink, then die of the same signal. */
+	if (test_file[0])
+		unlink(test_file);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static const char *fs_type(const char *dir, char *buf, size_t len)
+{
+	static const struct { long magic; const char *name; } known[] = {
+		{ 0xEF53, "ext4" }, { 0x01021994, "tmpfs" }, { 0x58465342, "xfs" },
+		{ 0x9123683E, "btrfs" }, { 0x2FC12FC1, "zfs" }, { 0x6969, "nfs" },
+		{ 0x0BD00BD0, "lustre" }, { 0x01161970, "gfs2" }, { 0x65735546, "fuse" },
+		{ 0x47504653, "gpfs" }, { 0x794C7630, "overlayfs" }, { 0xFF534D42, "cifs" },
+		{ 0x00C36400, "ceph" }, { 0x5346414F, "afs" }, { 0x4D44, "vfat" },
+	};
+	struct statfs sf;
+
+	if (statfs(dir, &sf) < 0)
+		return "unknown fs";
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		if ((long)sf.f_type == known[i].magic)
+			return known[i].name;
+	snprintf(buf, len, "fs type 0x%lx", (unsigned long)sf.f_type);
+	return buf;
+}
+
+/* A plain-words reason for an errno the file system gave. */
+static const char *fs_reason(int e)
+{
+	switch (e) {
+	case EROFS: return "read-only file system";
+	case ENOSPC: return "no space left on the file system";
+	case EDQUOT: return "disk quota exceeded";
+	case ENOTDIR: return "not a directory";
+	case ENOENT: return "no such directory";
+	case EACCES: case EPERM: return "permission denied (cannot create a file here)";
+	case EFBIG: return "file size limit exceeded";
+	default: return strerror(e);
+	}
+}
+
+static int refuse(const char *dir, const char *what, int e)
+{
+	char shown[PATH_MAX * 4 + 8];
+
+	escape_text(dir, shown, sizeof(shown));
+	fprintf(stderr, "rangeshim check: %s: %s%s%s\n", shown, fs_reason(e),
+		what ? ": " : "", what ? what : "");
+	if (e != ENOTDIR && e != ENOENT)
+		fputs("rangeshim check: the check needs a file it can create, fill and "
+		      "rewrite in that directory\n", stderr);
+	remove_test_file();
+	return EXIT_FS;
+}
+
+/* Create and pre-fill the test file (generation 1, so no read is short). */
+static int make_test_file(const char *dir, size_t block, bool direct)
+{
+	struct statvfs sv;
+	struct stat st;
+	unsigned char *buf;
+	size_t done = 0;
+	int fd;
+
+	if (stat(dir, &st) < 0)
+		return refuse(dir, NULL, errno);
+	if (!S_ISDIR(st.st_mode))
+		return refuse(dir, NULL, ENOTDIR);
+	if (statvfs(dir, &sv) == 0) {
+		if (sv.f_flag & ST_RDONLY)
+			return refuse(dir, NULL, EROFS);
+		if ((unsigned long long)sv.f_bavail * sv.f_frsize < block) {
+			char need[96];
+
+			snprintf(need, sizeof(need), "%llu bytes free, the check needs %zu",
+				 (unsigned long long)sv.f_bavail * sv.f_frsize, block);
+			return refuse(dir, need, ENOSPC);
+		}
+	}
+	if ((size_t)snprintf(test_file, sizeof(test_file), "%s/.rangeshim-check.XXXXXX", dir) >=
+	    sizeof(test_file)) {
+		test_file[0] = '\0';
+		return refuse(dir, "path too long", ENAMETOOLONG);
+	}
+	fd = mkstemp(test_file);
+	if (fd < 0) {
+		int e = errno;
+
+		test_file[0] = '\0';
+		return refuse(dir, NULL, e);
+	}
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
+	if (posix_memalign((void **)&buf, ALIGN, block)) {
+		close(fd);
+		perror("rangeshim check");
+		return 1;
+	}
+	memset(buf, 1, block);
+	while (done < block) {
+		ssize_t n = pwrite(fd, buf + done, block - done, (off_t)done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			int e = n < 0 ? errno : ENOSPC;
+
+			free(buf);
+			close(fd);
+			return refuse(dir, "writing the test file", e);
+		}
+		done += (size_t)n;
+	}
+	free(buf);
+	if (fsync(fd) < 0 && errno != EINVAL) {
+		int e = errno;
+
+		close(fd);
+		return refuse(dir, "fsync of the test file", e);
+	}
+	close(fd);
+	if (direct) {
+		fd = open(test_file, O_RDONLY | O_DIRECT | O_CLOEXEC);
+		if (fd < 0)
+			return refuse(dir, "O_DIRECT is not supported here (run without --direct)",
+				      errno);
+		close(fd);
+	}
+	return 0;
+}
+
+static bool field(const char *s, const char *key, uint64_t *v)
+{
+	const char *p = strstr(s, key);
+
+	if (!p)
+		return false;
+	*v = strtoull(p + strlen(key), NULL, 10);
+	return true;
+}
+
+/*
+ * One leg: this program as a worker, with preload (NULL: none).  Waits at
+ * most timeout_s seconds: a leg that never ends (a lock that is never
+ * granted) is a failure to report, not a hang.
+ */
+static void run_leg(struct leg *leg, const char *preload, size_t block, unsigned readers,
+		    double seconds, bool direct, bool procs, int timeout_s)
+{
+	char bs[32], rs[16], ss[32], out[512];
+	size_t used = 0;
+	uint64_t v, deadline = mono_ns() + (uint64_t)timeout_s * 1000000000ull;
+	int pfd[2], st;
+	pid_t pid;
+
+	memset(leg, 0, sizeof(*leg));
+	snprintf(bs, sizeof(bs), "%zu", block);
+	snprintf(rs, sizeof(rs), "%u", readers);
+	snprintf(ss, sizeof(ss), "%.3f", seconds);
+	if (pipe2(pfd, O_CLOEXEC) < 0) {
+		leg->trouble = "pipe failed";
+		return;
+	}
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0) {
+		close(pfd[0]);
+		close(pfd[1]);
+		leg->trouble = "fork failed";
+		return;
+	}
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		if (preload)
+			setenv("LD_PRELOAD", preload, 1);
+		else
+			unsetenv("LD_PRELOAD");
+		execl("/proc/self/exe", "rangeshim", "check", "--worker", test_file, bs, rs, ss,
+		      direct ? "1" : "0", procs ? "1" : "0", (char *)NULL);
+		perror("rangeshim check: exec /proc/self/exe");
+		_exit(127);
+	}
+	close(pfd[1]);
+	for (;;) {
+		struct pollfd p = { .fd = pfd[0], .events = POLLIN };
+		uint64_t now = mono_ns();
+		ssize_t n;
+
+		if (now >= deadline) {
+			kill(pid, SIGKILL);
+			leg->trouble = "did not finish in time (a lock that was never granted?)";
+			break;
+		}
+		if (poll(&p, 1, (int)((deadline - now) / 1000000 + 1)) <= 0)
+			continue;
+		n = read(pfd[0], out + used, sizeof(out) - 1 - used);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		used += (size_t)n;
+		if (used == sizeof(out) - 1)
+			break;
+	}
+	out[used] = '\0';
+	close(pfd[0]);
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (leg->trouble)
+		return;
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		leg->trouble = WIFSIGNALED(st) ? "the worker was killed by a signal"
+					       : "the worker failed";
+		return;
+	}
+	if (!field(out, "reads=", &leg->reads) || !field(out, "torn=", &leg->torn) ||
+	    !field(out, "writes=", &leg->writes) || !field(out, "shim=", &v)) {
+		leg->trouble = "the worker printed no result";
+		return;
+	}
+	leg->shim = (int)v;
+	if (field(out, "err=", &v))
+		leg->err = (int)v;
+}
+
+static void print_leg(const char *name, const struct leg *l)
+{
+	if (l->trouble) {
+		printf("  %-18s %s\n", name, l->trouble);
+		return;
+	}
+	printf("  %-18s %" PRIu64 " of %" PRIu64 " reads torn", name, l->torn, l->reads);
+	if (l->torn && l->reads)
+		printf(" (%.1f%%)", 100.0 * (double)l->torn / (double)l->reads);
+	printf(", %" PRIu64 " writes\n", l->writes);
+}
+
+static bool parse_block(const char *s, size_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *s == '-')
+		return false;
+	switch (*end) {
+	case 'k': case 'K': v <<= 10; end++; break;
+	case 'm': case 'M': v <<= 20; end++; break;
+	case '\0': break;
+	default: return false;
+	}
+	if (*end || v < 2 || v > (64ull << 20))
+		return false;
+	*out = (size_t)v;
+	return true;
+}
+
+int cmd_check(const struct command *cmd, int argc, char **argv)
+{
+	enum { OPT_SECONDS = 0x300, OPT_BLOCK, OPT_READERS, OPT_DIRECT, OPT_PROCS };
+	static const struct option longopts[] = {
+		{ "seconds", required_argument, NULL, OPT_SECONDS },
+		{ "block", required_argument, NULL, OPT_BLOCK },
+		{ "readers", required_argument, NULL, OPT_READERS },
+		{ "direct", no_argument, NULL, OPT_DIRECT },
+		{ "processes", no_argument, NULL, OPT_PROCS },
+		{ "lib", required_argument, NULL, OPT_LIB },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 }
+	};
+	struct settings s = { 0 };
+	struct leg ctl, with;
+	double seconds = 2.0;
+	size_t block = 1u << 20;
+	unsigned readers = 1;
+	bool direct = false, procs = false;
+	const char *dir = ".";
+	char *preload, *end, fsbuf[32], shown[PATH_MAX * 4 + 8];
+	int c, rc, timeout_s;
+
+	(void)cmd;
+	if (argc == 8 && !strcmp(argv[1], "--worker"))
+		return worker(argv + 2);
+	opterr = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			usage(stdout);
+			return 0;
+		case OPT_SECONDS:
+			errno = 0;
+			seconds = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(seconds >= 0.1 && seconds <= 600))
+				return usage_error("check: --seconds '%s' is not from 0.1 to 600",
+						   optarg);
+			break;
+		case OPT_BLOCK:
+			if (!parse_block(optarg, &block))
+				return usage_error("check: --block '%s' is not a size from 2 to 64M",
+						   optarg);
+			break;
+		case OPT_READERS:
+			readers = (unsigned)strtoul(optarg, &end, 10);
+			if (*end || !*optarg || readers < 1 || readers > MAX_READERS)
+				return usage_error("check: --readers '%s' is not from 1 to 64", optarg);
+			break;
+		case OPT_DIRECT:
+			direct = true;
+			break;
+		case OPT_PROCS:
+			procs = true;
+			break;
+		case OPT_LIB:
+			if (!*optarg)
+				return usage_error("%s", "--lib needs a path");
+			s.lib = optarg;
+			break;
+		default:
+			return getopt_error(c, argv);
+		}
+	}
+	if (optind < argc)
+		dir = argv[optind++];
+	if (optind < argc)
+		return usage_error("check: one PATH only, not also '%s'", argv[optind]);
+	if (direct && block % ALIGN)
+		return usage_error("check: --direct needs a --block that is a multiple of %s",
+				   "4096");
+
+	/* The library first: without it there is nothing to check. */
+	{
+		const char *old = getenv("LD_PRELOAD");
+		char *saved = old ? strdup(old) : NULL;
+
+		unsetenv("LD_PRELOAD");   /* ours alone, not the user's others */
+		preload = build_preload(&s);
+		if (saved)
+			setenv("LD_PRELOAD", saved, 1);
+		free(saved);
+	}
+	if (!preload)
+		return EXIT_USAGE;
+	rc = make_test_file(dir, block, direct);
+	if (rc) {
+		free(preload);
+		return rc;
+	}
+	atexit(remove_test_file);
+
+	escape_text(dir, shown, sizeof(shown));
+	printf("rangeshim check: %s (%s): %zu-byte pwrite racing %u pread reader(s)%s%s, "
+	       "%.1f s per run\n", shown, fs_type(dir, fsbuf, sizeof(fsbuf)), block, readers,
+	       procs ? " in another process" : "", direct ? ", O_DIRECT" : "", seconds);
+	printf("  library: %s\n", preload);
+	for (int i = 0; i < SET_COUNT; i++) {
+		const char *v = getenv(setting_names[i].var);
+
+		if (v) {
+			escape_text(v, shown, sizeof(shown));
+			printf("  setting: %s=%s\n", setting_names[i].var, shown);
+		}
+	}
+	timeout_s = (int)(seconds * 3) + 30;
+	run_leg(&ctl, NULL, block, readers, seconds, direct, procs, timeout_s);
+	run_leg(&with, preload, block, readers, seconds, direct, procs, timeout_s);
+	free(preload);
+	print_leg("without rangeshim:", &ctl);
+	print_leg("with rangeshim:", &with);
+
+	for (int i = 0; i < 2; i++) {
+		const struct leg *l = i ? &with : &ctl;
+
+		if (!l->trouble && l->err) {
+			escape_text(dir, shown, sizeof(shown));
+			printf("FAIL: the run %s the shim hit an I/O error on %s: %s\n",
+			       i ? "with" : "without", shown, fs_reason(l->err));
+			return l->err == ENOSPC || l->err == EROFS || l->err == EDQUOT ||
+			       l->err == EFBIG ? EXIT_FS : 1;
+		}
+	}
+	if (with.trouble || ctl.trouble) {
+		printf("FAIL: the run %s the shim %s\n", with.trouble ? "with" : "without",
+		       with.trouble ? with.trouble : ctl.trouble);
+		return 1;
+	}
+	if (!with.shim) {
+		puts("FAIL: the library was not loaded into the run with the shim "
+		     "(LD_PRELOAD ignored?); nothing was checked");
+		return 1;
+	}
+	if (ctl.shim) {
+		puts("FAIL: the library was loaded into the run without the shim "
+		     "(preloaded some other way, e.g. /etc/ld.so.preload); the control is void");
+		return 1;
+	}
+	if (!with.writes || !with.reads || !ctl.writes || !ctl.reads) {
+		puts("FAIL: a run finished no write or no read; a clean result would prove nothing");
+		return 1;
+	}
+	if (with.torn) {
+		printf("FAIL: %" PRIu64 " of %" PRIu64 " reads tore with the shim. Is this "
+		       "directory outside RANGESHIM_PATHS, or RANGESHIM_SCOPE=off%s?\n",
+		       with.torn, with.reads, procs ? " or process (which does not coordinate "
+		       "processes)" : "");
+		return 1;
+	}
+	if (!ctl.torn) {
+		puts("OK, with less proof: no read tore with the shim, but none tore without it "
+		     "either (this file system, or this run, kept reads whole by itself, as XFS "
+		     "does for buffered I/O); try --seconds 10 or --direct");
+		return 0;
+	}
+	puts("OK: reads tear here without the shim, and none tore with it.");
+	return 0;
+}
