@@ -24,7 +24,7 @@ LDFLAGS += $(SANFLAGS)
 SHIM_SRCS = shim/init.c shim/interpose.c shim/iolock.c shim/fdtable.c shim/rangelock.c \
             shim/grants.c shim/nodelock.c shim/segment.c \
             shim/config.c shim/stats.c shim/log.c shim/real.c \
-            shim/coverage.c
+            shim/coverage.c shim/cluster.c shim/clusterfs.c
 SHIM_OBJS = $(SHIM_SRCS:shim/%.c=$(BUILD)/obj/%.o)
 LIB       = $(BUILD)/librangeshim.so
 CLI       = $(BUILD)/rangeshim
@@ -35,7 +35,7 @@ TESTS     = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 
 # Unit tests link these modules directly, without interposition.
 UNIT_SRCS = shim/rangelock.c shim/nodelock.c shim/segment.c shim/config.c shim/log.c \
-            shim/real.c shim/stats.c
+            shim/real.c shim/stats.c shim/clusterfs.c
 
 .PHONY: all clean test test-asan test-tsan demo deps install check-callgrind
 

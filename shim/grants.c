@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "config.h"
 #include "futex.h"
 #include "log.h"
@@ -130,7 +131,7 @@ static int attach_state;   /* 0 not tried, 1 attached, 2 failed */
 
 void rs_grants_init(void)
 {
-	__atomic_store_n(&rs_node_on, rs_cfg.effective == RS_SCOPE_NODE, __ATOMIC_RELAXED);
+	__atomic_store_n(&rs_node_on, rs_cfg.effective >= RS_SCOPE_NODE, __ATOMIC_RELAXED);
 }
 
 static void node_off(const char *why)
@@ -309,6 +310,9 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	 * holder waits only for other processes, which never wait for this
 	 * lock; our own grants are given back under grants_mtx instead.
 	 */
+	if (__builtin_expect(rs_cfg.scope == RS_SCOPE_CLUSTER, 0) &&
+	    rs_cluster_dev(atomic_load(&f->dev)))
+		rs_cluster_unbuilt();
 	rs_mutex_lock(&f->acquire_mtx);
 	/* Another thread may have just acquired what we need. */
 	if (rs_grant_enter_cached(seg, f, start, end, rlmode, ref)) {
