@@ -50,7 +50,7 @@ $(LIB): $(SHIM_OBJS)
 
 # The command (shim/cli/, one file per subcommand) reads the node table
 # with the same code the library uses.
-CLI_SRCS = $(wildcard shim/cli/*.c) shim/nodelock.c shim/segment.c shim/log.c
+CLI_SRCS = $(wildcard shim/cli/*.c) shim/nodelock.c shim/segment.c shim/log.c shim/clusterlock.c
 
 $(CLI): $(CLI_SRCS) $(wildcard shim/*.h shim/cli/*.h)
 	@mkdir -p $(dir $@)

@@ -9,10 +9,29 @@
  */
 #include "cluster.h"
 
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "clusteragent.h"
 #include "clusterfs.h"
+#include "clusterlock.h"
+#include "fdtable.h"
+#include "rangeshim/rangelock.h"
+#include "stats.h"
 #include "config.h"
 #include "futex.h"
 #include "log.h"
@@ -64,12 +83,297 @@ int rs_cluster_dev(uint64_t dev)
 	return ok;
 }
 
-void rs_cluster_unbuilt(void)
-{
-	static _Atomic int said;
 
-	if (!atomic_exchange(&said, 1))
-		rs_log(RS_LOG_ERROR, "cluster scope: cluster grants are not built in this version; "
-		       "files on trusted cluster file systems keep node scope (other nodes are NOT "
-		       "coordinated)");
+/*
+ * Pins (docs/design.md (i), shim/clusteragent.h).  A node grant on a
+ * cluster file is acquired only while a pin holds the cluster grant that
+ * will contain it; the pin is one connection to the node's agent.
+ */
+__thread int rs_cl_eio __attribute__((tls_model("initial-exec")));
+
+/*
+ * Copies of the agent's descriptions, kept as long as this process lives
+ * (hidden at high numbers, close-on-exec): an OFD lock lives as long as
+ * its description, so the agent's locks outlive the agent while a
+ * process that may be inside them lives.  One per description the agent
+ * opened (desc_id), since an agent that died and one started after it
+ * have different descriptions, and the dead one's locks may still hold
+ * calls of ours.  A description the agent closed itself holds no lock
+ * any more (it gave everything back first), so with a full table the
+ * oldest copy of the same file is the one to drop.
+ */
+#define NPFILE 64
+static struct {
+	uint64_t dev, ino, id, seq;
+	int fd;          /* + 1; 0: free */
+} pfiles[NPFILE];
+static uint64_t pfile_seq;
+static _Atomic uint32_t pfiles_mtx;
+
+static void pfile_keep(uint64_t dev, uint64_t ino, uint64_t id, int fd)
+{
+	int slot = -1, oldest = -1, drop = -1;
+
+	rs_mutex_lock(&pfiles_mtx);
+	for (int i = 0; i < NPFILE; i++) {
+		if (pfiles[i].fd && pfiles[i].dev == dev && pfiles[i].ino == ino) {
+			if (pfiles[i].id == id) {
+				slot = -2;	/* have it */
+				break;
+			}
+			if (oldest < 0 || pfiles[i].seq < pfiles[oldest].seq)
+				oldest = i;
+		}
+		if (!pfiles[i].fd && slot == -1)
+			slot = i;
+	}
+	if (slot == -1 && oldest >= 0) {
+		drop = pfiles[oldest].fd - 1;
+		slot = oldest;
+	}
+	if (slot >= 0) {
+		pfiles[slot] = (typeof(pfiles[0])){ dev, ino, id, ++pfile_seq, rs_fd_hide(fd) + 1 };
+		fd = -1;
+	}
+	rs_mutex_unlock(&pfiles_mtx);
+	if (fd >= 0)
+		syscall(SYS_close, fd);
+	if (drop >= 0)
+		syscall(SYS_close, drop);
+}
+
+/* An fd of ours on (dev, ino), for the agent to open its own description
+ * from; -1 if none.  Once per file and agent. */
+static int find_fd(uint64_t dev, uint64_t ino)
+{
+	char buf[4096];
+	int dir = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/fd",
+			       O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	long n;
+
+	if (dir < 0)
+		return -1;
+	while ((n = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0) {
+		for (long off = 0; off < n;) {
+			struct linux_dirent64 {
+				uint64_t ino;
+				int64_t off;
+				unsigned short reclen;
+				unsigned char type;
+				char name[];
+			} *d = (void *)(buf + off);
+			struct stat st;
+			int fd = atoi(d->name);
+
+			off += d->reclen;
+			if (d->name[0] < '0' || d->name[0] > '9' || fd == dir)
+				continue;
+			if (syscall(SYS_fstat, fd, &st) == 0 && S_ISREG(st.st_mode) &&
+			    (uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino) {
+				syscall(SYS_close, dir);
+				return fd;
+			}
+		}
+	}
+	syscall(SYS_close, dir);
+	return -1;
+}
+
+static int send_msg(int s, const struct rs_ag_msg *m, int fd)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { (void *)m, sizeof *m };
+	struct msghdr h = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (fd >= 0) {
+		struct cmsghdr *c;
+
+		memset(cbuf, 0, sizeof cbuf);
+		h.msg_control = cbuf;
+		h.msg_controllen = sizeof cbuf;
+		c = CMSG_FIRSTHDR(&h);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	return sendmsg(s, &h, MSG_NOSIGNAL) == (ssize_t)sizeof *m ? 0 : -1;
+}
+
+static int recv_msg(int s, struct rs_ag_msg *m, int *fd)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { m, sizeof *m };
+	struct msghdr h = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			    .msg_controllen = sizeof cbuf };
+	ssize_t n;
+
+	*fd = -1;
+	do
+		n = recvmsg(s, &h, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+	while (n < 0 && errno == EINTR);
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+			memcpy(fd, CMSG_DATA(c), sizeof(int));
+	return n == (ssize_t)sizeof *m && m->op == RS_AG_REPLY ? 0 : -1;
+}
+
+/* A connection to our user's agent of this node table, or -1. */
+static int connect_agent(void)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int len = rs_ag_name(a.sun_path, sizeof a.sun_path, (unsigned)getuid(), rs_cfg.shm_name);
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct ucred cr;
+	socklen_t cl = sizeof cr;
+
+	if (s < 0)
+		return -1;
+	if (connect(s, (struct sockaddr *)&a,
+		    (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)len)) < 0 ||
+	    /* Anyone can bind an abstract name: trust only our own user. */
+	    getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || cr.uid != getuid()) {
+		syscall(SYS_close, s);
+		return -1;
+	}
+	return s;
+}
+
+/* The command next to the library: build/rangeshim beside
+ * build/librangeshim.so, or PREFIX/bin/rangeshim beside PREFIX/lib. */
+static int agent_path(char *buf, size_t len)
+{
+	Dl_info info;
+	char *slash;
+
+	if (!dladdr((void *)rs_cluster_dev, &info) || !info.dli_fname ||
+	    strlen(info.dli_fname) + 16 > len)
+		return -1;
+	strcpy(buf, info.dli_fname);
+	slash = strrchr(buf, '/');
+	if (!slash)
+		return -1;
+	strcpy(slash + 1, "rangeshim");
+	if (access(buf, X_OK) == 0)
+		return 0;
+	strcpy(slash + 1, "../bin/rangeshim");
+	return access(buf, X_OK);
+}
+
+extern char **environ;
+
+/* Start the agent; it forks itself into the background once its socket
+ * is bound, so the child we wait for exits at once. */
+static void spawn_agent(void)
+{
+	char path[4096];
+	char *argv[] = { path, "agent", "--shm", rs_cfg.shm_name, NULL };
+	char *envp[256];
+	int n = 0, st;
+	pid_t pid;
+
+	if (agent_path(path, sizeof path) < 0)
+		return;
+	/* Not preloaded: the agent's own I/O is not the application's. */
+	for (char **e = environ; e && *e && n < 255; e++)
+		if (strncmp(*e, "LD_PRELOAD=", 11) != 0)
+			envp[n++] = *e;
+	envp[n] = NULL;
+	if (posix_spawn(&pid, path, NULL, NULL, argv, envp) == 0)
+		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+			;
+}
+
+int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, struct rs_cl_pin *p)
+{
+	struct rs_ag_msg m = { .op = RS_AG_PIN, .dev = dev, .ino = ino, .start = s,
+			       .end = e >= RS_CL_EOF ? RS_CL_EOF : e };
+	uint64_t t0 = 0;
+	int saved = errno, warned = 0;
+
+	if (s >= RS_CL_EOF)
+		return -EIO;	/* beyond what the cluster data space can lock */
+	for (;;) {
+		struct rs_ag_msg r;
+		int sock = connect_agent(), fd = -1, rfd = -1;
+
+		if (sock < 0) {
+			uint64_t now = rs_cluster_now_ns();
+
+			if (!t0)
+				t0 = now;
+			if (!warned && now - t0 > 1000000000ULL) {
+				warned = 1;
+				rs_log(RS_LOG_WARN, "cluster scope: waiting for the node's agent "
+				       "(rangeshim agent); nothing new is granted until it runs");
+			}
+			spawn_agent();
+			if ((sock = connect_agent()) < 0) {
+				usleep(20000);
+				continue;
+			}
+		}
+		m.flags = 0;
+		if (send_msg(sock, &m, -1) < 0 || recv_msg(sock, &r, &rfd) < 0)
+			goto retry;
+		if (r.rc == -ENOENT) {
+			fd = find_fd(dev, ino);
+			m.flags |= RS_AG_HAS_FD;
+			if (fd < 0 || send_msg(sock, &m, fd) < 0 || recv_msg(sock, &r, &rfd) < 0)
+				goto retry;
+		}
+		if (r.rc == -EIO) {
+			if (rfd >= 0)
+				syscall(SYS_close, rfd);
+			syscall(SYS_close, sock);
+			errno = saved;
+			return -EIO;
+		}
+		if (r.rc != 0)
+			goto retry;
+		if (rfd >= 0)
+			pfile_keep(dev, ino, r.desc_id, rfd);
+		RS_COUNT(cluster_locks, r.locks);
+		RS_COUNT(cluster_wait_ns, r.wait_ns);
+		RS_COUNT(cluster_revokes, r.revokes);
+		p->sock = sock;
+		p->lo = r.gs;
+		p->hi = r.ge >= RS_CL_EOF ? RS_RANGE_EOF : r.ge;
+		errno = saved;
+		return 0;
+retry:
+		if (rfd >= 0)
+			syscall(SYS_close, rfd);
+		syscall(SYS_close, sock);
+		if (!warned) {
+			warned = 1;
+			rs_log(RS_LOG_WARN, "cluster scope: the node's agent did not answer a pin "
+			       "(rc %lld); asking again", (long long)r.rc);
+		}
+		usleep(20000);
+	}
+}
+
+void rs_cluster_unpin(struct rs_cl_pin *p)
+{
+	struct rs_ag_msg m = { .op = RS_AG_UNPIN };
+
+	send_msg(p->sock, &m, -1);
+	syscall(SYS_close, p->sock);
+	p->sock = -1;
+}
+
+uint64_t rs_cluster_now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000ULL + (uint64_t)t.tv_nsec;
+}
+
+/* A forked child: another thread may have held either lock at fork. */
+void rs_cluster_fork_child(void)
+{
+	atomic_store(&devs_mtx, 0);
+	atomic_store(&pfiles_mtx, 0);
 }

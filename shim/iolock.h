@@ -16,6 +16,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "config.h"
 #include "fdtable.h"
 #include "grants.h"
@@ -78,7 +79,7 @@ struct rs_io {
 	int cancel_off;         /* we disabled cancellation; the old state */
 	int ngrefs;
 	struct rs_gref gref[2]; /* node grants entered, in (dev, ino) order */
-	int entered;            /* this call raised rs_depth */
+	int entered;            /* this call raised rs_depth; -1: fail it with EIO */
 	int nholds, npos;
 	struct rs_desc *pos[2];
 	struct rs_hold hold[2];
@@ -352,7 +353,15 @@ rs_io_fast(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, u
 	/* off < 2^63 and the clamped len < 2^31: no overflow. */
 	end = append ? RS_RANGE_EOF : start + (len > RS_MAX_RW ? RS_MAX_RW : len);
 	/* Other processes first, then the other threads (grants.h). */
-	rs_grant_enter(file, start, end, append ? RS_GRANT_APPEND : mode, &io->gref[0]);
+	if (__builtin_expect(rs_grant_enter(file, start, end, append ? RS_GRANT_APPEND : mode,
+					    &io->gref[0]), 0) &&
+	    __builtin_expect(!io->gref[0].g && RS_LOAD(rs_cl_eio), 0)) {
+		/* Cluster lock lost: the general path fails the call. */
+		if (how & RS_HOW_CURSOR)
+			rs_mutex_unlock(&desc->pos_mtx);
+		RS_STORE(rs_depth, 0);
+		goto general;
+	}
 	if (__builtin_expect(rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start, end, mode),
 			     0))
 		RS_COUNT(lock_waits, 1);

@@ -1,0 +1,114 @@
+/*
+ * clu_probe: one process of a simulated cluster node, for
+ * tests/test_cluster.c.  Which node it is on is its RANGESHIM_SHM (each
+ * node has a table of its own); the test sets RANGESHIM_SCOPE and
+ * RANGESHIM_CLUSTER_FS.
+ *
+ *   clu_probe write  FILE SECS [direct]   pwrite 1 MiB of one byte value
+ *                                         at 0, a new value each time
+ *   clu_probe read   FILE SECS [direct]   pread [0, 1 MiB) and count reads
+ *                                         that are not of one value (torn)
+ *   clu_probe region FILE OFF LEN IO      pwrite [OFF, OFF+LEN) in IO-byte
+ *                                         calls, in order
+ * Each prints "key=N ... verdict=PASS", or verdict=FAIL and why.
+ */
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "probe.h"
+
+#define MiB (1u << 20)
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static int open_file(const char *path, int direct)
+{
+	int fd = open(path, O_RDWR | O_CREAT | (direct ? O_DIRECT : 0), 0600);
+
+	if (fd < 0) {
+		printf("verdict=FAIL open %s: %s\n", path, strerror(errno));
+		exit(1);
+	}
+	return fd;
+}
+
+int main(int argc, char **argv)
+{
+	unsigned char *buf;
+	int fd, direct;
+	double end;
+
+	if (argc < 4) {
+		fprintf(stderr, "usage: clu_probe write|read FILE SECS [direct] | region FILE OFF LEN IO\n");
+		return 2;
+	}
+	if (posix_memalign((void **)&buf, 4096, MiB))
+		return 1;
+	if (strcmp(argv[1], "region") == 0) {
+		long long off = atoll(argv[3]), len = atoll(argv[4]), io = atoll(argv[5]);
+
+		fd = open_file(argv[2], 0);
+		memset(buf, 'r', MiB);
+		for (long long o = off; o < off + len; o += io)
+			if (pwrite(fd, buf, (size_t)io, o) != io) {
+				printf("verdict=FAIL pwrite at %lld: %s\n", o, strerror(errno));
+				return 1;
+			}
+		printf("pid=%d verdict=PASS\n", (int)getpid());
+		return 0;
+	}
+	direct = argc > 4 && strcmp(argv[4], "direct") == 0;
+	fd = open_file(argv[2], direct);
+	end = now_s() + atof(argv[3]);
+	if (strcmp(argv[1], "write") == 0) {
+		long long writes = 0;
+
+		while (now_s() < end) {
+			memset(buf, 1 + (int)(writes % 250), MiB);
+			if (pwrite(fd, buf, MiB, 0) != (ssize_t)MiB) {
+				printf("writes=%lld verdict=FAIL pwrite: %s\n", writes, strerror(errno));
+				return 1;
+			}
+			writes++;
+		}
+		printf("writes=%lld verdict=PASS\n", writes);
+		return 0;
+	}
+	if (strcmp(argv[1], "read") == 0) {
+		long long reads = 0, torn = 0, seen = 0;
+
+		while (now_s() < end) {
+			ssize_t n = pread(fd, buf, MiB, 0);
+
+			if (n < 0) {
+				printf("reads=%lld torn=%lld verdict=FAIL pread: %s\n", reads, torn,
+				       strerror(errno));
+				return 1;
+			}
+			if (n != (ssize_t)MiB || buf[0] == 0)
+				continue;	/* nothing written yet */
+			reads++;
+			seen++;
+			for (size_t i = 1; i < MiB; i++)
+				if (buf[i] != buf[0]) {
+					torn++;
+					break;
+				}
+		}
+		printf("reads=%lld torn=%lld verdict=PASS\n", reads, torn);
+		return 0;
+	}
+	fprintf(stderr, "clu_probe: unknown mode %s\n", argv[1]);
+	return 2;
+}
