@@ -106,6 +106,7 @@ __thread int rs_cl_eio __attribute__((tls_model("initial-exec")));
 static struct {
 	uint64_t dev, ino, id, seq;
 	int fd;          /* + 1; 0: free */
+	int current;     /* the answering agent said it is its own */
 } pfiles[NPFILE];
 static uint64_t pfile_seq;
 static _Atomic uint32_t pfiles_mtx;
@@ -132,7 +133,8 @@ static void pfile_keep(uint64_t dev, uint64_t ino, uint64_t id, int fd)
 		slot = oldest;
 	}
 	if (slot >= 0) {
-		pfiles[slot] = (typeof(pfiles[0])){ dev, ino, id, ++pfile_seq, rs_fd_hide(fd) + 1 };
+		/* The agent sends its own description with every reply. */
+		pfiles[slot] = (typeof(pfiles[0])){ dev, ino, id, ++pfile_seq, rs_fd_hide(fd) + 1, 1 };
 		fd = -1;
 	}
 	rs_mutex_unlock(&pfiles_mtx);
@@ -140,6 +142,62 @@ static void pfile_keep(uint64_t dev, uint64_t ino, uint64_t id, int fd)
 		syscall(SYS_close, fd);
 	if (drop >= 0)
 		syscall(SYS_close, drop);
+}
+
+/* A copy of (dev, ino) not yet known to be the answering agent's own
+ * (agent pid apid): the agent takes it over if it is a dead agent's.
+ * -1 if none; *slot says which, for pfile_drop and pfile_current. */
+static int pfile_old(uint64_t dev, uint64_t ino, int *slot)
+{
+	int fd = -1;
+
+	*slot = -1;
+	rs_mutex_lock(&pfiles_mtx);
+	for (int i = 0; i < NPFILE; i++)
+		if (pfiles[i].fd && pfiles[i].dev == dev && pfiles[i].ino == ino &&
+		    !pfiles[i].current) {
+			*slot = i;
+			fd = pfiles[i].fd - 1;
+			break;
+		}
+	rs_mutex_unlock(&pfiles_mtx);
+	return fd;
+}
+
+/* The agent said the copy in slot is its own description: send it no
+ * more, unless the agent changes (a connection to another agent pid
+ * clears the marks: pfile_agent). */
+static void pfile_current(int slot, int fd)
+{
+	rs_mutex_lock(&pfiles_mtx);
+	if (slot >= 0 && pfiles[slot].fd == fd + 1)
+		pfiles[slot].current = 1;
+	rs_mutex_unlock(&pfiles_mtx);
+}
+
+static void pfile_agent(pid_t pid)
+{
+	static pid_t last;
+
+	rs_mutex_lock(&pfiles_mtx);
+	if (pid != last)
+		for (int i = 0; i < NPFILE; i++)
+			pfiles[i].current = 0;
+	last = pid;
+	rs_mutex_unlock(&pfiles_mtx);
+}
+
+/* The new agent unlocked everything on that old description: drop it. */
+static void pfile_drop(int slot, int fd)
+{
+	if (slot < 0)
+		return;
+	rs_mutex_lock(&pfiles_mtx);
+	if (pfiles[slot].fd == fd + 1) {
+		pfiles[slot].fd = 0;
+		syscall(SYS_close, fd);
+	}
+	rs_mutex_unlock(&pfiles_mtx);
 }
 
 /* An fd of ours on (dev, ino), for the agent to open its own description
@@ -218,8 +276,9 @@ static int recv_msg(int s, struct rs_ag_msg *m, int *fd)
 	return n == (ssize_t)sizeof *m && m->op == RS_AG_REPLY ? 0 : -1;
 }
 
-/* A connection to our user's agent of this node table, or -1. */
-static int connect_agent(void)
+/* A connection to our user's agent of this node table, or -1; *pid is
+ * the agent's. */
+static int connect_agent(pid_t *pid)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	int len = rs_ag_name(a.sun_path, sizeof a.sun_path, (unsigned)getuid(), rs_cfg.shm_name);
@@ -236,6 +295,7 @@ static int connect_agent(void)
 		syscall(SYS_close, s);
 		return -1;
 	}
+	*pid = cr.pid;
 	return s;
 }
 
@@ -295,7 +355,8 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, struct rs
 		return -EIO;	/* beyond what the cluster data space can lock */
 	for (;;) {
 		struct rs_ag_msg r;
-		int sock = connect_agent(), fd = -1, rfd = -1;
+		pid_t apid = 0;
+		int sock = connect_agent(&apid), fd = -1, rfd = -1, old, oldslot;
 
 		if (sock < 0) {
 			uint64_t now = rs_cluster_now_ns();
@@ -308,14 +369,20 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, struct rs
 				       "(rangeshim agent); nothing new is granted until it runs");
 			}
 			spawn_agent();
-			if ((sock = connect_agent()) < 0) {
+			if ((sock = connect_agent(&apid)) < 0) {
 				usleep(20000);
 				continue;
 			}
 		}
-		m.flags = 0;
-		if (send_msg(sock, &m, -1) < 0 || recv_msg(sock, &r, &rfd) < 0)
+		/* A dead agent's description we still hold: the new agent takes
+		 * its locks over (agent.c, adopt).  The pid is the listener's
+		 * (the agent's starter), stable for one agent's life. */
+		pfile_agent(apid);
+		old = pfile_old(dev, ino, &oldslot);
+		m.flags = old >= 0 ? RS_AG_OLD_FD : 0;
+		if (send_msg(sock, &m, old) < 0 || recv_msg(sock, &r, &rfd) < 0)
 			goto retry;
+		m.flags = 0;
 		if (r.rc == -ENOENT) {
 			fd = find_fd(dev, ino);
 			m.flags |= RS_AG_HAS_FD;
@@ -331,6 +398,10 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, struct rs
 		}
 		if (r.rc != 0)
 			goto retry;
+		if (r.flags & RS_AG_ADOPTED)
+			pfile_drop(oldslot, old);
+		else if (r.flags & RS_AG_CURRENT)
+			pfile_current(oldslot, old);
 		if (rfd >= 0)
 			pfile_keep(dev, ino, r.desc_id, rfd);
 		RS_COUNT(cluster_locks, r.locks);
@@ -348,7 +419,7 @@ retry:
 		if (!warned) {
 			warned = 1;
 			rs_log(RS_LOG_WARN, "cluster scope: the node's agent did not answer a pin "
-			       "(rc %lld); asking again", (long long)r.rc);
+			       "(it may have died); asking again");
 		}
 		usleep(20000);
 	}

@@ -23,8 +23,15 @@
 #define RS_AG_PIN   1u
 #define RS_AG_UNPIN 2u
 #define RS_AG_REPLY 3u
+#define RS_AG_LIST  4u   /* `rangeshim agent --grants`: one REPLY per grant
+			  * (dev, ino, gs, ge; locks = users, wait_ns =
+			  * held for ns, flags = 1 if wanted), then rc 1 */
 
 #define RS_AG_HAS_FD  2u   /* PIN: my fd of the file comes with this */
+#define RS_AG_OLD_FD  4u   /* PIN: the fd is a dead agent's description:
+			    * drain the node and unlock everything on it */
+#define RS_AG_ADOPTED 8u   /* REPLY: done; the old description holds no lock */
+#define RS_AG_CURRENT 16u  /* REPLY: that description is the agent's own */
 
 /* REPLY rc: 0, -EIO (the lock was lost: fail the call), -ENOENT (send
  * the fd: the agent does not know the file), other -errno (retry). */

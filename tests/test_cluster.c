@@ -13,10 +13,15 @@
  *              pwrites: each node's agent sent at most 16 lock requests
  *              for them (stats cluster_locks; a lock per call would be
  *              8192), and at least one.
+ *  agent_killed  SIGKILL of node A's agent during A's write stream (the
+ *              writer keeps reopening the file, so a new agent must start
+ *              and take over the dead one's locks): B's reader stays
+ *              torn-free and ends within 1 s of A's writer; no lock left.
  */
 #include "common.h"
 
 #include <dirent.h>
+#include <signal.h>
 
 #define PROBE RS_HELPER("clu_probe")
 
@@ -171,4 +176,109 @@ Test(cluster, amortize, .timeout = 120)
 	unlink(path);
 	unlink_tables("amortize");
 	rs_remove_bases();
+}
+
+/* Pids of the agents serving node table /rs-clu-TEST-NODE.PID. */
+static int agents_of(const char *test, char node, pid_t *out, int max)
+{
+	char want[128];
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	int n = 0;
+
+	snprintf(want, sizeof want, "/rs-clu-%s-%c.%d", test, node, (int)getpid());
+	while (d && (e = readdir(d)) && n < max) {
+		char p[300], buf[1024];
+		ssize_t len;
+		int fd;
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(p, sizeof p, "/proc/%s/cmdline", e->d_name);
+		fd = open(p, O_RDONLY);
+		if (fd < 0)
+			continue;
+		len = read(fd, buf, sizeof buf - 1);
+		close(fd);
+		if (len <= 0)
+			continue;
+		buf[len] = '\0';
+		/* argv: PATH agent --shm NAME */
+		const char *a1 = buf + strlen(buf) + 1;
+
+		if (a1 < buf + len && strcmp(a1, "agent") == 0) {
+			const char *a2 = a1 + strlen(a1) + 1, *a3 = a2 + strlen(a2) + 1;
+
+			if (a3 < buf + len && strcmp(a2, "--shm") == 0 && strcmp(a3, want) == 0)
+				out[n++] = (pid_t)atoi(e->d_name);
+		}
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* Is any byte of path locked by anyone (an OFD write lock would not be
+ * granted)? */
+static int locked_by_anyone(const char *path)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+	int fd = open(path, O_RDWR);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(fcntl(fd, F_OFD_GETLK, &fl), 0);
+	close(fd);
+	return fl.l_type != F_UNLCK;
+}
+
+static void kill_agents(const char *test)
+{
+	pid_t p[8];
+
+	for (char node = 'a'; node <= 'b'; node++)
+		for (int i = 0, n = agents_of(test, node, p, 8); i < n; i++)
+			kill(p[i], SIGKILL);
+	usleep(100000);
+}
+
+/*
+ * SIGKILL of node A's agent during A's write stream (the writer reopens
+ * the file every 20 writes, so it keeps needing new grants: a new agent
+ * must start and take the dead one's locks over).  B's reader stays
+ * torn-free; it finishes within 1 s of A's writer; afterwards no lock is
+ * left on the file.
+ */
+Test(cluster, agent_killed, .timeout = 120)
+{
+	char path[PATH_MAX];
+	struct node_env na, nb;
+	static struct rs_bg w, r;
+	pid_t ag[8];
+	uint64_t tw, tr;
+	int n;
+
+	snprintf(path, sizeof path, "/dev/shm/rs-clu-ak.%d", (int)getpid());
+	node_env(&na, "agent_killed", 'a', "cluster", NULL);
+	node_env(&nb, "agent_killed", 'b', "cluster", NULL);
+	start(&w, &na, (char *[]){ PROBE, "write", path, "3", "reopen", NULL });
+	start(&r, &nb, (char *[]){ PROBE, "read", path, "3", NULL });
+	usleep(1000000);
+	n = agents_of("agent_killed", 'a', ag, 8);
+	cr_assert_eq(n, 1, "node A has %d agents", n);
+	cr_assert_eq(kill(ag[0], SIGKILL), 0);
+	cr_assert_eq(rs_bg_finish(&w, 20000), 0, "writer: %s", w.out);
+	tw = rs_bg_now_ns();
+	cr_assert_eq(rs_bg_finish(&r, 20000), 0, "reader: %s", r.out);
+	tr = rs_bg_now_ns();
+	cr_log_info("agent_killed: %s / %s; reader ended %.0f ms after the writer", w.out, r.out,
+		    (double)(tr - tw) / 1e6);
+	cr_expect_eq(rs_field(r.out, "torn"), 0, "torn reads after the agent died: %s", r.out);
+	cr_expect_geq(rs_field(r.out, "reads"), 5, "%s", r.out);
+	cr_expect_leq(tr - tw, 1000000000ull, "the reader ended %.0f ms after the writer",
+		      (double)(tr - tw) / 1e6);
+	/* Every process of both nodes gone (agents too): nothing holds a lock. */
+	kill_agents("agent_killed");
+	cr_expect(!locked_by_anyone(path), "a lock was left on the file");
+	unlink(path);
+	unlink_tables("agent_killed");
 }

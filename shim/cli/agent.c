@@ -37,6 +37,7 @@
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <linux/kcmp.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
@@ -249,31 +250,153 @@ static int send_msg(int s, const struct rs_ag_msg *m, int fd)
 	return sendmsg(s, &h, MSG_NOSIGNAL) == (ssize_t)sizeof *m ? 0 : -1;
 }
 
+/*
+ * A dead agent's description of f, sent back by a process that kept it.
+ * Its locks still hold (the node's processes keep it open), and they are
+ * this node's: once the node table is drained of f, no call on the node
+ * is inside any of them, and unlocking them all through that description
+ * is safe.  Without this, our own requests would wait for them for as
+ * long as any process keeps the old description.
+ */
+static void adopt(struct afile *f, int old)
+{
+	struct flock fl = { .l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+
+	pthread_mutex_lock(&f->cl.mu);
+	drain(f, 0, RS_CL_EOF);
+	if (fcntl(old, F_OFD_SETLK, &fl) < 0)
+		fprintf(stderr, "rangeshim agent[%d]: cannot unlock a dead agent's description: "
+			"%s\n", (int)getpid(), strerror(errno));
+	undrain(f);
+	pthread_mutex_unlock(&f->cl.mu);
+	say("file %llu:%llu: took over a dead agent's description", (unsigned long long)f->dev,
+	    (unsigned long long)f->ino);
+}
+
+/* Every cluster grant of the node, for `rangeshim agent --grants`. */
+static void list_grants(int s)
+{
+	struct rs_cl_grant g[RS_CL_MAX_GRANTS];
+	struct rs_ag_msg r;
+
+	pthread_mutex_lock(&files_mu);
+	for (int i = 0; i < MAX_FILES; i++) {
+		int n;
+
+		if (!files[i].used)
+			continue;
+		n = rs_cl_grants(&files[i].cl, g, RS_CL_MAX_GRANTS);
+		for (int k = 0; k < n && k < RS_CL_MAX_GRANTS; k++) {
+			memset(&r, 0, sizeof r);
+			r.op = RS_AG_REPLY;
+			r.dev = files[i].dev;
+			r.ino = files[i].ino;
+			r.gs = g[k].start;
+			r.ge = g[k].end;
+			r.locks = g[k].users;
+			r.wait_ns = now_ns() - g[k].since_ns;
+			r.flags = g[k].wanted;
+			send_msg(s, &r, -1);
+		}
+	}
+	pthread_mutex_unlock(&files_mu);
+	memset(&r, 0, sizeof r);
+	r.op = RS_AG_REPLY;
+	r.rc = 1;
+	send_msg(s, &r, -1);
+}
+
+/* `rangeshim agent --grants`: ask the running agent. */
+static int print_grants(const char *shm)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int len = rs_ag_name(a.sun_path, sizeof a.sun_path, (unsigned)getuid(), shm);
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), fd;
+	struct rs_ag_msg m = { .op = RS_AG_LIST }, r;
+
+	if (s < 0 || connect(s, (struct sockaddr *)&a,
+			     (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)len)) < 0) {
+		printf("no agent serves node table '%s' (nothing held through the lock manager)\n",
+		       shm[0] ? shm : "(default)");
+		return 0;
+	}
+	send_msg(s, &m, -1);
+	printf("%-20s %20s %20s %6s %6s %10s\n", "FILE(DEV:INO)", "START", "END", "USERS",
+	       "WANTED", "HELD_MS");
+	while (recv_msg(s, &r, &fd) == (ssize_t)sizeof r && r.rc == 0) {
+		char file[64], end[24];
+
+		snprintf(file, sizeof file, "%llu:%llu", (unsigned long long)r.dev,
+			 (unsigned long long)r.ino);
+		if (r.ge >= RS_CL_EOF)
+			snprintf(end, sizeof end, "EOF");
+		else
+			snprintf(end, sizeof end, "%llu", (unsigned long long)r.ge);
+		printf("%-20s %20llu %20s %6llu %6s %10llu\n", file, (unsigned long long)r.gs, end,
+		       (unsigned long long)r.locks, r.flags ? "yes" : "no",
+		       (unsigned long long)(r.wait_ns / 1000000));
+	}
+	close(s);
+	return 0;
+}
+
 static void *serve(void *arg)
 {
-	int s = (int)(intptr_t)arg, pfd;
+	int s = (int)(intptr_t)arg, pfd, pfd_old = -1;
 	struct rs_ag_msg m, r;
 	struct afile *f = NULL;
 
 	for (;;) {
-		if (recv_msg(s, &m, &pfd) != (ssize_t)sizeof m || m.op != RS_AG_PIN) {
+		ssize_t got = recv_msg(s, &m, &pfd);
+
+		if (got == (ssize_t)sizeof m && m.op == RS_AG_LIST) {
+			list_grants(s);
+			goto out;
+		}
+		if (got != (ssize_t)sizeof m || m.op != RS_AG_PIN) {
 			if (pfd >= 0)
 				close(pfd);
+			if (pfd_old >= 0)
+				close(pfd_old);
 			goto out;
 		}
 		f = get_file(m.dev, m.ino, pfd);
-		if (pfd >= 0)
+		if (pfd >= 0 && (m.flags & RS_AG_OLD_FD) && pfd_old < 0)
+			pfd_old = pfd;	/* kept for adopt() */
+		else if (pfd >= 0)
 			close(pfd);
 		memset(&r, 0, sizeof r);
 		r.op = RS_AG_REPLY;
 		if (!f) {
-			r.rc = (m.flags & RS_AG_HAS_FD) ? -EACCES : -ENOENT;
+			r.rc = (m.flags & (RS_AG_HAS_FD | RS_AG_OLD_FD)) ? -EACCES : -ENOENT;
+			if (pfd_old >= 0) {
+				close(pfd_old);
+				pfd_old = -1;
+			}
 			if (send_msg(s, &r, -1) < 0 || r.rc != -ENOENT)
 				goto out;
 			continue;	/* it sends the fd */
 		}
 		break;
 	}
+	memset(&r, 0, sizeof r);
+	r.op = RS_AG_REPLY;
+	if ((m.flags & RS_AG_OLD_FD) && pfd_old >= 0) {
+		/* Ours (the process cannot tell): nothing to take over.
+		 * kcmp compares descriptions; where it is missing, only a
+		 * description of another agent could be adopted wrongly,
+		 * so then nothing is (and limitations.md says so). */
+		long same = syscall(SYS_kcmp, getpid(), getpid(), KCMP_FILE, f->fd, pfd_old);
+
+		if (same == 0)
+			r.flags |= RS_AG_CURRENT;
+		else if (same > 0) {
+			adopt(f, pfd_old);
+			r.flags |= RS_AG_ADOPTED;
+		}
+	}
+	if (pfd_old >= 0)
+		close(pfd_old);
 	atomic_store(&last_activity_ns, now_ns());
 	r.rc = rs_cl_acquire_ex(&f->cl, m.start, m.end, &r.gs, &r.ge, &r.locks, &r.wait_ns);
 	pthread_mutex_lock(&f->cl.mu);
@@ -288,7 +411,9 @@ static void *serve(void *arg)
 	r.desc_id = f->desc_id;
 	if (send_msg(s, &r, r.rc == 0 ? f->fd : -1) == 0 && r.rc == 0) {
 		/* Held until UNPIN, or until the process goes away. */
-		if (recv_msg(s, &m, &pfd) == (ssize_t)sizeof m && pfd >= 0)
+		struct rs_ag_msg u;
+
+		if (recv_msg(s, &u, &pfd) == (ssize_t)sizeof u && pfd >= 0)
 			close(pfd);
 	}
 	if (r.rc == 0)
@@ -373,6 +498,7 @@ int cmd_agent(const struct command *cmd, int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "foreground", no_argument, NULL, 'f' },
+		{ "grants", no_argument, NULL, 'g' },
 		{ "shm", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -380,24 +506,29 @@ int cmd_agent(const struct command *cmd, int argc, char **argv)
 	const char *shm = getenv("RANGESHIM_SHM");
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	char why[256];
-	int fg = 0, c, ls, len;
+	int fg = 0, grants = 0, c, ls, len;
 	pthread_t th;
 
 	(void)cmd;
 	/* Nothing of the process that started us: its pipes, its files. */
 	syscall(SYS_close_range, 3U, ~0U, 0);
-	while ((c = getopt_long(argc, argv, "+fs:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+fgs:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'f':
 			fg = 1;
+			break;
+		case 'g':
+			grants = 1;
 			break;
 		case 's':
 			shm = optarg;
 			break;
 		case 'h':
 			printf("usage: rangeshim agent [--foreground] [--shm NAME]\n"
+			       "       rangeshim agent --grants [--shm NAME]\n"
 			       "  the node's owner of cluster grants (RANGESHIM_SCOPE=cluster); the\n"
-			       "  library starts it on first use, and it exits when idle\n");
+			       "  library starts it on first use, and it exits when idle; --grants\n"
+			       "  lists the cluster grants the running agent holds\n");
 			return 0;
 		default:
 			return 2;
@@ -405,6 +536,8 @@ int cmd_agent(const struct command *cmd, int argc, char **argv)
 	}
 	if (!shm)
 		shm = "";
+	if (grants)
+		return print_grants(shm);
 	verbose = fg;
 	len = rs_ag_name(a.sun_path, sizeof a.sun_path, (unsigned)getuid(), shm);
 	ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

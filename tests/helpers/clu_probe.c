@@ -7,7 +7,16 @@
  *   clu_probe write  FILE SECS [direct]   pwrite 1 MiB of one byte value
  *                                         at 0, a new value each time
  *   clu_probe read   FILE SECS [direct]   pread [0, 1 MiB) and count reads
- *                                         that are not of one value (torn)
+ *                                         that are not of one value (torn);
+ *                                         max_gap_ms: longest pread
+ *   clu_probe write  FILE SECS reopen     the same, closing and reopening
+ *                                         the file every 20 writes (which
+ *                                         gives the node grants back)
+ *   clu_probe timed  FILE N MS            N rounds: sleep MS ms, then one
+ *                                         4 KiB pwrite at 0, timed; prints
+ *                                         us=T1,T2,... (with the other node
+ *                                         doing the same, each call takes
+ *                                         an idle grant from the other node)
  *   clu_probe region FILE OFF LEN IO      pwrite [OFF, OFF+LEN) in IO-byte
  *                                         calls, in order
  * Each prints "key=N ... verdict=PASS", or verdict=FAIL and why.
@@ -55,6 +64,26 @@ int main(int argc, char **argv)
 	}
 	if (posix_memalign((void **)&buf, 4096, MiB))
 		return 1;
+	if (strcmp(argv[1], "timed") == 0) {
+		int n = atoi(argv[3]), ms = atoi(argv[4]);
+
+		fd = open_file(argv[2], 0);
+		memset(buf, 't', 4096);
+		printf("us=");
+		for (int i = 0; i < n; i++) {
+			double t0;
+
+			usleep((useconds_t)ms * 1000);
+			t0 = now_s();
+			if (pwrite(fd, buf, 4096, 0) != 4096) {
+				printf(" verdict=FAIL pwrite: %s\n", strerror(errno));
+				return 1;
+			}
+			printf("%s%.0f", i ? "," : "", (now_s() - t0) * 1e6);
+		}
+		printf(" verdict=PASS\n");
+		return 0;
+	}
 	if (strcmp(argv[1], "region") == 0) {
 		long long off = atoll(argv[3]), len = atoll(argv[4]), io = atoll(argv[5]);
 
@@ -69,6 +98,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	direct = argc > 4 && strcmp(argv[4], "direct") == 0;
+	int reopen = argc > 4 && strcmp(argv[4], "reopen") == 0;
 	fd = open_file(argv[2], direct);
 	end = now_s() + atof(argv[3]);
 	if (strcmp(argv[1], "write") == 0) {
@@ -81,15 +111,25 @@ int main(int argc, char **argv)
 				return 1;
 			}
 			writes++;
+			if (reopen && writes % 20 == 0) {
+				close(fd);
+				fd = open_file(argv[2], 0);
+			}
 		}
 		printf("writes=%lld verdict=PASS\n", writes);
 		return 0;
 	}
 	if (strcmp(argv[1], "read") == 0) {
-		long long reads = 0, torn = 0, seen = 0;
+		long long reads = 0, torn = 0;
+		double last = now_s(), gap = 0;
 
 		while (now_s() < end) {
 			ssize_t n = pread(fd, buf, MiB, 0);
+			double t = now_s();
+
+			if (t - last > gap)
+				gap = t - last;
+			last = t;
 
 			if (n < 0) {
 				printf("reads=%lld torn=%lld verdict=FAIL pread: %s\n", reads, torn,
@@ -99,14 +139,14 @@ int main(int argc, char **argv)
 			if (n != (ssize_t)MiB || buf[0] == 0)
 				continue;	/* nothing written yet */
 			reads++;
-			seen++;
 			for (size_t i = 1; i < MiB; i++)
 				if (buf[i] != buf[0]) {
 					torn++;
 					break;
 				}
 		}
-		printf("reads=%lld torn=%lld verdict=PASS\n", reads, torn);
+		printf("reads=%lld torn=%lld max_gap_ms=%d verdict=PASS\n", reads, torn,
+		       (int)(gap * 1000));
 		return 0;
 	}
 	fprintf(stderr, "clu_probe: unknown mode %s\n", argv[1]);
