@@ -332,8 +332,15 @@ static void spawn_agent(void)
 	int n = 0, st;
 	pid_t pid;
 
-	if (agent_path(path, sizeof path) < 0)
+	if (agent_path(path, sizeof path) < 0) {
+		static _Atomic int said;
+
+		if (!atomic_exchange(&said, 1))
+			rs_log(RS_LOG_ERROR, "cluster scope: no rangeshim command next to the "
+			       "library (PREFIX/bin/rangeshim or beside librangeshim.so) to start "
+			       "the node's agent; start `rangeshim agent` yourself");
 		return;
+	}
 	/* Not preloaded: the agent's own I/O is not the application's. */
 	for (char **e = environ; e && *e && n < 255; e++)
 		if (strncmp(*e, "LD_PRELOAD=", 11) != 0)
@@ -395,6 +402,13 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, struct rs
 			syscall(SYS_close, sock);
 			errno = saved;
 			return -EIO;
+		}
+		if (r.rc == -EACCES && !warned) {
+			warned = 1;
+			rs_log(RS_LOG_ERROR, "cluster scope: the node's agent cannot open file "
+			       "%llu:%llu for writing, which cluster locks need; waiting (this "
+			       "user needs write permission on it)", (unsigned long long)dev,
+			       (unsigned long long)ino);
 		}
 		if (r.rc != 0)
 			goto retry;

@@ -426,19 +426,22 @@ out:
 	return NULL;
 }
 
-/* Does any process (other than us) hold or wait for a node grant on f? */
+/* Does any process (other than us) hold or wait for a node grant on f?
+ * Under the table lock, which every change of a slot holds. */
 static int node_busy(const struct afile *f)
 {
 	struct rs_segment *seg = nt.map.seg;
+	int busy = 0;
 
-	for (uint32_t i = 0; i < RS_NGRANT; i++) {
+	rs_nt_lock_table(&nt);
+	for (uint32_t i = 0; i < RS_NGRANT && !busy; i++) {
 		const struct rs_seg_grant *g = &seg->grants[i];
 
-		if (atomic_load(&g->state) != RS_G_FREE && g->owner != nt.me && g->dev == f->dev &&
-		    g->ino == f->ino)
-			return 1;
+		busy = atomic_load(&g->state) != RS_G_FREE && g->owner != nt.me &&
+		       g->dev == f->dev && g->ino == f->ino;
 	}
-	return 0;
+	rs_nt_unlock_table(&nt);
+	return busy;
 }
 
 /* Polls for other nodes' intent; forgets idle files; says when to exit. */
@@ -449,8 +452,14 @@ static int tick(void)
 
 	for (int i = 0; i < MAX_FILES; i++) {
 		struct afile *f = &files[i];
+		int used;
 
-		if (!f->used)
+		/* Only this thread forgets files; serve() threads add them
+		 * under files_mu, after rs_cl_init. */
+		pthread_mutex_lock(&files_mu);
+		used = f->used;
+		pthread_mutex_unlock(&files_mu);
+		if (!used)
 			continue;
 		nfiles++;
 		if (now >= f->next_poll_ns) {
