@@ -1,11 +1,29 @@
 /*
  * Cluster scope, the library side (issue 11; docs/design.md (i)).
  *
+ * THEORY
+ *
  * Which files: those on a file system whose locks reach other nodes
  * (clusterfs.c decides from /proc/self/mountinfo).  The decision depends
  * only on the device, so it is made once per device and remembered; a
  * refused device gets one line, at level error, that says why, and its
  * files keep node scope.
+ *
+ * The one rule: a node grant on a cluster file is acquired only while
+ * this process holds a pin on a cluster grant of its node's agent that
+ * contains it (rs_cluster_pin, then rs_nt_acquire bounded to the pinned
+ * grant, then rs_cluster_unpin; grants.c).  The agent gives a cluster
+ * grant back only after draining every node grant inside it (agent.c).
+ * Pre of a call: it runs only inside a node grant (node scope).  Post:
+ * while it runs, its node holds the lock manager's lock on its range.
+ * Nothing here is on the inline fast path: a cached node grant is valid
+ * exactly as long as its cluster grant, so the fast path needs no check.
+ *
+ * Fail safe: no agent answering means waiting (and saying so), never
+ * running; a lost lock means EIO (rs_cl_eio), never running.  Each pin
+ * reply carries the agent's own description, kept here, so that the
+ * agent's locks outlive the agent while this process might be inside
+ * them; a new agent takes a dead one's over (agent.c, adopt).
  */
 #include "cluster.h"
 
