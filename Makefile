@@ -24,7 +24,7 @@ LDFLAGS += $(SANFLAGS)
 SHIM_SRCS = shim/init.c shim/interpose.c shim/iolock.c shim/fdtable.c shim/rangelock.c \
             shim/grants.c shim/nodelock.c shim/segment.c \
             shim/config.c shim/stats.c shim/log.c shim/real.c \
-            shim/coverage.c shim/filewaits.c
+            shim/coverage.c shim/filewaits.c shim/cluster.c shim/clusterfs.c
 SHIM_OBJS = $(SHIM_SRCS:shim/%.c=$(BUILD)/obj/%.o)
 LIB       = $(BUILD)/librangeshim.so
 CLI       = $(BUILD)/rangeshim
@@ -35,7 +35,7 @@ TESTS     = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 
 # Unit tests link these modules directly, without interposition.
 UNIT_SRCS = shim/rangelock.c shim/nodelock.c shim/segment.c shim/config.c shim/log.c \
-            shim/real.c shim/stats.c
+            shim/real.c shim/stats.c shim/clusterfs.c
 
 .PHONY: all clean test test-asan test-tsan demo deps install uninstall install-manifest check-callgrind FORCE
 
@@ -50,7 +50,7 @@ $(LIB): $(SHIM_OBJS)
 
 # The command (shim/cli/, one file per subcommand) reads the node table
 # with the same code the library uses.
-CLI_SRCS = $(wildcard shim/cli/*.c) shim/nodelock.c shim/segment.c shim/log.c
+CLI_SRCS = $(wildcard shim/cli/*.c) shim/nodelock.c shim/segment.c shim/log.c shim/clusterlock.c
 
 $(CLI): $(CLI_SRCS) $(wildcard shim/*.h shim/cli/*.h)
 	@mkdir -p $(dir $@)
@@ -64,6 +64,13 @@ $(BUILD)/tests/helpers/%: tests/helpers/%.c $(wildcard tests/helpers/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lpthread
 
+# A lock manager that fails on demand, preloaded into a test's agent
+# (tests/test_cluster.c, lost_lock); no sanitizer: it is only a shim.
+FAULTLIB = $(BUILD)/tests/helpers/libfault_fcntl.so
+$(FAULTLIB): tests/helpers/lib/fault_fcntl.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) -fPIC -shared -o $@ $< -ldl
+
 $(BUILD)/tests/test_%: tests/test_%.c $(UNIT_SRCS) $(wildcard tests/*.h) $(wildcard shim/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DRS_BUILD_DIR='"$(abspath $(BUILD))"' -DRS_SAN='"$(SAN)"' -DRS_SRC_DIR='"$(abspath .)"' \
@@ -73,7 +80,7 @@ deps:
 	@sh tests/deps.sh
 
 test: deps
-	@$(MAKE) --no-print-directory all $(HELPERS) $(TESTS)
+	@$(MAKE) --no-print-directory all $(HELPERS) $(FAULTLIB) $(TESTS)
 	@sh tests/run.sh $(BUILD) $(SAN)
 
 test-asan:

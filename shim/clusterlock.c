@@ -8,11 +8,11 @@
  * an OFD write lock, through the file system's own lock manager, on one
  * private open file description (c->fd).  rs_cl_release ends that use.
  * rs_cl_poll, called every rs_cl_poll_interval() by whoever runs the
- * cache (the node's agent, later), gives grants back to other nodes that
+ * cache (the node's agent, shim/cli/agent.c), gives grants back to other nodes that
  * ask.  The module knows nothing about the node table or interposition
  * (like rangelock.c, it is tested on its own); in cluster scope the node
  * table's grants will nest inside these, and the process range locks
- * inside those (docs/design.md, "Cluster scope (plan)").
+ * inside those (docs/design.md, "Cluster scope").
  *
  * Why one description per node and file.  An OFD lock belongs to an open
  * file description, everywhere from the local kernel to NFSv4, Lustre,
@@ -215,6 +215,11 @@ static int give_back(struct rs_cl *c, struct rs_cl_grant *g)
 	uint64_t a, b;
 	int rc;
 
+	/* Cluster scope: no node grant inside survives this (the drain
+	 * waits for calls inside to end), so nothing of this node touches
+	 * the range once the lock manager gives it to another node. */
+	if (c->p.drain_fn)
+		c->p.drain_fn(c->p.drain_arg, g->start, g->end);
 	if (sync_file_range(c->fd, (off_t)g->start, (off_t)len,
 			    SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
 			    SYNC_FILE_RANGE_WAIT_AFTER) < 0 &&
@@ -223,6 +228,8 @@ static int give_back(struct rs_cl *c, struct rs_cl_grant *g)
 	invalidate(c, g->start, g->end);
 	rc = lk(c, F_OFD_SETLK, F_UNLCK, g->start, g->end, &t, &a, &b);
 	g->state = RS_CL_FREE;
+	if (c->p.undrain_fn)
+		c->p.undrain_fn(c->p.drain_arg);
 	pthread_cond_broadcast(&c->cv);
 	if (rc) {
 		set_lost(c, -rc);
@@ -333,6 +340,12 @@ static int wait_exact(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *locks)
 
 int rs_cl_acquire(struct rs_cl *c, uint64_t s, uint64_t e)
 {
+	return rs_cl_acquire_ex(c, s, e, NULL, NULL, NULL, NULL);
+}
+
+int rs_cl_acquire_ex(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, uint64_t *ge,
+		     uint64_t *locks_out, uint64_t *wait_out)
+{
 	struct rs_cl_grant *g, *p;
 	uint64_t lo, hi, now, t0, waited = 0, locks = 0, polls = 0;
 	int rc;
@@ -354,6 +367,14 @@ int rs_cl_acquire(struct rs_cl *c, uint64_t s, uint64_t e)
 			if (g->state == RS_CL_HELD && g->start <= s && e <= g->end &&
 			    !draining(c, g, now)) {
 				g->users++;
+				if (gs)
+					*gs = g->start;
+				if (ge)
+					*ge = g->end;
+				if (locks_out)
+					*locks_out = 0;
+				if (wait_out)
+					*wait_out = 0;
 				pthread_mutex_unlock(&c->mu);
 				return 0;
 			}
@@ -432,6 +453,14 @@ int rs_cl_acquire(struct rs_cl *c, uint64_t s, uint64_t e)
 	c->poll_ns = c->p.poll_min_ns;
 	pthread_cond_broadcast(&c->cv);
 	pthread_mutex_unlock(&c->mu);
+	if (gs)
+		*gs = lo;
+	if (ge)
+		*ge = hi;
+	if (locks_out)
+		*locks_out = locks;
+	if (wait_out)
+		*wait_out = waited;
 	return 0;
 }
 

@@ -2,7 +2,7 @@
  * The node's cluster grant cache for one file (issue 11): byte ranges held
  * by this node as OFD write locks through one private open file
  * description, cached until another node asks for them.  Theory in
- * clusterlock.c.  Not wired into the node table or the interposition yet.
+ * clusterlock.c.  Run by the node's agent (shim/cli/agent.c).
  *
  * Ranges are half-open [start, end) in the data space [0, RS_CL_EOF);
  * end == RS_CL_EOF means "to the end of the data space" (appends,
@@ -28,6 +28,12 @@ struct rs_cl_params {
 	uint64_t poll_max_ns;  /* ... doubling up to this when idle */
 	/* fcntl for the lock calls; tests inject lock-manager failures. */
 	int (*lock_fn)(int fd, int cmd, struct flock *fl);
+	/* Cluster scope: before a grant is given back, empty it of the
+	 * node's users (the node grants inside); after, let them in again.
+	 * NULL: nothing to drain (the cache's own users are all there is). */
+	void (*drain_fn)(void *arg, uint64_t start, uint64_t end);
+	void (*undrain_fn)(void *arg);
+	void *drain_arg;
 };
 
 enum rs_cl_state { RS_CL_FREE = 0, RS_CL_HELD, RS_CL_PENDING };
@@ -70,6 +76,11 @@ int rs_cl_init(struct rs_cl *c, int fd, const struct rs_cl_params *p);
  * unprotected success), -EOVERFLOW for ranges outside the data space,
  * -ENOLCK when the grant table is full of grants in use. */
 int rs_cl_acquire(struct rs_cl *c, uint64_t start, uint64_t end);
+/* The same, also saying which grant [*gs, *ge) holds the range, and what
+ * this acquisition cost: lock requests sent (*locks) and ns blocked in
+ * F_OFD_SETLKW (*wait_ns).  Any out pointer may be NULL. */
+int rs_cl_acquire_ex(struct rs_cl *c, uint64_t start, uint64_t end, uint64_t *gs, uint64_t *ge,
+		     uint64_t *locks, uint64_t *wait_ns);
 /* Ends one use of the grant holding [start, end) (the range of a
  * successful acquire).  A wanted grant whose hold time has passed is
  * given back by its last user. */

@@ -21,11 +21,11 @@ static int parse_choice(const char *var, const char *val, const char *const *nam
 
 static void load_scope(struct rs_config *c, const char *v)
 {
-	static const char *const names[] = { "off", "process", "node" };
+	static const char *const names[] = { "off", "process", "node", "cluster" };
 
 	c->scope = RS_SCOPE_NODE;
 	if (v && *v)
-		c->scope = parse_choice("RANGESHIM_SCOPE", v, names, 3, RS_SCOPE_NODE, "node");
+		c->scope = parse_choice("RANGESHIM_SCOPE", v, names, 4, RS_SCOPE_NODE, "node");
 	/* Node scope may still fall back to process scope at run time, with
 	 * a warning, if the segment cannot be used (grants.c). */
 	c->effective = c->scope;
@@ -138,6 +138,24 @@ static void load_shm(struct rs_config *c, const char *v)
 	}
 }
 
+/* File-system type names to trust in cluster scope (clusterfs.c).  A
+ * bad list is dropped whole: trusting fewer types is the safe side. */
+static void load_cluster_fs(struct rs_config *c, const char *v)
+{
+	c->cluster_fs[0] = '\0';
+	if (!v || !*v)
+		return;
+	if (strlen(v) >= sizeof(c->cluster_fs) || strspn(v, "abcdefghijklmnopqrstuvwxyz"
+							 "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-,") != strlen(v) ||
+	    v[0] == ',' || v[strlen(v) - 1] == ',' || strstr(v, ",,")) {
+		rs_log(RS_LOG_ERROR, "RANGESHIM_CLUSTER_FS='%s' is not a comma-separated list of file "
+		       "system types (as in /proc/self/mountinfo, at most %zu bytes); trusting none "
+		       "beyond the built-in ones", v, sizeof(c->cluster_fs) - 1);
+		return;
+	}
+	strcpy(c->cluster_fs, v);
+}
+
 void rs_config_load(struct rs_config *c, const char *(*get)(const char *name))
 {
 	memset(c, 0, sizeof(*c));
@@ -149,6 +167,7 @@ void rs_config_load(struct rs_config *c, const char *(*get)(const char *name))
 	load_stats(c, get("RANGESHIM_STATS"));
 	load_paths(c, get("RANGESHIM_PATHS"));
 	load_shm(c, get("RANGESHIM_SHM"));
+	load_cluster_fs(c, get("RANGESHIM_CLUSTER_FS"));
 }
 
 static int under(const char *path, const char *prefix)

@@ -5,7 +5,9 @@
 
 #include <stddef.h>
 
-enum rs_scope { RS_SCOPE_OFF = 0, RS_SCOPE_PROCESS = 1, RS_SCOPE_NODE = 2 };
+/* Ordered: each scope includes the ones below it (cluster runs node
+ * scope too, and keeps it for files it refuses). */
+enum rs_scope { RS_SCOPE_OFF = 0, RS_SCOPE_PROCESS = 1, RS_SCOPE_NODE = 2, RS_SCOPE_CLUSTER = 3 };
 enum rs_lockmode { RS_LOCK_RANGE = 0, RS_LOCK_MUTEX = 1 };
 enum rs_stats_mode { RS_STATS_OFF = 0, RS_STATS_STDERR = 1, RS_STATS_FILE = 2 };
 
@@ -23,6 +25,7 @@ struct rs_config {
 	const char *paths[RS_MAX_PATHS];
 	char stats_path[512];
 	char shm_name[256];
+	char cluster_fs[256];         /* RANGESHIM_CLUSTER_FS, commas, no blanks */
 	char paths_buf[RS_PATHS_BUF];
 };
 

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "config.h"
 #include "filewaits.h"
 #include "futex.h"
@@ -131,14 +132,17 @@ static int attach_state;   /* 0 not tried, 1 attached, 2 failed */
 
 void rs_grants_init(void)
 {
-	__atomic_store_n(&rs_node_on, rs_cfg.effective == RS_SCOPE_NODE, __ATOMIC_RELAXED);
+	__atomic_store_n(&rs_node_on, rs_cfg.effective >= RS_SCOPE_NODE, __ATOMIC_RELAXED);
 }
 
 static void node_off(const char *why)
 {
 	static _Atomic int said;
 
-	__atomic_store_n(&rs_node_on, 0, __ATOMIC_RELAXED);
+	/* In cluster scope every call keeps coming to the slow path, which
+	 * fails cluster files' calls with EIO (they must not run without
+	 * the node's cluster grants) and passes the others. */
+	__atomic_store_n(&rs_node_on, rs_cfg.scope == RS_SCOPE_CLUSTER, __ATOMIC_RELAXED);
 	attach_state = 2;
 	/* Grants already entered are left through their own pointers; the
 	 * mapping stays. */
@@ -295,14 +299,24 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	struct rs_segment *seg;
 	struct rs_seg_grant *g;
 	char why[256];
-	int slot, saved = errno;
+	struct rs_cl_pin pin;
+	int slot, saved = errno, cluster;
 
 	ref->g = NULL;
-	if (!__atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE) && attach() < 0)
+	rs_cl_eio = 0;
+	/* Cluster scope: a node grant only inside a pinned cluster grant
+	 * (cluster.c); without the node table there is neither, so the call
+	 * fails rather than run unprotected across nodes. */
+	cluster = rs_cfg.scope == RS_SCOPE_CLUSTER && rs_cluster_dev(atomic_load(&f->dev));
+	if (!__atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE) && attach() < 0) {
+		rs_cl_eio = cluster;
 		return 0;
+	}
 	seg = __atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE);
-	if (!seg)
+	if (!seg) {
+		rs_cl_eio = cluster;
 		return 0;	/* node scope was turned off meanwhile */
+	}
 	/*
 	 * One acquisition per file at a time in this process: threads that
 	 * miss the cache together would otherwise each take a slot of the
@@ -325,6 +339,20 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	req.window = RS_GRANT_WINDOW;
 	req.exact = policy_exact(pol, coarse_ns());
 	req.mode = rlmode == 1 ? RS_G_SHARED : rlmode == RS_GRANT_APPEND ? RS_G_APPEND : RS_G_EXSH;
+	req.bounded = 0;
+	if (cluster) {
+		/* Pinned until the node grant is in the table: from then on a
+		 * give-back of the cluster grant drains it first. */
+		if (rs_cluster_pin(req.dev, req.ino, start, end, &pin) < 0) {
+			rs_mutex_unlock(&f->acquire_mtx);
+			rs_cl_eio = 1;
+			errno = saved;
+			return 0;
+		}
+		req.bounded = 1;
+		req.lo = pin.lo;
+		req.hi = pin.hi;
+	}
 	/* No lock of ours is held while we wait for other processes: their
 	 * holders may need one to give back what we wait for. */
 	while (rs_nt_acquire(&table, &req, &res, why, sizeof(why)) < 0) {
@@ -335,12 +363,17 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 		again = table.me < RS_NPROC || attach_locked() == 0;
 		rs_mutex_unlock(&attach_mtx);
 		if (!again) {
+			if (cluster)
+				rs_cluster_unpin(&pin);
+			rs_cl_eio = cluster;
 			rs_mutex_unlock(&f->acquire_mtx);
 			errno = saved;
 			return 0;
 		}
 		seg = __atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE);
 	}
+	if (cluster)
+		rs_cluster_unpin(&pin);
 	RS_COUNT(node_acquires, 1);
 	RS_COUNT(node_wanted, res.wanted);
 	RS_COUNT(node_revokes, res.revoked);
@@ -436,6 +469,7 @@ void rs_grants_fork_child(void)
 	__atomic_store_n(&rs_node_seg, NULL, __ATOMIC_RELAXED);
 	attach_state = 0;
 	atomic_store(&attach_mtx, 0);
+	rs_cluster_fork_child();
 	rs_grants_init();
 }
 

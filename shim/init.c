@@ -97,7 +97,7 @@ void rs_init_slow(void)
 		final = RS_DISABLED;
 	} else {
 		pthread_atfork(rs_fork_prepare, rs_fork_parent, rs_after_fork_child);
-		if (rs_cfg.effective == RS_SCOPE_NODE || rs_cfg.stats == RS_STATS_STDERR)
+		if (rs_cfg.effective >= RS_SCOPE_NODE || rs_cfg.stats == RS_STATS_STDERR)
 			rs_fd_grow_table();
 	}
 	if (rs_cfg.stats == RS_STATS_STDERR) {

@@ -77,6 +77,10 @@ static inline __attribute__((always_inline)) void count_bytes(unsigned kind, lon
 			rs_io_end_fast(&io, mode, how, (long long)r);        \
 			return r;                                            \
 		}                                                            \
+		if (__builtin_expect(io.entered < 0, 0)) {                   \
+			errno = EIO;	/* cluster lock lost (cluster.c) */  \
+			return (ret)-1;                                      \
+		}                                                            \
 		r = REAL(ret, name, args);                                   \
 		if (io.entered) {                                            \
 			rs_io_end_slow(&io);                                 \

@@ -36,6 +36,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "config.h"
 #include "futex.h"
 #include "log.h"
@@ -431,9 +432,13 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 				i = 1 - k;
 			/* Appenders of different processes share the tail
 			 * (RS_G_APPEND); the range lock below stays a write. */
-			rs_grant_enter(p[i].file, p[i].start, p[i].end,
-				       p[i].append ? RS_GRANT_APPEND : p[i].mode,
-				       &io->gref[io->ngrefs]);
+			if (rs_grant_enter(p[i].file, p[i].start, p[i].end,
+					   p[i].append ? RS_GRANT_APPEND : p[i].mode,
+					   &io->gref[io->ngrefs]) &&
+			    !io->gref[io->ngrefs].g && RS_LOAD(rs_cl_eio)) {
+				release(io);
+				return 2;	/* cluster lock lost: EIO */
+			}
 			/* The fast path leaves file unset; leave_grants needs it. */
 			io->gref[io->ngrefs].file = p[i].file;
 			if (io->gref[io->ngrefs].g)
@@ -524,9 +529,12 @@ void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
 	while ((r = try_begin(io, t, n)) < 0)
 		;
 	errno = saved;
-	if (r == 0) {
+	if (r == 0 || r == 2) {
 		rs_depth_add(-1);
-		RS_COUNT(passthrough, 1);
+		if (r == 2)
+			io->entered = -1;	/* the wrapper fails the call with EIO */
+		else
+			RS_COUNT(passthrough, 1);
 		return;
 	}
 	cancel_off(io);
@@ -573,7 +581,7 @@ void rs_io_end_slow(struct rs_io *io)
 {
 	int saved;
 
-	if (!io->entered)
+	if (io->entered <= 0)
 		return;
 	saved = errno;
 	release(io);
@@ -607,7 +615,13 @@ void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len)
 		if (rs_cfg.lock == RS_LOCK_MUTEX)
 			start = 0;
 		io->hold[0].file = f;
-		rs_grant_enter(f, start, RS_RANGE_EOF, RS_RL_WRITE, &io->gref[0]);
+		if (rs_grant_enter(f, start, RS_RANGE_EOF, RS_RL_WRITE, &io->gref[0]) &&
+		    !io->gref[0].g && RS_LOAD(rs_cl_eio)) {
+			errno = saved;
+			rs_depth_add(-1);
+			io->entered = -1;	/* cluster lock lost: EIO */
+			return;
+		}
 		io->gref[0].file = f;
 		io->ngrefs = io->gref[0].g != NULL;
 		if (rs_rangelock_lock(&f->rl, &io->hold[0].node, start, RS_RANGE_EOF, RS_RL_WRITE)) {

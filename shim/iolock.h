@@ -17,6 +17,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "config.h"
 #include "fdtable.h"
 #include "filewaits.h"
@@ -81,7 +82,7 @@ struct rs_io {
 	int cancel_off;         /* we disabled cancellation; the old state */
 	int ngrefs;
 	struct rs_gref gref[2]; /* node grants entered, in (dev, ino) order */
-	int entered;            /* this call raised rs_depth */
+	int entered;            /* this call raised rs_depth; -1: fail it with EIO */
 	int nholds, npos;
 	struct rs_desc *pos[2];
 	struct rs_hold hold[2];
@@ -432,7 +433,14 @@ rs_io_fast_body(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	 * (rangelock.c and nodelock.c, "Appenders"); one mode for both
 	 * locks: the values agree (below). */
 	lmode = append ? RS_RL_APPEND : mode;
-	rs_grant_enter(file, start, end, lmode, &io->gref[0]);
+	if (__builtin_expect(rs_grant_enter(file, start, end, lmode, &io->gref[0]), 0) &&
+	    __builtin_expect(!io->gref[0].g && RS_LOAD(rs_cl_eio), 0)) {
+		/* Cluster lock lost: the general path fails the call. */
+		if ((how & RS_HOW_CURSOR) && !solo)
+			rs_mutex_unlock(&desc->pos_mtx);
+		RS_STORE(rs_depth, 0);
+		goto general;
+	}
 	if (!solo && __builtin_expect(rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start,
 							    end, lmode), 0)) {
 		RS_COUNT(lock_waits, 1);

@@ -980,6 +980,11 @@ rescan:
 					start = ws > lo ? ws : lo;
 					end = we < top ? we : top;
 				}
+				/* A node grant never leaves its cluster grant. */
+				if (r->bounded) {
+					start = start > r->lo ? start : r->lo;
+					end = end < r->hi ? end : r->hi;
+				}
 				/* Counted in before the table is unlocked: an idle
 				 * grant is revocable, and this one is about to be used. */
 				fill(t, idx, r, start, end, RS_G_HELD, 0, 1);

@@ -31,6 +31,8 @@ struct rs_nt_req {
 	unsigned mode;        /* RS_G_SHARED, RS_G_EXSH or RS_G_APPEND */
 	uint64_t window;      /* expand to this alignment when uncontended */
 	int exact;            /* grant exactly [start, end): the file is contended */
+	int bounded;          /* expand only within [lo, hi): cluster scope's */
+	uint64_t lo, hi;      /* cluster grant, which holds [start, end) */
 };
 
 struct rs_nt_result {

@@ -19,6 +19,9 @@
 	X(node_reclaims,   "dead processes whose grants were reclaimed") \
 	X(node_table_full, "acquisitions that found the node table full") \
 	X(node_exact,      "exact, uncached grants acquired on files processes share") \
+	X(cluster_locks,   "lock requests the node's agent sent to the file system for us") \
+	X(cluster_revokes, "cluster grants the node gave back to other nodes (reported once)") \
+	X(cluster_wait_ns, "nanoseconds the agent waited on the lock manager for us") \
 	X(bytes_read,      "bytes moved by locked reads (their results)") \
 	X(bytes_written,   "bytes moved by locked writes (their results)") \
 	X(appends,         "O_APPEND writes locked from end of file") \

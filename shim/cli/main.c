@@ -1,12 +1,15 @@
 /* rangeshim: dispatch to the subcommands, and the usage text. */
 #include "cli.h"
 
+int cmd_agent(const struct command *cmd, int argc, char **argv);
+
 static const struct command commands[] = {
 	{ "run", cmd_run, "run CMD with the shim preloaded" },
 	{ "env", cmd_env, "print the variables `run` would set, for eval" },
 	{ "locks", cmd_locks, "list the node lock table's grants, like lslocks" },
 	{ "stats", cmd_stats, "merge the JSON stats reports of a job (FILE...|DIR) into one summary" },
 	{ "check", cmd_check, "race writers and readers in PATH without and with the shim" },
+	{ "agent", cmd_agent, "the node's owner of cluster grants (started on first use)" },
 	{ "clean", cmd_clean, "remove the node lock table if no live process is attached" },
 };
 

@@ -1,0 +1,615 @@
+/*
+ * rangeshim agent: the node's owner of cluster grants (issue 11; theory
+ * in docs/design.md (i) and shim/clusterlock.c).
+ *
+ * One agent per user and per node table (RANGESHIM_SHM): the abstract
+ * socket name is the singleton lock (a second agent's bind fails and it
+ * exits).  Processes in cluster scope start it on first use (cluster.c)
+ * and connect once per pin.  For each file the agent keeps its own open
+ * file description and runs the cluster grant cache over it; it hands a
+ * copy of that description to every process that pins, so that the OFD
+ * locks live as long as any process of the node might be inside them,
+ * even if the agent dies.
+ *
+ * The agent is also a process of the node table.  Before it gives a
+ * cluster grant back (another node asked, or it is idle) it takes an
+ * exact EXSH node grant over the range (drain_fn): the node table's own
+ * revocation then empties the range of every process's node grant, and
+ * waits for calls inside to end.  Only then does it write back, drop the
+ * cached pages and unlock; it lets the range go in the node table after.
+ *
+ * Pre/Post of a pin: between its REPLY (rc 0) and the UNPIN, the cluster
+ * grant [gs, ge) named in the reply has a user and cannot be given back;
+ * a node grant the process takes meanwhile inside [gs, ge) therefore
+ * lies inside a cluster grant that the lock manager granted, and any
+ * later give-back drains it first.
+ *
+ * Exits when it has held no file and served no connection for
+ * IDLE_EXIT_NS; gives a file's grants back once neither a pin nor a node
+ * grant of any process has touched the file for IDLE_FILE_NS.
+ */
+#include "cli.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <linux/kcmp.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+
+#include "clusteragent.h"
+#include "clusterlock.h"
+#include "log.h"
+#include "nodelock.h"
+#include "rangeshim/rangelock.h"
+
+int cmd_agent(const struct command *cmd, int argc, char **argv);
+
+#define MAX_FILES 256
+#define IDLE_FILE_NS (2000ULL * 1000000)
+#define IDLE_EXIT_NS (3000ULL * 1000000)
+
+struct afile {
+	int used;
+	uint64_t dev, ino;
+	int fd;
+	int pins;               /* connections using it (files_mu) */
+	int lost_drained;
+	uint64_t next_poll_ns, idle_since_ns;
+	uint32_t drain_idx, drain_gen;
+	uint64_t reported_revokes;
+	uint64_t desc_id;       /* this agent's pid, and which opening */
+	struct rs_cl cl;
+};
+
+static struct afile files[MAX_FILES];
+static pthread_mutex_t files_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct rs_nt nt;
+static _Atomic int conns;
+static _Atomic uint64_t last_activity_ns;
+static int verbose;
+static uint32_t openings;   /* files_mu */
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000ULL + (uint64_t)t.tv_nsec;
+}
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!verbose)
+		return;
+	va_start(ap, fmt);
+	fprintf(stderr, "rangeshim agent[%d]: ", (int)getpid());
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+/* Cluster data space [0, RS_CL_EOF) to the node table's, where "to the
+ * end" is RS_RANGE_EOF. */
+static uint64_t node_end(uint64_t e)
+{
+	return e >= RS_CL_EOF ? RS_RANGE_EOF : e;
+}
+
+/* Pre: f->cl.mu held (give_back), so one drain per file at a time.
+ * Post: an exact EXSH node grant of ours covers [s, e): no process of
+ * the node holds a node grant overlapping it, nor is inside one. */
+static void drain(void *arg, uint64_t s, uint64_t e)
+{
+	struct afile *f = arg;
+	struct rs_nt_req q = { .dev = f->dev, .ino = f->ino, .start = s, .end = node_end(e),
+			       .mode = RS_G_EXSH, .window = 0, .exact = 1 };
+	struct rs_nt_result res;
+	char why[256];
+
+	while (rs_nt_acquire(&nt, &q, &res, why, sizeof why) < 0) {
+		/* Never give a range back undrained: wait, and say why. */
+		fprintf(stderr, "rangeshim agent[%d]: cannot drain the node (%s); retrying\n",
+			(int)getpid(), why);
+		sleep(1);
+	}
+	f->drain_idx = res.idx;
+	f->drain_gen = res.gen;
+}
+
+static void undrain(void *arg)
+{
+	struct afile *f = arg;
+
+	atomic_fetch_sub(&nt.map.seg->grants[f->drain_idx].gw, 1);
+	rs_nt_release(&nt, f->drain_idx, f->drain_gen);
+}
+
+/* A lost file: every node grant on it goes, so that no call is admitted
+ * through a cached one; new pins get -EIO (clusterlock.c). */
+static void lost(struct afile *f)
+{
+	if (f->lost_drained)
+		return;
+	f->lost_drained = 1;
+	fprintf(stderr, "rangeshim agent[%d]: lost the cluster locks of file %llu:%llu; "
+		"calls on it fail with EIO\n", (int)getpid(), (unsigned long long)f->dev,
+		(unsigned long long)f->ino);
+	drain(f, 0, RS_CL_EOF);
+	undrain(f);
+}
+
+/* Find (or, with fd >= 0, open) the file; counts a pin in.  NULL: unknown
+ * and no fd, or it could not be opened for writing. */
+static struct afile *get_file(uint64_t dev, uint64_t ino, int fd)
+{
+	struct afile *f = NULL, *free_f = NULL;
+
+	pthread_mutex_lock(&files_mu);
+	for (int i = 0; i < MAX_FILES; i++) {
+		if (files[i].used && files[i].dev == dev && files[i].ino == ino) {
+			f = &files[i];
+			break;
+		}
+		if (!files[i].used && !free_f)
+			free_f = &files[i];
+	}
+	if (!f && fd >= 0 && free_f) {
+		char path[64];
+		struct stat st;
+		struct rs_cl_params p;
+		int own;
+
+		/* A description of our own: reopening through /proc makes a
+		 * new one, which is what owns the locks. */
+		snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+		own = open(path, O_RDWR | O_CLOEXEC);
+		if (own >= 0 && fstat(own, &st) == 0 && (uint64_t)st.st_dev == dev &&
+		    (uint64_t)st.st_ino == ino) {
+			f = free_f;
+			memset(f, 0, sizeof *f);
+			f->used = 1;
+			f->dev = dev;
+			f->ino = ino;
+			f->fd = own;
+			f->desc_id = (uint64_t)getpid() << 32 | ++openings;
+			rs_cl_params_default(&p);
+			/* An idle grant is taken within 20 ms of being asked. */
+			p.poll_max_ns = 20ULL * 1000000;
+			p.drain_fn = drain;
+			p.undrain_fn = undrain;
+			p.drain_arg = f;
+			rs_cl_init(&f->cl, own, &p);
+			say("file %llu:%llu opened", (unsigned long long)dev, (unsigned long long)ino);
+		} else if (own >= 0) {
+			close(own);
+		} else {
+			fprintf(stderr, "rangeshim agent[%d]: cannot open file %llu:%llu for writing "
+				"(%s): cluster grants need a writable description\n", (int)getpid(),
+				(unsigned long long)dev, (unsigned long long)ino, strerror(errno));
+		}
+	}
+	if (f)
+		f->pins++;
+	pthread_mutex_unlock(&files_mu);
+	return f;
+}
+
+static void put_file(struct afile *f)
+{
+	pthread_mutex_lock(&files_mu);
+	f->pins--;
+	f->idle_since_ns = 0;
+	pthread_mutex_unlock(&files_mu);
+}
+
+static ssize_t recv_msg(int s, struct rs_ag_msg *m, int *fd)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { m, sizeof *m };
+	struct msghdr h = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			    .msg_controllen = sizeof cbuf };
+	ssize_t n;
+
+	*fd = -1;
+	do
+		n = recvmsg(s, &h, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+	while (n < 0 && errno == EINTR);
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+			memcpy(fd, CMSG_DATA(c), sizeof(int));
+	return n;
+}
+
+static int send_msg(int s, const struct rs_ag_msg *m, int fd)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { (void *)m, sizeof *m };
+	struct msghdr h = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (fd >= 0) {
+		struct cmsghdr *c;
+
+		memset(cbuf, 0, sizeof cbuf);
+		h.msg_control = cbuf;
+		h.msg_controllen = sizeof cbuf;
+		c = CMSG_FIRSTHDR(&h);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	return sendmsg(s, &h, MSG_NOSIGNAL) == (ssize_t)sizeof *m ? 0 : -1;
+}
+
+/*
+ * A dead agent's description of f, sent back by a process that kept it.
+ * Its locks still hold (the node's processes keep it open), and they are
+ * this node's: once the node table is drained of f, no call on the node
+ * is inside any of them, and unlocking them all through that description
+ * is safe.  Without this, our own requests would wait for them for as
+ * long as any process keeps the old description.
+ */
+static void adopt(struct afile *f, int old)
+{
+	struct flock fl = { .l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+
+	pthread_mutex_lock(&f->cl.mu);
+	drain(f, 0, RS_CL_EOF);
+	if (fcntl(old, F_OFD_SETLK, &fl) < 0)
+		fprintf(stderr, "rangeshim agent[%d]: cannot unlock a dead agent's description: "
+			"%s\n", (int)getpid(), strerror(errno));
+	undrain(f);
+	pthread_mutex_unlock(&f->cl.mu);
+	say("file %llu:%llu: took over a dead agent's description", (unsigned long long)f->dev,
+	    (unsigned long long)f->ino);
+}
+
+/* Every cluster grant of the node, for `rangeshim agent --grants`. */
+static void list_grants(int s)
+{
+	struct rs_cl_grant g[RS_CL_MAX_GRANTS];
+	struct rs_ag_msg r;
+
+	pthread_mutex_lock(&files_mu);
+	for (int i = 0; i < MAX_FILES; i++) {
+		int n;
+
+		if (!files[i].used)
+			continue;
+		n = rs_cl_grants(&files[i].cl, g, RS_CL_MAX_GRANTS);
+		for (int k = 0; k < n && k < RS_CL_MAX_GRANTS; k++) {
+			memset(&r, 0, sizeof r);
+			r.op = RS_AG_REPLY;
+			r.dev = files[i].dev;
+			r.ino = files[i].ino;
+			r.gs = g[k].start;
+			r.ge = g[k].end;
+			r.locks = g[k].users;
+			r.wait_ns = now_ns() - g[k].since_ns;
+			r.flags = g[k].wanted;
+			send_msg(s, &r, -1);
+		}
+	}
+	pthread_mutex_unlock(&files_mu);
+	memset(&r, 0, sizeof r);
+	r.op = RS_AG_REPLY;
+	r.rc = 1;
+	send_msg(s, &r, -1);
+}
+
+/* `rangeshim agent --grants`: ask the running agent. */
+static int print_grants(const char *shm)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int len = rs_ag_name(a.sun_path, sizeof a.sun_path, (unsigned)getuid(), shm);
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), fd;
+	struct rs_ag_msg m = { .op = RS_AG_LIST }, r;
+
+	if (s < 0 || connect(s, (struct sockaddr *)&a,
+			     (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)len)) < 0) {
+		printf("no agent serves node table '%s' (nothing held through the lock manager)\n",
+		       shm[0] ? shm : "(default)");
+		return 0;
+	}
+	send_msg(s, &m, -1);
+	printf("%-20s %20s %20s %6s %6s %10s\n", "FILE(DEV:INO)", "START", "END", "USERS",
+	       "WANTED", "HELD_MS");
+	while (recv_msg(s, &r, &fd) == (ssize_t)sizeof r && r.rc == 0) {
+		char file[64], end[24];
+
+		snprintf(file, sizeof file, "%llu:%llu", (unsigned long long)r.dev,
+			 (unsigned long long)r.ino);
+		if (r.ge >= RS_CL_EOF)
+			snprintf(end, sizeof end, "EOF");
+		else
+			snprintf(end, sizeof end, "%llu", (unsigned long long)r.ge);
+		printf("%-20s %20llu %20s %6llu %6s %10llu\n", file, (unsigned long long)r.gs, end,
+		       (unsigned long long)r.locks, r.flags ? "yes" : "no",
+		       (unsigned long long)(r.wait_ns / 1000000));
+	}
+	close(s);
+	return 0;
+}
+
+static void *serve(void *arg)
+{
+	int s = (int)(intptr_t)arg, pfd, pfd_old = -1;
+	struct rs_ag_msg m, r;
+	struct afile *f = NULL;
+
+	for (;;) {
+		ssize_t got = recv_msg(s, &m, &pfd);
+
+		if (got == (ssize_t)sizeof m && m.op == RS_AG_LIST) {
+			list_grants(s);
+			goto out;
+		}
+		if (got != (ssize_t)sizeof m || m.op != RS_AG_PIN) {
+			if (pfd >= 0)
+				close(pfd);
+			if (pfd_old >= 0)
+				close(pfd_old);
+			goto out;
+		}
+		f = get_file(m.dev, m.ino, pfd);
+		if (pfd >= 0 && (m.flags & RS_AG_OLD_FD) && pfd_old < 0)
+			pfd_old = pfd;	/* kept for adopt() */
+		else if (pfd >= 0)
+			close(pfd);
+		memset(&r, 0, sizeof r);
+		r.op = RS_AG_REPLY;
+		if (!f) {
+			r.rc = (m.flags & (RS_AG_HAS_FD | RS_AG_OLD_FD)) ? -EACCES : -ENOENT;
+			if (pfd_old >= 0) {
+				close(pfd_old);
+				pfd_old = -1;
+			}
+			if (send_msg(s, &r, -1) < 0 || r.rc != -ENOENT)
+				goto out;
+			continue;	/* it sends the fd */
+		}
+		break;
+	}
+	memset(&r, 0, sizeof r);
+	r.op = RS_AG_REPLY;
+	if ((m.flags & RS_AG_OLD_FD) && pfd_old >= 0) {
+		/* Ours (the process cannot tell): nothing to take over.
+		 * kcmp compares descriptions; where it is missing, only a
+		 * description of another agent could be adopted wrongly,
+		 * so then nothing is (and limitations.md says so). */
+		long same = syscall(SYS_kcmp, getpid(), getpid(), KCMP_FILE, f->fd, pfd_old);
+
+		if (same == 0)
+			r.flags |= RS_AG_CURRENT;
+		else if (same > 0) {
+			adopt(f, pfd_old);
+			r.flags |= RS_AG_ADOPTED;
+		}
+	}
+	if (pfd_old >= 0)
+		close(pfd_old);
+	atomic_store(&last_activity_ns, now_ns());
+	r.rc = rs_cl_acquire_ex(&f->cl, m.start, m.end, &r.gs, &r.ge, &r.locks, &r.wait_ns);
+	pthread_mutex_lock(&f->cl.mu);
+	r.revokes = f->cl.st.revokes - f->reported_revokes;
+	f->reported_revokes = f->cl.st.revokes;
+	pthread_mutex_unlock(&f->cl.mu);
+	if (r.rc == -EIO) {
+		pthread_mutex_lock(&f->cl.mu);
+		lost(f);
+		pthread_mutex_unlock(&f->cl.mu);
+	}
+	r.desc_id = f->desc_id;
+	if (send_msg(s, &r, r.rc == 0 ? f->fd : -1) == 0 && r.rc == 0) {
+		/* Held until UNPIN, or until the process goes away. */
+		struct rs_ag_msg u;
+
+		if (recv_msg(s, &u, &pfd) == (ssize_t)sizeof u && pfd >= 0)
+			close(pfd);
+	}
+	if (r.rc == 0)
+		rs_cl_release(&f->cl, m.start, m.end);
+	put_file(f);
+out:
+	close(s);
+	atomic_store(&last_activity_ns, now_ns());
+	atomic_fetch_sub(&conns, 1);
+	return NULL;
+}
+
+/* Does any process (other than us) hold or wait for a node grant on f?
+ * Under the table lock, which every change of a slot holds. */
+static int node_busy(const struct afile *f)
+{
+	struct rs_segment *seg = nt.map.seg;
+	int busy = 0;
+
+	rs_nt_lock_table(&nt);
+	for (uint32_t i = 0; i < RS_NGRANT && !busy; i++) {
+		const struct rs_seg_grant *g = &seg->grants[i];
+
+		busy = atomic_load(&g->state) != RS_G_FREE && g->owner != nt.me &&
+		       g->dev == f->dev && g->ino == f->ino;
+	}
+	rs_nt_unlock_table(&nt);
+	return busy;
+}
+
+/* Polls for other nodes' intent; forgets idle files; says when to exit. */
+static int tick(void)
+{
+	uint64_t now = now_ns();
+	int nfiles = 0;
+
+	for (int i = 0; i < MAX_FILES; i++) {
+		struct afile *f = &files[i];
+		int used;
+
+		/* Only this thread forgets files; serve() threads add them
+		 * under files_mu, after rs_cl_init. */
+		pthread_mutex_lock(&files_mu);
+		used = f->used;
+		pthread_mutex_unlock(&files_mu);
+		if (!used)
+			continue;
+		nfiles++;
+		if (now >= f->next_poll_ns) {
+			if (rs_cl_poll(&f->cl) < 0) {
+				pthread_mutex_lock(&f->cl.mu);
+				lost(f);
+				pthread_mutex_unlock(&f->cl.mu);
+			}
+			f->next_poll_ns = now + rs_cl_poll_interval(&f->cl);
+		}
+		pthread_mutex_lock(&files_mu);
+		if (f->pins || node_busy(f)) {
+			f->idle_since_ns = 0;
+		} else if (!f->idle_since_ns) {
+			f->idle_since_ns = now;
+		} else if (now - f->idle_since_ns > IDLE_FILE_NS) {
+			/* Nobody on the node uses it: give everything back
+			 * (drained, as always) and forget it. */
+			rs_cl_fini(&f->cl);
+			close(f->fd);
+			f->used = 0;
+			say("file %llu:%llu given back (idle)", (unsigned long long)f->dev,
+			    (unsigned long long)f->ino);
+		}
+		pthread_mutex_unlock(&files_mu);
+	}
+	return nfiles == 0 && atomic_load(&conns) == 0 &&
+	       now - atomic_load(&last_activity_ns) > IDLE_EXIT_NS;
+}
+
+static void *poller(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		if (tick()) {
+			say("idle: exiting");
+			exit(0);
+		}
+		usleep(2000);
+	}
+	return NULL;
+}
+
+int cmd_agent(const struct command *cmd, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "foreground", no_argument, NULL, 'f' },
+		{ "grants", no_argument, NULL, 'g' },
+		{ "shm", required_argument, NULL, 's' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *shm = getenv("RANGESHIM_SHM");
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	char why[256];
+	int fg = 0, grants = 0, c, ls, len;
+	pthread_t th;
+
+	(void)cmd;
+	/* Nothing of the process that started us: its pipes, its files. */
+	syscall(SYS_close_range, 3U, ~0U, 0);
+	while ((c = getopt_long(argc, argv, "+fgs:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'f':
+			fg = 1;
+			break;
+		case 'g':
+			grants = 1;
+			break;
+		case 's':
+			shm = optarg;
+			break;
+		case 'h':
+			printf("usage: rangeshim agent [--foreground] [--shm NAME]\n"
+			       "       rangeshim agent --grants [--shm NAME]\n"
+			       "  the node's owner of cluster grants (RANGESHIM_SCOPE=cluster); the\n"
+			       "  library starts it on first use, and it exits when idle; --grants\n"
+			       "  lists the cluster grants the running agent holds\n");
+			return 0;
+		default:
+			return 2;
+		}
+	}
+	if (!shm)
+		shm = "";
+	if (grants)
+		return print_grants(shm);
+	verbose = fg;
+	len = rs_ag_name(a.sun_path, sizeof a.sun_path, (unsigned)getuid(), shm);
+	ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (ls < 0 || bind(ls, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)len)) < 0) {
+		if (errno == EADDRINUSE) {
+			if (fg)
+				fprintf(stderr, "rangeshim agent: an agent already serves this node table\n");
+			return 0;
+		}
+		fprintf(stderr, "rangeshim agent: socket: %s\n", strerror(errno));
+		return 1;
+	}
+	if (listen(ls, 64) < 0) {
+		fprintf(stderr, "rangeshim agent: listen: %s\n", strerror(errno));
+		return 1;
+	}
+	if (!fg) {
+		/* The starter waits for us (the socket is bound already), so
+		 * the real agent is our child, in a session of its own. */
+		pid_t p = fork();
+		int dn;
+
+		if (p < 0)
+			return 1;
+		if (p > 0)
+			_exit(0);
+		setsid();
+		dn = open("/dev/null", O_RDWR);
+		if (dn >= 0) {
+			dup2(dn, 0);
+			dup2(dn, 1);
+			dup2(dn, 2);
+			if (dn > 2)
+				close(dn);
+		}
+	}
+	if (rs_nt_register(&nt, shm, why, sizeof why) < 0) {
+		fprintf(stderr, "rangeshim agent: cannot attach to the node table: %s\n", why);
+		return 1;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	atomic_store(&last_activity_ns, now_ns());
+	say("serving node table '%s'", shm[0] ? shm : "(default)");
+	if (pthread_create(&th, NULL, poller, NULL) != 0)
+		return 1;
+	for (;;) {
+		int s = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+		struct ucred cr;
+		socklen_t cl = sizeof cr;
+
+		if (s < 0)
+			continue;
+		/* Only our own user's processes. */
+		if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || cr.uid != getuid()) {
+			close(s);
+			continue;
+		}
+		atomic_fetch_add(&conns, 1);
+		if (pthread_create(&th, NULL, serve, (void *)(intptr_t)s) != 0) {
+			close(s);
+			atomic_fetch_sub(&conns, 1);
+			continue;
+		}
+		pthread_detach(th);
+	}
+}

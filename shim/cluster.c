@@ -1,0 +1,482 @@
+/*
+ * Cluster scope, the library side (issue 11; docs/design.md (i)).
+ *
+ * THEORY
+ *
+ * Which files: those on a file system whose locks reach other nodes
+ * (clusterfs.c decides from /proc/self/mountinfo).  The decision depends
+ * only on the device, so it is made once per device and remembered; a
+ * refused device gets one line, at level error, that says why, and its
+ * files keep node scope.
+ *
+ * The one rule: a node grant on a cluster file is acquired only while
+ * this process holds a pin on a cluster grant of its node's agent that
+ * contains it (rs_cluster_pin, then rs_nt_acquire bounded to the pinned
+ * grant, then rs_cluster_unpin; grants.c).  The agent gives a cluster
+ * grant back only after draining every node grant inside it (agent.c).
+ * Pre of a call: it runs only inside a node grant (node scope).  Post:
+ * while it runs, its node holds the lock manager's lock on its range.
+ * Nothing here is on the inline fast path: a cached node grant is valid
+ * exactly as long as its cluster grant, so the fast path needs no check.
+ *
+ * Fail safe: no agent answering means waiting (and saying so), never
+ * running; a lost lock means EIO (rs_cl_eio), never running.  Each pin
+ * reply carries the agent's own description, kept here, so that the
+ * agent's locks outlive the agent while this process might be inside
+ * them; a new agent takes a dead one's over (agent.c, adopt).
+ */
+#include "cluster.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clusteragent.h"
+#include "clusterfs.h"
+#include "clusterlock.h"
+#include "fdtable.h"
+#include "rangeshim/rangelock.h"
+#include "stats.h"
+#include "config.h"
+#include "futex.h"
+#include "log.h"
+
+#define NDEV 64
+
+static struct {
+	uint64_t dev;
+	int ok;
+} devs[NDEV];
+static int ndev;
+static _Atomic uint32_t devs_mtx;
+
+static int decide(uint64_t dev)
+{
+	struct rs_mnt m;
+	char why[400];
+
+	if (rs_mnt_find("/proc/self/mountinfo", major(dev), minor(dev), &m) < 0) {
+		rs_log(RS_LOG_ERROR, "cluster scope: no mount of device %u:%u in "
+		       "/proc/self/mountinfo, so its locks cannot be known to be cluster-wide; "
+		       "its files keep node scope", major(dev), minor(dev));
+		return 0;
+	}
+	if (rs_mnt_cluster_ok(&m, rs_cfg.cluster_fs, why, sizeof why))
+		return 1;
+	rs_log(RS_LOG_ERROR, "cluster scope: files on %s keep node scope: %s "
+	       "(RANGESHIM_CLUSTER_FS=%s would trust it)", m.point, why, m.fstype);
+	return 0;
+}
+
+int rs_cluster_dev(uint64_t dev)
+{
+	int ok;
+
+	rs_mutex_lock(&devs_mtx);
+	for (int i = 0; i < ndev; i++)
+		if (devs[i].dev == dev) {
+			ok = devs[i].ok;
+			rs_mutex_unlock(&devs_mtx);
+			return ok;
+		}
+	ok = decide(dev);
+	/* A full table decides again next time (and says so again): rare,
+	 * and never less safe. */
+	if (ndev < NDEV)
+		devs[ndev++] = (typeof(devs[0])){ dev, ok };
+	rs_mutex_unlock(&devs_mtx);
+	return ok;
+}
+
+
+/*
+ * Pins (docs/design.md (i), shim/clusteragent.h).  A node grant on a
+ * cluster file is acquired only while a pin holds the cluster grant that
+ * will contain it; the pin is one connection to the node's agent.
+ */
+__thread int rs_cl_eio __attribute__((tls_model("initial-exec")));
+
+/*
+ * Copies of the agent's descriptions, kept as long as this process lives
+ * (hidden at high numbers, close-on-exec): an OFD lock lives as long as
+ * its description, so the agent's locks outlive the agent while a
+ * process that may be inside them lives.  One per description the agent
+ * opened (desc_id), since an agent that died and one started after it
+ * have different descriptions, and the dead one's locks may still hold
+ * calls of ours.  A description the agent closed itself holds no lock
+ * any more (it gave everything back first), so with a full table the
+ * oldest copy of the same file is the one to drop.
+ */
+#define NPFILE 64
+static struct {
+	uint64_t dev, ino, id, seq;
+	int fd;          /* + 1; 0: free */
+	int current;     /* the answering agent said it is its own */
+} pfiles[NPFILE];
+static uint64_t pfile_seq;
+static _Atomic uint32_t pfiles_mtx;
+
+static void pfile_keep(uint64_t dev, uint64_t ino, uint64_t id, int fd)
+{
+	int slot = -1, oldest = -1, drop = -1;
+
+	rs_mutex_lock(&pfiles_mtx);
+	for (int i = 0; i < NPFILE; i++) {
+		if (pfiles[i].fd && pfiles[i].dev == dev && pfiles[i].ino == ino) {
+			if (pfiles[i].id == id) {
+				slot = -2;	/* have it */
+				break;
+			}
+			if (oldest < 0 || pfiles[i].seq < pfiles[oldest].seq)
+				oldest = i;
+		}
+		if (!pfiles[i].fd && slot == -1)
+			slot = i;
+	}
+	if (slot == -1 && oldest >= 0) {
+		drop = pfiles[oldest].fd - 1;
+		slot = oldest;
+	}
+	if (slot >= 0) {
+		/* The agent sends its own description with every reply. */
+		pfiles[slot] = (typeof(pfiles[0])){ dev, ino, id, ++pfile_seq, rs_fd_hide(fd) + 1, 1 };
+		fd = -1;
+	}
+	rs_mutex_unlock(&pfiles_mtx);
+	if (fd >= 0)
+		syscall(SYS_close, fd);
+	if (drop >= 0)
+		syscall(SYS_close, drop);
+}
+
+/* A copy of (dev, ino) not yet known to be the answering agent's own
+ * (agent pid apid): the agent takes it over if it is a dead agent's.
+ * -1 if none; *slot says which, for pfile_drop and pfile_current. */
+static int pfile_old(uint64_t dev, uint64_t ino, int *slot)
+{
+	int fd = -1;
+
+	*slot = -1;
+	rs_mutex_lock(&pfiles_mtx);
+	for (int i = 0; i < NPFILE; i++)
+		if (pfiles[i].fd && pfiles[i].dev == dev && pfiles[i].ino == ino &&
+		    !pfiles[i].current) {
+			*slot = i;
+			fd = pfiles[i].fd - 1;
+			break;
+		}
+	rs_mutex_unlock(&pfiles_mtx);
+	return fd;
+}
+
+/* The agent said the copy in slot is its own description: send it no
+ * more, unless the agent changes (a connection to another agent pid
+ * clears the marks: pfile_agent). */
+static void pfile_current(int slot, int fd)
+{
+	rs_mutex_lock(&pfiles_mtx);
+	if (slot >= 0 && pfiles[slot].fd == fd + 1)
+		pfiles[slot].current = 1;
+	rs_mutex_unlock(&pfiles_mtx);
+}
+
+static void pfile_agent(pid_t pid)
+{
+	static pid_t last;
+
+	rs_mutex_lock(&pfiles_mtx);
+	if (pid != last)
+		for (int i = 0; i < NPFILE; i++)
+			pfiles[i].current = 0;
+	last = pid;
+	rs_mutex_unlock(&pfiles_mtx);
+}
+
+/* The new agent unlocked everything on that old description: drop it. */
+static void pfile_drop(int slot, int fd)
+{
+	if (slot < 0)
+		return;
+	rs_mutex_lock(&pfiles_mtx);
+	if (pfiles[slot].fd == fd + 1) {
+		pfiles[slot].fd = 0;
+		syscall(SYS_close, fd);
+	}
+	rs_mutex_unlock(&pfiles_mtx);
+}
+
+/* An fd of ours on (dev, ino), for the agent to open its own description
+ * from; -1 if none.  Once per file and agent. */
+static int find_fd(uint64_t dev, uint64_t ino)
+{
+	char buf[4096];
+	int dir = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/fd",
+			       O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	long n;
+
+	if (dir < 0)
+		return -1;
+	while ((n = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0) {
+		for (long off = 0; off < n;) {
+			struct linux_dirent64 {
+				uint64_t ino;
+				int64_t off;
+				unsigned short reclen;
+				unsigned char type;
+				char name[];
+			} *d = (void *)(buf + off);
+			struct stat st;
+			int fd = atoi(d->name);
+
+			off += d->reclen;
+			if (d->name[0] < '0' || d->name[0] > '9' || fd == dir)
+				continue;
+			if (syscall(SYS_fstat, fd, &st) == 0 && S_ISREG(st.st_mode) &&
+			    (uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino) {
+				syscall(SYS_close, dir);
+				return fd;
+			}
+		}
+	}
+	syscall(SYS_close, dir);
+	return -1;
+}
+
+static int send_msg(int s, const struct rs_ag_msg *m, int fd)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { (void *)m, sizeof *m };
+	struct msghdr h = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (fd >= 0) {
+		struct cmsghdr *c;
+
+		memset(cbuf, 0, sizeof cbuf);
+		h.msg_control = cbuf;
+		h.msg_controllen = sizeof cbuf;
+		c = CMSG_FIRSTHDR(&h);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	return sendmsg(s, &h, MSG_NOSIGNAL) == (ssize_t)sizeof *m ? 0 : -1;
+}
+
+static int recv_msg(int s, struct rs_ag_msg *m, int *fd)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { m, sizeof *m };
+	struct msghdr h = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			    .msg_controllen = sizeof cbuf };
+	ssize_t n;
+
+	*fd = -1;
+	do
+		n = recvmsg(s, &h, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+	while (n < 0 && errno == EINTR);
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+			memcpy(fd, CMSG_DATA(c), sizeof(int));
+	return n == (ssize_t)sizeof *m && m->op == RS_AG_REPLY ? 0 : -1;
+}
+
+/* A connection to our user's agent of this node table, or -1; *pid is
+ * the agent's. */
+static int connect_agent(pid_t *pid)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int len = rs_ag_name(a.sun_path, sizeof a.sun_path, (unsigned)getuid(), rs_cfg.shm_name);
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct ucred cr;
+	socklen_t cl = sizeof cr;
+
+	if (s < 0)
+		return -1;
+	if (connect(s, (struct sockaddr *)&a,
+		    (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)len)) < 0 ||
+	    /* Anyone can bind an abstract name: trust only our own user. */
+	    getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || cr.uid != getuid()) {
+		syscall(SYS_close, s);
+		return -1;
+	}
+	*pid = cr.pid;
+	return s;
+}
+
+/* The command next to the library: build/rangeshim beside
+ * build/librangeshim.so, or PREFIX/bin/rangeshim beside PREFIX/lib. */
+static int agent_path(char *buf, size_t len)
+{
+	Dl_info info;
+	char *slash;
+
+	if (!dladdr((void *)rs_cluster_dev, &info) || !info.dli_fname ||
+	    strlen(info.dli_fname) + 16 > len)
+		return -1;
+	strcpy(buf, info.dli_fname);
+	slash = strrchr(buf, '/');
+	if (!slash)
+		return -1;
+	strcpy(slash + 1, "rangeshim");
+	if (access(buf, X_OK) == 0)
+		return 0;
+	strcpy(slash + 1, "../bin/rangeshim");
+	return access(buf, X_OK);
+}
+
+extern char **environ;
+
+/* Start the agent; it forks itself into the background once its socket
+ * is bound, so the child we wait for exits at once. */
+static void spawn_agent(void)
+{
+	char path[4096];
+	char *argv[] = { path, "agent", "--shm", rs_cfg.shm_name, NULL };
+	char *envp[256];
+	int n = 0, st;
+	pid_t pid;
+
+	if (agent_path(path, sizeof path) < 0) {
+		static _Atomic int said;
+
+		if (!atomic_exchange(&said, 1))
+			rs_log(RS_LOG_ERROR, "cluster scope: no rangeshim command next to the "
+			       "library (PREFIX/bin/rangeshim or beside librangeshim.so) to start "
+			       "the node's agent; start `rangeshim agent` yourself");
+		return;
+	}
+	/* Not preloaded: the agent's own I/O is not the application's. */
+	for (char **e = environ; e && *e && n < 255; e++)
+		if (strncmp(*e, "LD_PRELOAD=", 11) != 0)
+			envp[n++] = *e;
+	envp[n] = NULL;
+	if (posix_spawn(&pid, path, NULL, NULL, argv, envp) == 0)
+		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+			;
+}
+
+int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, struct rs_cl_pin *p)
+{
+	struct rs_ag_msg m = { .op = RS_AG_PIN, .dev = dev, .ino = ino, .start = s,
+			       .end = e >= RS_CL_EOF ? RS_CL_EOF : e };
+	uint64_t t0 = 0;
+	int saved = errno, warned = 0;
+
+	if (s >= RS_CL_EOF)
+		return -EIO;	/* beyond what the cluster data space can lock */
+	for (;;) {
+		struct rs_ag_msg r;
+		pid_t apid = 0;
+		int sock = connect_agent(&apid), fd = -1, rfd = -1, old, oldslot;
+
+		if (sock < 0) {
+			uint64_t now = rs_cluster_now_ns();
+
+			if (!t0)
+				t0 = now;
+			if (!warned && now - t0 > 1000000000ULL) {
+				warned = 1;
+				rs_log(RS_LOG_WARN, "cluster scope: waiting for the node's agent "
+				       "(rangeshim agent); nothing new is granted until it runs");
+			}
+			spawn_agent();
+			if ((sock = connect_agent(&apid)) < 0) {
+				usleep(20000);
+				continue;
+			}
+		}
+		/* A dead agent's description we still hold: the new agent takes
+		 * its locks over (agent.c, adopt).  The pid is the listener's
+		 * (the agent's starter), stable for one agent's life. */
+		pfile_agent(apid);
+		old = pfile_old(dev, ino, &oldslot);
+		m.flags = old >= 0 ? RS_AG_OLD_FD : 0;
+		if (send_msg(sock, &m, old) < 0 || recv_msg(sock, &r, &rfd) < 0)
+			goto retry;
+		m.flags = 0;
+		if (r.rc == -ENOENT) {
+			fd = find_fd(dev, ino);
+			m.flags |= RS_AG_HAS_FD;
+			if (fd < 0 || send_msg(sock, &m, fd) < 0 || recv_msg(sock, &r, &rfd) < 0)
+				goto retry;
+		}
+		if (r.rc == -EIO) {
+			if (rfd >= 0)
+				syscall(SYS_close, rfd);
+			syscall(SYS_close, sock);
+			errno = saved;
+			return -EIO;
+		}
+		if (r.rc == -EACCES && !warned) {
+			warned = 1;
+			rs_log(RS_LOG_ERROR, "cluster scope: the node's agent cannot open file "
+			       "%llu:%llu for writing, which cluster locks need; waiting (this "
+			       "user needs write permission on it)", (unsigned long long)dev,
+			       (unsigned long long)ino);
+		}
+		if (r.rc != 0)
+			goto retry;
+		if (r.flags & RS_AG_ADOPTED)
+			pfile_drop(oldslot, old);
+		else if (r.flags & RS_AG_CURRENT)
+			pfile_current(oldslot, old);
+		if (rfd >= 0)
+			pfile_keep(dev, ino, r.desc_id, rfd);
+		RS_COUNT(cluster_locks, r.locks);
+		RS_COUNT(cluster_wait_ns, r.wait_ns);
+		RS_COUNT(cluster_revokes, r.revokes);
+		p->sock = sock;
+		p->lo = r.gs;
+		p->hi = r.ge >= RS_CL_EOF ? RS_RANGE_EOF : r.ge;
+		errno = saved;
+		return 0;
+retry:
+		if (rfd >= 0)
+			syscall(SYS_close, rfd);
+		syscall(SYS_close, sock);
+		if (!warned) {
+			warned = 1;
+			rs_log(RS_LOG_WARN, "cluster scope: the node's agent did not answer a pin "
+			       "(it may have died); asking again");
+		}
+		usleep(20000);
+	}
+}
+
+void rs_cluster_unpin(struct rs_cl_pin *p)
+{
+	struct rs_ag_msg m = { .op = RS_AG_UNPIN };
+
+	send_msg(p->sock, &m, -1);
+	syscall(SYS_close, p->sock);
+	p->sock = -1;
+}
+
+uint64_t rs_cluster_now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000ULL + (uint64_t)t.tv_nsec;
+}
+
+/* A forked child: another thread may have held either lock at fork. */
+void rs_cluster_fork_child(void)
+{
+	atomic_store(&devs_mtx, 0);
+	atomic_store(&pfiles_mtx, 0);
+}

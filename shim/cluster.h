@@ -1,0 +1,38 @@
+/*
+ * Cluster scope in the library (issue 11): which files it covers, and
+ * (cluster.c) the cluster grant a node grant must lie inside.
+ */
+#ifndef RS_CLUSTER_H
+#define RS_CLUSTER_H
+
+#include <stdint.h>
+
+/* Does cluster scope cover files of device dev?  1 yes, 0 no: node scope
+ * for them, after one line per device saying why.  Only in cluster scope;
+ * the slow path (a node grant is being acquired). */
+int rs_cluster_dev(uint64_t dev);
+
+/* A pin: the agent holds the cluster grant [lo, hi) (node space: hi is
+ * RS_RANGE_EOF for "to the end") for us until rs_cluster_unpin. */
+struct rs_cl_pin {
+	int sock;
+	uint64_t lo, hi;
+};
+
+/*
+ * Pre: [s, e) is a node request on file (dev, ino) in cluster scope; the
+ * caller holds no node grant it would refuse to give back for it.
+ * Post: 0 with a cluster grant of this node holding [s, e) pinned in *p;
+ * or -EIO: the node lost the file's cluster locks (the call must fail
+ * with EIO, never run).  Waits, saying why, while no agent answers.
+ */
+int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, struct rs_cl_pin *p);
+void rs_cluster_unpin(struct rs_cl_pin *p);
+uint64_t rs_cluster_now_ns(void);
+void rs_cluster_fork_child(void);
+
+/* Set by the slow path when a cluster file's call must fail with EIO;
+ * read only after the slow path ran. */
+extern __thread int rs_cl_eio __attribute__((tls_model("initial-exec")));
+
+#endif

@@ -1,0 +1,62 @@
+/*
+ * The wire protocol between a process in cluster scope (shim/cluster.c)
+ * and its node's agent (`rangeshim agent`, shim/cli/agent.c): one Unix
+ * stream connection per pin, in the abstract namespace, named per user
+ * and per node table.  docs/design.md (i) has the reasoning.
+ *
+ *   process -> agent   PIN {dev, ino, start, end}  [+ the process's fd of
+ *                      the file, SCM_RIGHTS, when the agent asked for it]
+ *   agent -> process   REPLY {rc, gs, ge, locks, wait_ns, desc_id}  [+ the
+ *                      agent's own description, whenever rc is 0]
+ *   process -> agent   UNPIN (or the connection closes: same)
+ *
+ * Between REPLY and UNPIN the cluster grant [gs, ge) cannot be given
+ * back, so the node grant the process takes meanwhile lies inside it.
+ */
+#ifndef RS_CLUSTERAGENT_H
+#define RS_CLUSTERAGENT_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define RS_AG_PIN   1u
+#define RS_AG_UNPIN 2u
+#define RS_AG_REPLY 3u
+#define RS_AG_LIST  4u   /* `rangeshim agent --grants`: one REPLY per grant
+			  * (dev, ino, gs, ge; locks = users, wait_ns =
+			  * held for ns, flags = 1 if wanted), then rc 1 */
+
+#define RS_AG_HAS_FD  2u   /* PIN: my fd of the file comes with this */
+#define RS_AG_OLD_FD  4u   /* PIN: the fd is a dead agent's description:
+			    * drain the node and unlock everything on it */
+#define RS_AG_ADOPTED 8u   /* REPLY: done; the old description holds no lock */
+#define RS_AG_CURRENT 16u  /* REPLY: that description is the agent's own */
+
+/* REPLY rc: 0, -EIO (the lock was lost: fail the call), -ENOENT (send
+ * the fd: the agent does not know the file), other -errno (retry). */
+struct rs_ag_msg {
+	uint32_t op, flags;
+	int64_t rc;
+	uint64_t dev, ino, start, end;   /* PIN; cluster data space */
+	uint64_t gs, ge;                 /* REPLY: the grant holding it */
+	uint64_t locks, wait_ns;         /* REPLY: what the pin cost */
+	uint64_t revokes;                /* REPLY: give-backs to other nodes not yet reported */
+	uint64_t desc_id;                /* REPLY: which description of the agent's the fd is */
+};
+
+/* The socket's name (abstract: name[0] is NUL); returns its length for
+ * the address.  uid and the node table's name (RANGESHIM_SHM, "" for the
+ * default), hashed so that any allowed name fits. */
+static inline int rs_ag_name(char *buf, size_t len, unsigned uid, const char *shm)
+{
+	uint64_t h = 1469598103934665603ULL;
+
+	for (const char *p = shm; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+	buf[0] = '\0';
+	return 1 + snprintf(buf + 1, len - 1, "rangeshim-agent.%u.%016llx", uid,
+			    (unsigned long long)h);
+}
+
+#endif
