@@ -346,13 +346,21 @@ static void spawn_agent(void)
 
 int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, struct rs_cl_pin *p)
 {
-	struct rs_ag_msg m = { .op = RS_AG_PIN, .dev = dev, .ino = ino, .start = s,
+	/*
+	 * Cluster grants lock only [0, RS_CL_EOF): the intent space mirrors
+	 * it above.  Bytes at and beyond RS_CL_EOF (tmpfs allows files up to
+	 * 2^63 - 1) are stood for by the last byte below it: every range
+	 * that reaches past RS_CL_EOF pins a cluster range that ends at
+	 * RS_CL_EOF and so holds that byte, so any two calls that meet up
+	 * there exclude each other across nodes as on any other byte.  The
+	 * node grant still covers the real range (RS_RANGE_EOF above).
+	 */
+	struct rs_ag_msg m = { .op = RS_AG_PIN, .dev = dev, .ino = ino,
+			       .start = s >= RS_CL_EOF ? RS_CL_EOF - 1 : s,
 			       .end = e >= RS_CL_EOF ? RS_CL_EOF : e };
 	uint64_t t0 = 0;
 	int saved = errno, warned = 0;
 
-	if (s >= RS_CL_EOF)
-		return -EIO;	/* beyond what the cluster data space can lock */
 	for (;;) {
 		struct rs_ag_msg r;
 		pid_t apid = 0;

@@ -1,0 +1,132 @@
+/*
+ * cadv_probe: one process of a simulated cluster node, for the adversarial
+ * cluster suite (tests/test_cluster_adv.c).  The node is its RANGESHIM_SHM;
+ * the test sets RANGESHIM_SCOPE and RANGESHIM_CLUSTER_FS.  Each mode makes
+ * one kind of call and prints what the call returned, so that the test can
+ * compare it with the same call made without the shim.
+ *
+ *   cadv_probe truncate FILE LEN      truncate(FILE, LEN) by path (no fd of
+ *                                     the file is open)
+ *   cadv_probe pread FILE OFF LEN     open FILE read-only, pread LEN bytes
+ *                                     at OFF (as user CADV_UID, if set and
+ *                                     root)
+ *   cadv_probe pwrite FILE OFF LEN    open FILE read-write, pwrite LEN
+ *                                     bytes at OFF
+ *   cadv_probe fcntllock FILE         take a POSIX write lock on [0, 100)
+ *                                     of FILE (as SQLite or ROMIO do), then
+ *                                     pwrite 100 bytes at 0 under it
+ *   cadv_probe many DIR N [SECS]      create N files in DIR, keep them
+ *                                     open, pwrite 4 KiB to each; then
+ *                                     sleep SECS with all of them open
+ * Each prints "rc=R errno=E ms=T verdict=PASS" (ms: how long the call
+ * took).
+ */
+#include <fcntl.h>
+#include <grp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "probe.h"
+
+static double now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static void report(long long rc, int err, double t0)
+{
+	printf("rc=%lld errno=%d ms=%.0f shim=%d verdict=PASS\n", rc, err, now_ms() - t0,
+	       shim_loaded());
+}
+
+int main(int argc, char **argv)
+{
+	static char buf[1 << 16];
+	double t0;
+	long long rc;
+	int fd, err;
+
+	if (argc < 3) {
+		fprintf(stderr, "usage: cadv_probe MODE FILE ...\n");
+		return 2;
+	}
+	setvbuf(stdout, NULL, _IONBF, 0);
+	memset(buf, 'a', sizeof buf);
+	if (strcmp(argv[1], "truncate") == 0 && argc == 4) {
+		t0 = now_ms();
+		rc = truncate(argv[2], atoll(argv[3]));
+		err = rc < 0 ? errno : 0;
+		report(rc, err, t0);
+		return 0;
+	}
+	if ((strcmp(argv[1], "pread") == 0 || strcmp(argv[1], "pwrite") == 0) && argc == 5) {
+		int w = argv[1][1] == 'w';
+		long long off = strtoll(argv[3], NULL, 0), len = atoll(argv[4]);
+
+		if (len > (long long)sizeof buf)
+			len = sizeof buf;
+		/* CADV_UID: become that user first (a root test's stand-in
+		 * for a user who may read the file but not write it). */
+		if (getenv("CADV_UID") && geteuid() == 0) {
+			gid_t g = (gid_t)atoi(getenv("CADV_UID"));
+
+			if (setgroups(0, NULL) < 0 || setresgid(g, g, g) < 0 ||
+			    setresuid((uid_t)g, (uid_t)g, (uid_t)g) < 0) {
+				printf("verdict=FAIL setresuid: %s\n", strerror(errno));
+				return 1;
+			}
+		}
+		fd = open(argv[2], w ? O_RDWR : O_RDONLY);
+		if (fd < 0) {
+			printf("verdict=FAIL open %s: %s\n", argv[2], strerror(errno));
+			return 1;
+		}
+		t0 = now_ms();
+		rc = w ? pwrite(fd, buf, (size_t)len, (off_t)off) : pread(fd, buf, (size_t)len, (off_t)off);
+		err = rc < 0 ? errno : 0;
+		report(rc, err, t0);
+		return 0;
+	}
+	if (strcmp(argv[1], "fcntllock") == 0) {
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0,
+				    .l_len = 100 };
+
+		fd = open(argv[2], O_RDWR);
+		if (fd < 0 || fcntl(fd, F_SETLKW, &fl) < 0) {
+			printf("verdict=FAIL open/lock %s: %s\n", argv[2], strerror(errno));
+			return 1;
+		}
+		t0 = now_ms();
+		rc = pwrite(fd, buf, 100, 0);
+		err = rc < 0 ? errno : 0;
+		report(rc, err, t0);
+		return 0;
+	}
+	if (strcmp(argv[1], "many") == 0 && (argc == 4 || argc == 5)) {
+		int n = atoi(argv[3]), bad = 0;
+
+		t0 = now_ms();
+		for (int i = 0; i < n; i++) {
+			char p[4096];
+
+			snprintf(p, sizeof p, "%s/f%d", argv[2], i);
+			fd = open(p, O_RDWR | O_CREAT, 0600);
+			if (fd < 0 || pwrite(fd, buf, 4096, 0) != 4096)
+				bad++;
+			/* kept open: its node grant stays cached */
+		}
+		report(bad, 0, t0);
+		if (argc == 5)
+			sleep((unsigned)atoi(argv[4]));	/* files and grants held */
+		return 0;
+	}
+	fprintf(stderr, "cadv_probe: bad mode\n");
+	return 2;
+}
