@@ -27,6 +27,9 @@
  *              of only 64 files: after an agent crash, the 65th file's
  *              cluster lock is gone while the process still holds a node
  *              grant on it.
+ *  stopped_holder_other_file (disabled) a SIGSTOPped process of node A
+ *              inside a call on file X keeps A from giving back any other
+ *              file: node B's write of an idle file Y hangs.
  */
 #include "common.h"
 
@@ -396,4 +399,84 @@ Test(cluster_adv, copies_beyond_64, .timeout = 90, .disabled = CADV_DISABLED)
 	kill_agents("cp");
 	rs_remove_bases();
 	unlink_tables("cp");
+}
+
+/* Node-table name of node `node` of test, for a probe's environment. */
+static void node_of(struct cenv *c, const char *test, char node)
+{
+	cenv(c, test, node, "cluster");
+}
+
+/*
+ * One round of stopped_holder_other_file: node A holds Y (a process keeps
+ * it open, idle) and streams 64 MiB pwrites to X; with stop, the streamer
+ * is SIGSTOPped (inside a call, so inside its node grant: the stop lands
+ * on the return from the write, before the shim releases).  Node B then
+ * asks for X (it must wait: fail-safe) and for Y.  Returns whether B's
+ * write of Y finished within 5 s; *bx whether B's write of X did.
+ */
+static int stopped_round(const char *test, int stop, int *bx)
+{
+	char dir[PATH_MAX], x[PATH_MAX + 8];
+	static struct rs_bg hy, w, b;
+	static struct rs_run r;
+	struct cenv ca, cb;
+	int ok;
+
+	snprintf(dir, sizeof dir, "/dev/shm/rs-cadv-%s-%d.%d", test, stop, (int)getpid());
+	snprintf(x, sizeof x, "%s/x", dir);
+	cr_assert_eq(mkdir(dir, 0700), 0);
+	make_file(x, 1 << 20);
+	node_of(&ca, test, 'a');
+	node_of(&cb, test, 'b');
+	start(&hy, ca.env, (char *[]){ PROBE, "many", dir, "1", "30", NULL });	/* dir/f0 = Y */
+	cr_assert(rs_bg_wait_for(&hy, "verdict=", 10000), "Y holder: %s", hy.out);
+	start(&w, ca.env, (char *[]){ PROBE, "stream", x, "64", "30", NULL });
+	usleep(1000000);
+	if (stop)
+		cr_assert_eq(kill(w.pid, SIGSTOP), 0);
+	start(&b, cb.env, (char *[]){ PROBE, "pwrite", x, "0", "100", NULL });
+	usleep(500000);
+	snprintf(x, sizeof x, "%s/f0", dir);
+	rs_run(&r, (char *[]){ PROBE, "pwrite", x, "0", "100", NULL }, cb.env, 1, 5);
+	cr_log_info("%s stop=%d: B's write of Y: status %d %s", test, stop, r.status, r.out);
+	ok = r.status == 0 && rs_field(r.out, "rc") == 100;
+	*bx = rs_bg_wait_for(&b, "verdict=", stop ? 500 : 5000);
+	kill(w.pid, SIGCONT);
+	kill(w.pid, SIGKILL);
+	kill(hy.pid, SIGKILL);
+	rs_bg_finish(&b, 10000);
+	rs_bg_finish(&w, 1000);
+	rs_bg_finish(&hy, 1000);
+	kill_agents(test);
+	rs_rm_rf(dir);
+	unlink_tables(test);
+	return ok;
+}
+
+/*
+ * DEFECT (not fixed): the agent's poller polls every file in turn and
+ * gives grants back inline (tick -> rs_cl_poll -> give_back -> drain),
+ * and the drain waits for calls inside the range to end.  So one process
+ * stopped (or merely slow) inside a call on file X stalls the poller, and
+ * with it every give-back of every other file of the node: another node
+ * waits for file Y, which nobody on node A is using, for as long as the
+ * process on X is stopped.  Observed: B's write of Y not done in 5 s
+ * (node A's streamer on X SIGSTOPped); 20-30 ms when it is not stopped
+ * (control), and B's write of X waits while it is (the streamer really is
+ * inside its grant: expected, fail-safe).  Fix: never drain on the poller
+ * thread; give back from a worker per file (or hand the give-back of a
+ * wanted grant to a thread that may block), so that one file's drain only
+ * holds that file.
+ */
+Test(cluster_adv, stopped_holder_other_file, .timeout = 120, .disabled = CADV_DISABLED)
+{
+	int bx;
+
+	cr_assert(stopped_round("sh", 0, &bx), "control: B could not write Y with A running");
+	cr_assert(bx, "control: B could not write X with A's streamer running");
+	cr_expect(stopped_round("sh", 1, &bx),
+		  "B's write of an idle file Y of node A hung while a process of A is stopped "
+		  "inside a call on another file");
+	cr_expect(!bx, "the streamer was not stopped inside its grant (rig): B wrote X");
 }

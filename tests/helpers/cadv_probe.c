@@ -18,6 +18,8 @@
  *   cadv_probe many DIR N [SECS]      create N files in DIR, keep them
  *                                     open, pwrite 4 KiB to each; then
  *                                     sleep SECS with all of them open
+ *   cadv_probe stream FILE MB SECS    pwrite MB MiB at 0, back to back, for
+ *                                     SECS seconds; rc is how many
  * Each prints "rc=R errno=E ms=T verdict=PASS" (ms: how long the call
  * took).
  */
@@ -125,6 +127,26 @@ int main(int argc, char **argv)
 		report(bad, 0, t0);
 		if (argc == 5)
 			sleep((unsigned)atoi(argv[4]));	/* files and grants held */
+		return 0;
+	}
+	if (strcmp(argv[1], "stream") == 0 && argc == 5) {
+		size_t len = (size_t)atoll(argv[3]) << 20;
+		char *big = malloc(len);
+		double end = now_ms() + 1e3 * atof(argv[4]);
+		long long n = 0;
+
+		fd = open(argv[2], O_RDWR | O_CREAT, 0600);
+		if (!big || fd < 0) {
+			printf("verdict=FAIL stream: %s\n", strerror(errno));
+			return 1;
+		}
+		memset(big, 's', len);
+		t0 = now_ms();
+		/* Back to back: a stop almost always lands inside a call, so
+		 * inside its node grant. */
+		while (now_ms() < end && pwrite(fd, big, len, 0) == (ssize_t)len)
+			n++;
+		report(n, 0, t0);
 		return 0;
 	}
 	fprintf(stderr, "cadv_probe: bad mode\n");
