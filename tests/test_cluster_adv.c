@@ -30,11 +30,19 @@
  *  stopped_holder_other_file (disabled) a SIGSTOPped process of node A
  *              inside a call on file X keeps A from giving back any other
  *              file: node B's write of an idle file Y hangs.
+ *  squatted_socket     (disabled) another user binds the agent's abstract
+ *              socket name first: every cluster call of ours hangs,
+ *              silently.
  */
 #include "common.h"
 
 #include <dirent.h>
+#include <grp.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "clusteragent.h"
 
 #define PROBE RS_HELPER("cadv_probe")
 
@@ -479,4 +487,72 @@ Test(cluster_adv, stopped_holder_other_file, .timeout = 120, .disabled = CADV_DI
 		  "B's write of an idle file Y of node A hung while a process of A is stopped "
 		  "inside a call on another file");
 	cr_expect(!bx, "the streamer was not stopped inside its grant (rig): B wrote X");
+}
+
+/*
+ * DEFECT (not fixed): the agent's rendezvous is an abstract Unix socket
+ * whose name anyone can compute (uid and an FNV hash of RANGESHIM_SHM)
+ * and anyone can bind.  connect_agent rightly refuses a listener of
+ * another uid, but then rs_cluster_pin only spawns an agent (whose bind
+ * fails with EADDRINUSE, so it exits 0) and retries for ever; the one
+ * line it says is at warning level, below the default log level, so the
+ * call hangs without a word.  Any local user can so stop all cluster
+ * scope I/O of another.  Observed (as root, squatter uid 65534): the
+ * pwrite not done in 8 s; control without the squatter: done at once.
+ * Fix: rendezvous where only the user can create it (a socket file in a
+ * directory the user owns, mode 0700, checked with lstat, e.g. under
+ * $XDG_RUNTIME_DIR or /tmp/rangeshim-UID), and when a listener of another
+ * uid answers, say so at error level, naming its uid and pid.
+ * Needs root (to be another user); skipped otherwise.
+ */
+Test(cluster_adv, squatted_socket, .timeout = 60, .disabled = CADV_DISABLED)
+{
+	char path[PATH_MAX], shm[96];
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	long long rc, e, ms;
+	int p[2], len;
+	pid_t sq;
+	char c;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root, to squat the socket as another user");
+	snprintf(path, sizeof path, "/dev/shm/rs-cadv-sqf.%d", (int)getpid());
+	make_file(path, 4096);
+	/* Control: no squatter. */
+	cr_assert_eq(probe("sq", "cluster", 1, 10, (char *[]){ PROBE, "pwrite", path, "0", "100", NULL },
+			   &rc, &e, &ms), 0);
+	cr_assert_eq(rc, 100);
+	kill_agents("sq");
+	snprintf(shm, sizeof shm, "/rs-cadv-sq-a.%d", (int)getpid());
+	len = rs_ag_name(a.sun_path, sizeof a.sun_path, 0, shm);
+	cr_assert_eq(pipe(p), 0);
+	sq = fork();
+	cr_assert_geq(sq, 0);
+	if (sq == 0) {
+		int s;
+
+		if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+		    setresuid(65534, 65534, 65534) < 0)
+			_exit(1);
+		s = socket(AF_UNIX, SOCK_STREAM, 0);
+		if (s < 0 || bind(s, (struct sockaddr *)&a,
+				  (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)len)) < 0 ||
+		    listen(s, 8) < 0)
+			_exit(1);
+		if (write(p[1], "k", 1) != 1)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	close(p[1]);
+	cr_assert_eq(read(p[0], &c, 1), 1, "the squatter could not bind");
+	close(p[0]);
+	cr_expect_eq(probe("sq", "cluster", 1, 8, (char *[]){ PROBE, "pwrite", path, "0", "100", NULL },
+			   &rc, &e, &ms), 0,
+		     "a pwrite did not return in 8 s while another user held the agent's socket name");
+	kill(sq, SIGKILL);
+	waitpid(sq, NULL, 0);
+	kill_agents("sq");
+	unlink(path);
+	unlink_tables("sq");
 }

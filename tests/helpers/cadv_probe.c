@@ -20,6 +20,8 @@
  *                                     sleep SECS with all of them open
  *   cadv_probe stream FILE MB SECS    pwrite MB MiB at 0, back to back, for
  *                                     SECS seconds; rc is how many
+ *   cadv_probe append FILE N TAG      N write()s of 199-byte lines through
+ *                                     an O_APPEND descriptor
  * Each prints "rc=R errno=E ms=T verdict=PASS" (ms: how long the call
  * took).
  */
@@ -146,6 +148,30 @@ int main(int argc, char **argv)
 		 * inside its node grant. */
 		while (now_ms() < end && pwrite(fd, big, len, 0) == (ssize_t)len)
 			n++;
+		report(n, 0, t0);
+		return 0;
+	}
+	if (strcmp(argv[1], "append") == 0 && argc == 5) {
+		int n = atoi(argv[3]);
+		char line[200];
+
+		fd = open(argv[2], O_WRONLY | O_APPEND | O_CREAT, 0600);
+		if (fd < 0) {
+			printf("verdict=FAIL open: %s\n", strerror(errno));
+			return 1;
+		}
+		t0 = now_ms();
+		/* 199-byte lines: "TAG NNNNNNNN xxx...\n" */
+		for (int i = 0; i < n; i++) {
+			int k = snprintf(line, sizeof line, "%s %08d ", argv[4], i);
+
+			memset(line + k, argv[4][0], sizeof line - 1 - (size_t)k);
+			line[sizeof line - 2] = '\n';
+			if (write(fd, line, sizeof line - 1) != (ssize_t)sizeof line - 1) {
+				printf("verdict=FAIL write: %s\n", strerror(errno));
+				return 1;
+			}
+		}
 		report(n, 0, t0);
 		return 0;
 	}
