@@ -27,9 +27,10 @@
  *              of only 64 files: after an agent crash, the 65th file's
  *              cluster lock is gone while the process still holds a node
  *              grant on it.
- *  stopped_holder_other_file (disabled) a SIGSTOPped process of node A
- *              inside a call on file X keeps A from giving back any other
- *              file: node B's write of an idle file Y hangs.
+ *  stopped_holder_other_file  a SIGSTOPped process of node A inside a
+ *              call on file X must not keep A from giving back other
+ *              files: node B's write of an idle file Y returns (it hung
+ *              while one poller thread served every file).
  *  squatted_socket     (disabled) another user binds the agent's abstract
  *              socket name first: every cluster call of ours hangs,
  *              silently.
@@ -463,21 +464,19 @@ static int stopped_round(const char *test, int stop, int *bx)
 }
 
 /*
- * DEFECT (not fixed): the agent's poller polls every file in turn and
- * gives grants back inline (tick -> rs_cl_poll -> give_back -> drain),
- * and the drain waits for calls inside the range to end.  So one process
- * stopped (or merely slow) inside a call on file X stalls the poller, and
- * with it every give-back of every other file of the node: another node
- * waits for file Y, which nobody on node A is using, for as long as the
- * process on X is stopped.  Observed: B's write of Y not done in 5 s
+ * DEFECT (fixed: one poller thread per file, agent.c file_poller).  The
+ * agent's single poller polled every file in turn and gave grants back
+ * inline (tick -> rs_cl_poll -> give_back -> drain), and the drain waits
+ * for calls inside the range to end.  So one process stopped (or merely
+ * slow) inside a call on file X stalled the poller, and with it every
+ * give-back of every other file of the node: another node waited for
+ * file Y, which nobody on node A was using, for as long as the process on
+ * X was stopped.  Observed before the fix: B's write of Y not done in 5 s
  * (node A's streamer on X SIGSTOPped); 20-30 ms when it is not stopped
- * (control), and B's write of X waits while it is (the streamer really is
- * inside its grant: expected, fail-safe).  Fix: never drain on the poller
- * thread; give back from a worker per file (or hand the give-back of a
- * wanted grant to a thread that may block), so that one file's drain only
- * holds that file.
+ * (control).  B's write of X still waits while the streamer is stopped
+ * (it really is inside its grant: expected, fail-safe; the rig checks it).
  */
-Test(cluster_adv, stopped_holder_other_file, .timeout = 120, .disabled = CADV_DISABLED)
+Test(cluster_adv, stopped_holder_other_file, .timeout = 120)
 {
 	int bx;
 

@@ -24,6 +24,9 @@
  * lies inside a cluster grant that the lock manager granted, and any
  * later give-back drains it first.
  *
+ * Each file has a poller thread of its own (file_poller): a give-back
+ * waits for the calls inside its range, and must hold up only its file.
+ *
  * Exits when it has held no file and served no connection for
  * IDLE_EXIT_NS; gives a file's grants back once neither a pin nor a node
  * grant of any process has touched the file for IDLE_FILE_NS.
@@ -64,6 +67,9 @@ struct afile {
 	uint32_t drain_idx, drain_gen;
 	uint64_t reported_revokes;
 	uint64_t desc_id;       /* this agent's pid, and which opening */
+	pthread_t poller;       /* polls this file alone (file_poller) */
+	int has_poller;         /* 0: tick polls it (no thread could start) */
+	_Atomic int stop;       /* tells the file's poller to end */
 	struct rs_cl cl;
 };
 
@@ -147,6 +153,33 @@ static void lost(struct afile *f)
 	undrain(f);
 }
 
+/* Polls one file for other nodes' intent and gives its grants back.  One
+ * thread per file, because a give-back drains the node first and waits
+ * for calls inside the range: a process stopped inside a call on one
+ * file must hold up that file only, not every give-back of the node
+ * (cluster_adv::stopped_holder_other_file). */
+static void poll_file(struct afile *f)
+{
+	if (rs_cl_poll(&f->cl) < 0) {
+		pthread_mutex_lock(&f->cl.mu);
+		lost(f);
+		pthread_mutex_unlock(&f->cl.mu);
+	}
+	f->next_poll_ns = now_ns() + rs_cl_poll_interval(&f->cl);
+}
+
+static void *file_poller(void *arg)
+{
+	struct afile *f = arg;
+
+	while (!atomic_load(&f->stop)) {
+		if (now_ns() >= f->next_poll_ns)
+			poll_file(f);
+		usleep(2000);
+	}
+	return NULL;
+}
+
 /* Find (or, with fd >= 0, open) the file; counts a pin in.  NULL: unknown
  * and no fd, or it could not be opened for writing. */
 static struct afile *get_file(uint64_t dev, uint64_t ino, int fd)
@@ -188,6 +221,7 @@ static struct afile *get_file(uint64_t dev, uint64_t ino, int fd)
 			p.undrain_fn = undrain;
 			p.drain_arg = f;
 			rs_cl_init(&f->cl, own, &p);
+			f->has_poller = pthread_create(&f->poller, NULL, file_poller, f) == 0;
 			say("file %llu:%llu opened", (unsigned long long)dev, (unsigned long long)ino);
 		} else if (own >= 0) {
 			close(own);
@@ -441,7 +475,8 @@ static int node_busy(const struct afile *f)
 	return 0;
 }
 
-/* Polls for other nodes' intent; forgets idle files; says when to exit. */
+/* Polls the files that have no poller of their own; forgets idle files;
+ * says when to exit. */
 static int tick(void)
 {
 	uint64_t now = now_ns();
@@ -453,14 +488,8 @@ static int tick(void)
 		if (!f->used)
 			continue;
 		nfiles++;
-		if (now >= f->next_poll_ns) {
-			if (rs_cl_poll(&f->cl) < 0) {
-				pthread_mutex_lock(&f->cl.mu);
-				lost(f);
-				pthread_mutex_unlock(&f->cl.mu);
-			}
-			f->next_poll_ns = now + rs_cl_poll_interval(&f->cl);
-		}
+		if (!f->has_poller && now >= f->next_poll_ns)
+			poll_file(f);
 		pthread_mutex_lock(&files_mu);
 		if (f->pins || node_busy(f)) {
 			f->idle_since_ns = 0;
@@ -468,7 +497,14 @@ static int tick(void)
 			f->idle_since_ns = now;
 		} else if (now - f->idle_since_ns > IDLE_FILE_NS) {
 			/* Nobody on the node uses it: give everything back
-			 * (drained, as always) and forget it. */
+			 * (drained, as always) and forget it.  Its poller
+			 * cannot be stuck in a drain: no process holds a node
+			 * grant on it, and none can get one (pins wait for
+			 * files_mu). */
+			if (f->has_poller) {
+				atomic_store(&f->stop, 1);
+				pthread_join(f->poller, NULL);
+			}
 			rs_cl_fini(&f->cl);
 			close(f->fd);
 			f->used = 0;
