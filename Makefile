@@ -64,6 +64,13 @@ $(BUILD)/tests/helpers/%: tests/helpers/%.c $(wildcard tests/helpers/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lpthread
 
+# A lock manager that fails on demand, preloaded into a test's agent
+# (tests/test_cluster.c, lost_lock); no sanitizer: it is only a shim.
+FAULTLIB = $(BUILD)/tests/helpers/libfault_fcntl.so
+$(FAULTLIB): tests/helpers/lib/fault_fcntl.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASEFLAGS) -fPIC -shared -o $@ $< -ldl
+
 $(BUILD)/tests/test_%: tests/test_%.c $(UNIT_SRCS) $(wildcard tests/*.h) $(wildcard shim/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DRS_BUILD_DIR='"$(abspath $(BUILD))"' -DRS_SAN='"$(SAN)"' \
@@ -73,7 +80,7 @@ deps:
 	@sh tests/deps.sh
 
 test: deps
-	@$(MAKE) --no-print-directory all $(HELPERS) $(TESTS)
+	@$(MAKE) --no-print-directory all $(HELPERS) $(FAULTLIB) $(TESTS)
 	@sh tests/run.sh $(BUILD) $(SAN)
 
 test-asan:

@@ -15,6 +15,8 @@ echo
 echo "### Coherent configuration (the cluster tier's)"
 clu_setup || exit 1
 "$build/cluster/ofdprobe" bench "$CLU_A" "$CLU_B" "$CLU_DIR" || exit 1
+echo
+sh "$here/bench_scope.sh" "$build" "$CLU_A" "$CLU_B" || exit 1
 clu_teardown
 echo
 echo "### Stock volume options and mount options"

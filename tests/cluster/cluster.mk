@@ -5,7 +5,8 @@
 #                        checks, test_clusterlock across the mounts.  Installs
 #                        GlusterFS when root; prints "SKIP: reason" and
 #                        succeeds where FUSE or mounting is not allowed.
-#   make bench-cluster   ofdprobe's figures for docs/benchmarks.md "Cluster"
+#   make bench-cluster   ofdprobe's figures and the cluster-scope table
+#                        (bench_scope.sh) for docs/benchmarks.md "Cluster"
 #
 # Not part of `make test`: it mounts file systems and starts daemons.
 
@@ -20,11 +21,11 @@ $(BUILD)/cluster/%: tests/cluster/%.c examples/util.h
 test-cluster: all $(CLUSTER_BINS) $(BUILD)/tests/test_clusterlock
 	@sh tests/cluster/run.sh $(BUILD)
 
-bench-cluster: all $(CLUSTER_BINS)
+bench-cluster: all $(CLUSTER_BINS) $(BUILD)/tests/helpers/clu_probe
 	@sh tests/cluster/bench.sh $(BUILD)
 
-# test_clusterlock links the cluster grant cache, which the library does
-# not contain yet (not wired in); an explicit rule wins over the Makefile's
+# test_clusterlock links the cluster grant cache (the agent runs it; the
+# library does not link it); an explicit rule wins over the Makefile's
 # pattern rule for tests.
 $(BUILD)/tests/test_clusterlock: tests/test_clusterlock.c shim/clusterlock.c shim/clusterlock.h \
 		tests/common.h

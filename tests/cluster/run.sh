@@ -10,6 +10,8 @@
 #      (ROMIO's way): no tears, so the lock manager orders data here;
 #   3. node scope, one RANGESHIM_SHM table per node, still tears: node scope
 #      does not reach across nodes (what cluster scope is for);
+#   3b. cluster scope (RANGESHIM_SCOPE=cluster, one table and agent per
+#      node; fuse.glusterfs is trusted): no tears, buffered and O_DIRECT;
 #   4. OFD locks through A and B conflict as on a cluster (ofdprobe check);
 #   5. test_clusterlock's cross-node cases on the two mounts.
 # Every race must also have seen the writer (changes > 0): a reader that
@@ -96,7 +98,20 @@ for mode in "" --direct; do
 	expect_clean "OFD lock per call, $m" "" "" "$mode --lock"
 	expect_torn "node scope, one table per node, $m (does not protect across nodes)" \
 		"$nodeA" "$nodeB" "$mode"
+	expect_clean "cluster scope, one table and agent per node, $m" \
+		"$nodeA RANGESHIM_SCOPE=cluster" "$nodeB RANGESHIM_SCOPE=cluster" "$mode"
 done
+# The agents hold descriptions on the mounts: let them go idle and exit
+# (3-5 s) before the volume is unmounted; then end any left, by pid.
+agents_gone() {
+	for i in $(seq 50); do
+		pids=$(pgrep -f "rangeshim agent --shm ($shmA|$shmB)\$") || return 0
+		sleep 0.2
+	done
+	echo "   agents still running after 10 s: $pids; ending them"
+	kill $pids 2>/dev/null
+}
+agents_gone
 rm -f "/dev/shm$shmA" "/dev/shm$shmB"
 
 checks=$((checks + 1))
