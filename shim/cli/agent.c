@@ -173,9 +173,12 @@ static void *file_poller(void *arg)
 	struct afile *f = arg;
 
 	while (!atomic_load(&f->stop)) {
-		if (now_ns() >= f->next_poll_ns)
+		uint64_t now = now_ns();
+
+		if (now >= f->next_poll_ns)
 			poll_file(f);
-		usleep(2000);
+		else	/* wake only to poll: at most the 20 ms idle interval */
+			usleep((useconds_t)((f->next_poll_ns - now) / 1000 + 1));
 	}
 	return NULL;
 }
