@@ -23,10 +23,10 @@
  *              hangs: the agent needs a writable description.
  *  many_files          (disabled) more than 256 cluster files held open at
  *              once: the 257th call hangs (agent table full).
- *  copies_beyond_64    (disabled) a process keeps the agent's description
- *              of only 64 files: after an agent crash, the 65th file's
- *              cluster lock is gone while the process still holds a node
- *              grant on it.
+ *  copies_beyond_64    a process keeps the agent's description of every
+ *              file (it kept only 64: after an agent crash, the 65th
+ *              file's cluster lock was gone while the process still held
+ *              a node grant on it).
  *  stopped_holder_other_file  a SIGSTOPped process of node A inside a
  *              call on file X must not keep A from giving back other
  *              files: node B's write of an idle file Y returns (it hung
@@ -362,8 +362,8 @@ Test(cluster_adv, many_files, .timeout = 90, .disabled = CADV_DISABLED)
 }
 
 /*
- * DEFECT (not fixed): the process keeps copies of the agent's
- * descriptions in a table of NPFILE (64) slots (cluster.c, pfile_keep);
+ * DEFECT (fixed: the copy table grows, cluster.c pfile_keep): the process
+ * kept copies of the agent's descriptions in a table of NPFILE (64) slots (cluster.c, pfile_keep);
  * the 65th file's copy is closed at once.  Those copies are what keeps an
  * OFD lock alive under a running call when the agent dies (design.md (i),
  * "Agent crash").  Observed: a process with 70 cluster files open, each
@@ -371,11 +371,10 @@ Test(cluster_adv, many_files, .timeout = 90, .disabled = CADV_DISABLED)
  * stay locked, 64-69 are unlocked, while the process still holds node
  * grants there and may write through the fast path as another node takes
  * the range.  Control: file 0 is still locked after the kill, and every
- * file was locked before it.  Fix: make the copy table grow (or evict only
- * copies of files on which this process holds no node grant), never drop
- * the copy of a file it may be inside.
+ * file was locked before it.  Now a copy is closed only once an agent has
+ * adopted it (drained and unlocked it); the table grows on the slow path.
  */
-Test(cluster_adv, copies_beyond_64, .timeout = 90, .disabled = CADV_DISABLED)
+Test(cluster_adv, copies_beyond_64, .timeout = 90)
 {
 	char *dir = rs_make_base("/dev/shm", "rs-cadv-cp.");
 	char f[PATH_MAX];
