@@ -397,7 +397,8 @@ static void spawn_agent(void)
 			;
 }
 
-int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, struct rs_cl_pin *p)
+int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write,
+		   struct rs_cl_pin *p)
 {
 	/*
 	 * Cluster grants lock only [0, RS_CL_EOF): the intent space mirrors
@@ -412,6 +413,7 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, struct rs
 			       .start = s >= RS_CL_EOF ? RS_CL_EOF - 1 : s,
 			       .end = e >= RS_CL_EOF ? RS_CL_EOF : e };
 	uint64_t t0 = 0;
+	uint32_t wflag = write ? RS_AG_WRITE : 0;
 	int saved = errno, warned = 0, nomem = 0;
 
 	for (;;) {
@@ -440,15 +442,29 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, struct rs
 		 * (the agent's starter), stable for one agent's life. */
 		pfile_agent(apid);
 		old = pfile_old(dev, ino, &oldslot);
-		m.flags = old >= 0 ? RS_AG_OLD_FD : 0;
+		m.flags = (old >= 0 ? RS_AG_OLD_FD : 0) | wflag;
 		if (send_msg(sock, &m, old) < 0 || recv_msg(sock, &r, &rfd) < 0)
 			goto retry;
-		m.flags = 0;
+		m.flags = wflag;
 		if (r.rc == -ENOENT) {
 			fd = find_fd(dev, ino);
 			m.flags |= RS_AG_HAS_FD;
 			if (fd < 0 || send_msg(sock, &m, fd) < 0 || recv_msg(sock, &r, &rfd) < 0)
 				goto retry;
+		}
+		if (r.rc == -EROFS || r.rc == -EPERM) {
+			static _Atomic int said;
+
+			/* Only the user can change this (a chmod), so waiting
+			 * would hang: fail the call, never run it unlocked. */
+			if (!atomic_exchange(&said, 1))
+				rs_log(RS_LOG_ERROR, "cluster scope: %s file %llu:%llu fail with "
+				       "EIO: the node's agent %s", r.rc == -EROFS ? "writes to" :
+				       "calls on", (unsigned long long)dev, (unsigned long long)ino,
+				       r.rc == -EROFS ? "holds it read-only (the user may not write "
+				       "it), so it cannot lock it for writing" :
+				       "cannot open it (the user may neither read nor write it)");
+			r.rc = -EIO;
 		}
 		if (r.rc == -EIO) {
 			if (rfd >= 0)

@@ -19,8 +19,11 @@
  *              the real calls return, not EIO.
  *  own_fcntl_lock      (disabled) a process holding its own POSIX lock on
  *              a cluster file writes inside it: deadlock with the agent.
- *  unwritable_file     (disabled) reading a file the user may not write
- *              hangs: the agent needs a writable description.
+ *  unwritable_file     reading a file the user may not write returns
+ *              (it hung: the agent needed a writable description).
+ *  unwritable_write    a write through a descriptor opened before the
+ *              file became read-only fails with EIO and one line,
+ *              without writing (the agent holds read locks only).
  *  many_files          (disabled) more than 256 cluster files held open at
  *              once: the 257th call hangs (agent table full).
  *  copies_beyond_64    a process keeps the agent's description of every
@@ -282,20 +285,20 @@ Test(cluster_adv, own_fcntl_lock, .timeout = 60, .disabled = CADV_DISABLED)
 }
 
 /*
- * DEFECT (not fixed): a cluster file the user may read but not write
+ * DEFECT (fixed: the agent falls back to a read-only description and
+ * read locks, agent.c ro_lock_fn): a cluster file the user may read but
+ * not write
  * (input data sets, mode 0444, another user's file) cannot be read in
  * cluster scope: the agent reopens the file O_RDWR to own write locks,
  * fails with EACCES, answers the pin -EACCES, and rs_cluster_pin retries
  * every 20 ms for ever, saying once "the node's agent did not answer a
  * pin (it may have died)", which is not why.  Observed: the pread never
  * returns (killed after 10 s); without cluster scope it returns 100.
- * Fix: let the agent keep a read-only description for such files and
- * hold read (F_RDLCK) cluster grants on it, admitting only reads (writes
- * through an fd opened before a chmod fail with EIO); at least answer a
- * distinct rc that the process turns into one line and EIO instead of a
- * silent endless retry.
+ * Now the agent keeps a read-only description for such files and holds
+ * read (F_RDLCK) cluster grants on it, admitting only reads
+ * (unwritable_write).
  */
-Test(cluster_adv, unwritable_file, .timeout = 60, .disabled = CADV_DISABLED)
+Test(cluster_adv, unwritable_file, .timeout = 60)
 {
 	char path[PATH_MAX], uid[32];
 	long long rc, e, ms;
@@ -329,6 +332,70 @@ Test(cluster_adv, unwritable_file, .timeout = 60, .disabled = CADV_DISABLED)
 	kill_agents("ro");
 	unlink(path);
 	unlink_tables("ro");
+}
+
+/*
+ * The other half of unwritable_file: the agent holds only read locks on a
+ * file it could open only read-only, and a read lock does not exclude
+ * other nodes' readers, so a write there (it can come only through a
+ * descriptor opened while the user could write) must not run.  The
+ * process opens the file read-write, makes it 0444, reads (the agent
+ * opens it read-only), then writes: the write fails with EIO, says why in
+ * one line, and writes nothing.  Control: node scope, the same steps,
+ * the write returns 100 (the real result; the shim has nothing to refuse
+ * there), and the bytes land.
+ */
+static void rowrite_run(const char *scope, struct rs_run *r)
+{
+	char path[PATH_MAX], uid[32];
+	struct cenv c;
+
+	snprintf(path, sizeof path, "/dev/shm/rs-cadv-row.%d", (int)getpid());
+	make_file(path, 4096);
+	cenv(&c, "row", 'a', scope);
+	if (geteuid() == 0) {
+		/* read and written as nobody, who owns the file */
+		cr_assert_eq(chown(path, 65534, 65534), 0);
+		snprintf(uid, sizeof uid, "CADV_UID=65534");
+		c.env[3] = uid;
+	}
+	rs_run(r, (char *[]){ PROBE, "rowrite", path, NULL }, c.env, 1, 10);
+	cr_log_info("rowrite %s: %d %s", scope, r->status, r->out);
+}
+
+static int first_byte(void)
+{
+	char path[PATH_MAX], b = 0;
+	int fd;
+
+	snprintf(path, sizeof path, "/dev/shm/rs-cadv-row.%d", (int)getpid());
+	fd = open(path, O_RDONLY);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pread(fd, &b, 1, 0), 1);
+	close(fd);
+	unlink(path);
+	return b;
+}
+
+Test(cluster_adv, unwritable_write, .timeout = 60)
+{
+	static struct rs_run r;
+
+	rowrite_run("node", &r);
+	cr_assert_eq(r.status, 0);
+	cr_expect_eq(rs_field(r.out, "rrc"), 100);
+	cr_expect_eq(rs_field(r.out, "rc"), 100, "control: node scope's write did not write");
+	cr_expect_eq(first_byte(), 'a', "control: node scope's write did not land");
+	rowrite_run("cluster", &r);
+	cr_assert_eq(r.status, 0, "cluster scope: read-then-write of a read-only file hung");
+	cr_assert(strstr(r.out, "verdict=PASS"), "the probe did not report");
+	cr_expect_eq(rs_field(r.out, "rrc"), 100, "the read of the read-only file failed");
+	cr_expect_eq(rs_field(r.out, "rc"), -1, "the write on a read-locked file ran");
+	cr_expect_eq(rs_field(r.out, "errno"), EIO);
+	cr_expect(strstr(r.out, "holds it read-only"), "no line says why the write failed");
+	cr_expect_eq(first_byte(), 0, "the refused write changed the file");
+	kill_agents("row");
+	unlink_tables("row");
 }
 
 /*

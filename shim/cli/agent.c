@@ -69,6 +69,7 @@ struct afile {
 	uint64_t desc_id;       /* this agent's pid, and which opening */
 	pthread_t poller;       /* polls this file alone (file_poller) */
 	int has_poller;         /* 0: tick polls it (no thread could start) */
+	int ro;                 /* a read-only description: read locks only */
 	_Atomic int stop;       /* tells the file's poller to end */
 	struct rs_cl cl;
 };
@@ -183,12 +184,34 @@ static void *file_poller(void *arg)
 	return NULL;
 }
 
-/* Find (or, with fd >= 0, open) the file; counts a pin in.  NULL: unknown
- * and no fd, or it could not be opened for writing. */
-static struct afile *get_file(uint64_t dev, uint64_t ino, int fd)
+/*
+ * The lock calls on a read-only description (a file the user may read
+ * but not write: cluster_adv::unwritable_file).  Its data-space locks
+ * become read locks: F_OFD_SETLK(W) of a write lock would fail with
+ * EBADF (and lose the cache), and a GETLK asking about a read lock sees
+ * exactly the locks a read lock conflicts with (other nodes' writers).
+ * The intent space is left alone: the doorbell's GETLK asks about a
+ * write lock to see every reader's intent, and intents are read locks
+ * already.  So other nodes' readers share such a file with this node,
+ * writers take turns with it, and the agent admits no write on it
+ * (serve: -EROFS), since a read lock excludes no other node's reader.
+ */
+static int ro_lock_fn(int fd, int cmd, struct flock *fl)
+{
+	if (fl->l_type == F_WRLCK && (uint64_t)fl->l_start < RS_CL_EOF &&
+	    (cmd == F_OFD_SETLK || cmd == F_OFD_SETLKW || cmd == F_OFD_GETLK))
+		fl->l_type = F_RDLCK;
+	return fcntl(fd, cmd, fl);
+}
+
+/* Find (or, with fd >= 0, open) the file; counts a pin in.  NULL with
+ * *err: -ENOENT unknown and no fd, -EPERM it cannot be opened at all,
+ * -EAGAIN try again. */
+static struct afile *get_file(uint64_t dev, uint64_t ino, int fd, int *err)
 {
 	struct afile *f = NULL, *free_f = NULL;
 
+	*err = fd >= 0 ? -EAGAIN : -ENOENT;
 	pthread_mutex_lock(&files_mu);
 	for (int i = 0; i < MAX_FILES; i++) {
 		if (files[i].used && files[i].dev == dev && files[i].ino == ino) {
@@ -202,12 +225,15 @@ static struct afile *get_file(uint64_t dev, uint64_t ino, int fd)
 		char path[64];
 		struct stat st;
 		struct rs_cl_params p;
-		int own;
+		int own, ro;
 
 		/* A description of our own: reopening through /proc makes a
 		 * new one, which is what owns the locks. */
 		snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
 		own = open(path, O_RDWR | O_CLOEXEC);
+		ro = own < 0 && (errno == EACCES || errno == EROFS || errno == EPERM);
+		if (ro)	/* read locks need only a readable description */
+			own = open(path, O_RDONLY | O_CLOEXEC);
 		if (own >= 0 && fstat(own, &st) == 0 && (uint64_t)st.st_dev == dev &&
 		    (uint64_t)st.st_ino == ino) {
 			f = free_f;
@@ -217,7 +243,10 @@ static struct afile *get_file(uint64_t dev, uint64_t ino, int fd)
 			f->ino = ino;
 			f->fd = own;
 			f->desc_id = (uint64_t)getpid() << 32 | ++openings;
+			f->ro = ro;
 			rs_cl_params_default(&p);
+			if (ro)
+				p.lock_fn = ro_lock_fn;
 			/* An idle grant is taken within 20 ms of being asked. */
 			p.poll_max_ns = 20ULL * 1000000;
 			p.drain_fn = drain;
@@ -225,13 +254,15 @@ static struct afile *get_file(uint64_t dev, uint64_t ino, int fd)
 			p.drain_arg = f;
 			rs_cl_init(&f->cl, own, &p);
 			f->has_poller = pthread_create(&f->poller, NULL, file_poller, f) == 0;
-			say("file %llu:%llu opened", (unsigned long long)dev, (unsigned long long)ino);
+			say("file %llu:%llu opened%s", (unsigned long long)dev, (unsigned long long)ino,
+			    ro ? " read-only (read locks only)" : "");
 		} else if (own >= 0) {
 			close(own);
 		} else {
-			fprintf(stderr, "rangeshim agent[%d]: cannot open file %llu:%llu for writing "
-				"(%s): cluster grants need a writable description\n", (int)getpid(),
+			fprintf(stderr, "rangeshim agent[%d]: cannot open file %llu:%llu (%s): "
+				"calls on it fail with EIO\n", (int)getpid(),
 				(unsigned long long)dev, (unsigned long long)ino, strerror(errno));
+			*err = -EPERM;
 		}
 	}
 	if (f)
@@ -382,6 +413,7 @@ static void *serve(void *arg)
 	int s = (int)(intptr_t)arg, pfd, pfd_old = -1;
 	struct rs_ag_msg m, r;
 	struct afile *f = NULL;
+	int err;
 
 	for (;;) {
 		ssize_t got = recv_msg(s, &m, &pfd);
@@ -397,7 +429,7 @@ static void *serve(void *arg)
 				close(pfd_old);
 			goto out;
 		}
-		f = get_file(m.dev, m.ino, pfd);
+		f = get_file(m.dev, m.ino, pfd, &err);
 		if (pfd >= 0 && (m.flags & RS_AG_OLD_FD) && pfd_old < 0)
 			pfd_old = pfd;	/* kept for adopt() */
 		else if (pfd >= 0)
@@ -405,7 +437,7 @@ static void *serve(void *arg)
 		memset(&r, 0, sizeof r);
 		r.op = RS_AG_REPLY;
 		if (!f) {
-			r.rc = (m.flags & (RS_AG_HAS_FD | RS_AG_OLD_FD)) ? -EACCES : -ENOENT;
+			r.rc = (m.flags & RS_AG_HAS_FD) ? err : -ENOENT;
 			if (pfd_old >= 0) {
 				close(pfd_old);
 				pfd_old = -1;
@@ -435,6 +467,14 @@ static void *serve(void *arg)
 	if (pfd_old >= 0)
 		close(pfd_old);
 	atomic_store(&last_activity_ns, now_ns());
+	if ((m.flags & RS_AG_WRITE) && f->ro) {
+		/* Only read locks on it: a write would run unexcluded from
+		 * other nodes' readers.  The process fails the call. */
+		r.rc = -EROFS;
+		send_msg(s, &r, -1);
+		put_file(f);
+		goto out;
+	}
 	r.rc = rs_cl_acquire_ex(&f->cl, m.start, m.end, &r.gs, &r.ge, &r.locks, &r.wait_ns);
 	pthread_mutex_lock(&f->cl.mu);
 	r.revokes = f->cl.st.revokes - f->reported_revokes;

@@ -12,6 +12,10 @@
  *                                     root)
  *   cadv_probe pwrite FILE OFF LEN    open FILE read-write, pwrite LEN
  *                                     bytes at OFF
+ *   cadv_probe rowrite FILE           open FILE read-write (as CADV_UID, if
+ *                                     set and root), fchmod it 0444, pread
+ *                                     100 bytes at 0 (rrc), then pwrite 100
+ *                                     bytes at 0 (rc)
  *   cadv_probe fcntllock FILE         take a POSIX write lock on [0, 100)
  *                                     of FILE (as SQLite or ROMIO do), then
  *                                     pwrite 100 bytes at 0 under it
@@ -26,6 +30,7 @@
  * took).
  */
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <grp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -66,6 +71,32 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "truncate") == 0 && argc == 4) {
 		t0 = now_ms();
 		rc = truncate(argv[2], atoll(argv[3]));
+		err = rc < 0 ? errno : 0;
+		report(rc, err, t0);
+		return 0;
+	}
+	if (strcmp(argv[1], "rowrite") == 0 && argc == 3) {
+		long long rrc;
+
+		if (getenv("CADV_UID") && geteuid() == 0) {
+			gid_t g = (gid_t)atoi(getenv("CADV_UID"));
+
+			if (setgroups(0, NULL) < 0 || setresgid(g, g, g) < 0 ||
+			    setresuid((uid_t)g, (uid_t)g, (uid_t)g) < 0) {
+				printf("verdict=FAIL setresuid: %s\n", strerror(errno));
+				return 1;
+			}
+		}
+		fd = open(argv[2], O_RDWR);
+		if (fd < 0 || fchmod(fd, 0444) < 0) {
+			printf("verdict=FAIL open/fchmod %s: %s\n", argv[2], strerror(errno));
+			return 1;
+		}
+		rrc = pread(fd, buf, 100, 0);
+		printf("rrc=%lld ", rrc);
+		memset(buf, 'a', sizeof buf);
+		t0 = now_ms();
+		rc = pwrite(fd, buf, 100, 0);
 		err = rc < 0 ? errno : 0;
 		report(rc, err, t0);
 		return 0;
