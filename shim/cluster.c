@@ -414,7 +414,7 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 			       .end = e >= RS_CL_EOF ? RS_CL_EOF : e };
 	uint64_t t0 = 0;
 	uint32_t wflag = write ? RS_AG_WRITE : 0;
-	int saved = errno, warned = 0, nomem = 0;
+	int saved = errno, warned = 0, nomem = 0, busy = 0;
 
 	for (;;) {
 		struct rs_ag_msg r;
@@ -472,6 +472,12 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 			syscall(SYS_close, sock);
 			errno = saved;
 			return -EIO;
+		}
+		if (r.rc == -EBUSY && !busy++) {
+			warned = 1;
+			rs_log(RS_LOG_ERROR, "cluster scope: the node's agent holds as many files "
+			       "as it can, and a call is in progress on every one; waiting for "
+			       "one to end");
 		}
 		if (r.rc != 0)
 			goto retry;

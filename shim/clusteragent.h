@@ -38,7 +38,8 @@
 /* REPLY rc: 0, -EIO (the lock was lost: fail the call), -ENOENT (send
  * the fd: the agent does not know the file), -EROFS (a write on a file
  * the agent holds read-only: fail the call), -EPERM (the agent cannot
- * open the file at all: fail the call), other -errno (retry). */
+ * open the file at all: fail the call), -EBUSY (the agent's file table
+ * is full of files with pins in progress: wait), other -errno (retry). */
 struct rs_ag_msg {
 	uint32_t op, flags;
 	int64_t rc;

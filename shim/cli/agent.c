@@ -29,7 +29,9 @@
  *
  * Exits when it has held no file and served no connection for
  * IDLE_EXIT_NS; gives a file's grants back once neither a pin nor a node
- * grant of any process has touched the file for IDLE_FILE_NS.
+ * grant of any process has touched the file for IDLE_FILE_NS.  With all
+ * MAX_FILES slots in use, a new file makes room: the least recently
+ * pinned file without a pin in progress is forgotten (make_room).
  */
 #include "cli.h"
 
@@ -70,6 +72,8 @@ struct afile {
 	pthread_t poller;       /* polls this file alone (file_poller) */
 	int has_poller;         /* 0: tick polls it (no thread could start) */
 	int ro;                 /* a read-only description: read locks only */
+	int evicting;           /* being forgotten to make room (files_mu) */
+	uint64_t last_use_ns;   /* last pin in or out (files_mu) */
 	_Atomic int stop;       /* tells the file's poller to end */
 	struct rs_cl cl;
 };
@@ -204,6 +208,62 @@ static int ro_lock_fn(int fd, int cmd, struct flock *fl)
 	return fcntl(fd, cmd, fl);
 }
 
+static int node_busy(const struct afile *f);
+
+/* Pre: no pin uses f, and none can start (f->evicting, or files_mu
+ * held with f idle).  Post: f's grants are given back, each drained of
+ * the node's node grants first (give_back's drain_fn: cached ones are
+ * revoked, calls inside are waited for), and its description closed. */
+static void forget(struct afile *f)
+{
+	if (f->has_poller) {
+		atomic_store(&f->stop, 1);
+		pthread_join(f->poller, NULL);
+	}
+	rs_cl_fini(&f->cl);
+	close(f->fd);
+}
+
+/*
+ * The table is full and a new file needs a slot: forget the least
+ * recently pinned file that no pin is using, preferring one on which no
+ * process holds a node grant (nothing to drain).  Before, the new file's
+ * pin was answered "retry" for ever (cluster_adv::many_files).
+ * Pre: files_mu held.  Post: 1 with a slot freed (files_mu was let go
+ * meanwhile: the drain waits for calls inside the file, and a call may
+ * be pinning another file, which takes files_mu), or 0: every file has a
+ * pin in progress or is being forgotten, so the caller waits.
+ */
+static int make_room(void)
+{
+	struct afile *v = NULL;
+	int v_busy = 1;
+
+	for (int i = 0; i < MAX_FILES; i++) {
+		struct afile *f = &files[i];
+		int busy;
+
+		if (!f->used || f->evicting || f->pins || !f->has_poller)
+			continue;
+		busy = node_busy(f);
+		if (!v || busy < v_busy || (busy == v_busy && f->last_use_ns < v->last_use_ns)) {
+			v = f;
+			v_busy = busy;
+		}
+	}
+	if (!v)
+		return 0;
+	v->evicting = 1;
+	pthread_mutex_unlock(&files_mu);
+	forget(v);
+	say("file %llu:%llu given back (room for another)", (unsigned long long)v->dev,
+	    (unsigned long long)v->ino);
+	pthread_mutex_lock(&files_mu);
+	v->used = 0;
+	v->evicting = 0;
+	return 1;
+}
+
 /* Find (or, with fd >= 0, open) the file; counts a pin in.  NULL with
  * *err: -ENOENT unknown and no fd, -EPERM it cannot be opened at all,
  * -EAGAIN try again. */
@@ -213,13 +273,29 @@ static struct afile *get_file(uint64_t dev, uint64_t ino, int fd, int *err)
 
 	*err = fd >= 0 ? -EAGAIN : -ENOENT;
 	pthread_mutex_lock(&files_mu);
+again:
+	f = NULL;
+	free_f = NULL;
 	for (int i = 0; i < MAX_FILES; i++) {
 		if (files[i].used && files[i].dev == dev && files[i].ino == ino) {
+			if (files[i].evicting) {
+				/* Its grants are on their way back: wait, then
+				 * open it afresh. */
+				pthread_mutex_unlock(&files_mu);
+				usleep(1000);
+				pthread_mutex_lock(&files_mu);
+				goto again;
+			}
 			f = &files[i];
 			break;
 		}
 		if (!files[i].used && !free_f)
 			free_f = &files[i];
+	}
+	if (!f && fd >= 0 && !free_f) {
+		if (make_room())
+			goto again;
+		*err = -EBUSY;
 	}
 	if (!f && fd >= 0 && free_f) {
 		char path[64];
@@ -265,8 +341,10 @@ static struct afile *get_file(uint64_t dev, uint64_t ino, int fd, int *err)
 			*err = -EPERM;
 		}
 	}
-	if (f)
+	if (f) {
 		f->pins++;
+		f->last_use_ns = now_ns();
+	}
 	pthread_mutex_unlock(&files_mu);
 	return f;
 }
@@ -276,6 +354,7 @@ static void put_file(struct afile *f)
 	pthread_mutex_lock(&files_mu);
 	f->pins--;
 	f->idle_since_ns = 0;
+	f->last_use_ns = now_ns();
 	pthread_mutex_unlock(&files_mu);
 }
 
@@ -351,7 +430,7 @@ static void list_grants(int s)
 	for (int i = 0; i < MAX_FILES; i++) {
 		int n;
 
-		if (!files[i].used)
+		if (!files[i].used || files[i].evicting)
 			continue;
 		n = rs_cl_grants(&files[i].cl, g, RS_CL_MAX_GRANTS);
 		for (int k = 0; k < n && k < RS_CL_MAX_GRANTS; k++) {
@@ -531,9 +610,14 @@ static int tick(void)
 		if (!f->used)
 			continue;
 		nfiles++;
+		/* (make_room never takes a file without a poller thread.) */
 		if (!f->has_poller && now >= f->next_poll_ns)
 			poll_file(f);
 		pthread_mutex_lock(&files_mu);
+		if (!f->used || f->evicting) {
+			pthread_mutex_unlock(&files_mu);
+			continue;
+		}
 		if (f->pins || node_busy(f)) {
 			f->idle_since_ns = 0;
 		} else if (!f->idle_since_ns) {
@@ -544,12 +628,7 @@ static int tick(void)
 			 * cannot be stuck in a drain: no process holds a node
 			 * grant on it, and none can get one (pins wait for
 			 * files_mu). */
-			if (f->has_poller) {
-				atomic_store(&f->stop, 1);
-				pthread_join(f->poller, NULL);
-			}
-			rs_cl_fini(&f->cl);
-			close(f->fd);
+			forget(f);
 			f->used = 0;
 			say("file %llu:%llu given back (idle)", (unsigned long long)f->dev,
 			    (unsigned long long)f->ino);
