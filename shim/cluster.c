@@ -343,8 +343,22 @@ static int connect_agent(pid_t *pid)
 		return -1;
 	if (connect(s, (struct sockaddr *)&a,
 		    (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)len)) < 0 ||
-	    /* Anyone can bind an abstract name: trust only our own user. */
-	    getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || cr.uid != getuid()) {
+	    getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0) {
+		syscall(SYS_close, s);
+		return -1;
+	}
+	if (cr.uid != getuid()) {
+		static _Atomic int said;
+
+		/* Anyone can bind an abstract name: trust only our own user,
+		 * and say who is in the way, since our own agent cannot bind
+		 * while it is (cluster_adv::squatted_socket).  Waiting is the
+		 * fail-safe answer: nothing runs without a cluster grant. */
+		if (!atomic_exchange(&said, 1))
+			rs_log(RS_LOG_ERROR, "cluster scope: the agent's socket name @%s is held "
+			       "by another user (uid %u, pid %d), so our agent cannot start; cluster "
+			       "calls wait until that process lets it go", a.sun_path + 1,
+			       (unsigned)cr.uid, (int)cr.pid);
 		syscall(SYS_close, s);
 		return -1;
 	}
