@@ -607,11 +607,16 @@ static int tick(void)
 	for (int i = 0; i < MAX_FILES; i++) {
 		struct afile *f = &files[i];
 
-		if (!f->used)
-			continue;
-		nfiles++;
-		/* (make_room never takes a file without a poller thread.) */
-		if (!f->has_poller && now >= f->next_poll_ns)
+		int poll_it;
+
+		/* used is written under files_mu (get_file, make_room). */
+		pthread_mutex_lock(&files_mu);
+		nfiles += f->used;
+		poll_it = f->used && !f->evicting && !f->has_poller && now >= f->next_poll_ns;
+		pthread_mutex_unlock(&files_mu);
+		/* Unlocked: a poll may drain.  Only tick frees a file without
+		 * a poller thread (make_room never takes one). */
+		if (poll_it)
 			poll_file(f);
 		pthread_mutex_lock(&files_mu);
 		if (!f->used || f->evicting) {
