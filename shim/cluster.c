@@ -35,6 +35,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -116,50 +117,102 @@ __thread int rs_cl_eio __attribute__((tls_model("initial-exec")));
  * process that may be inside them lives.  One per description the agent
  * opened (desc_id), since an agent that died and one started after it
  * have different descriptions, and the dead one's locks may still hold
- * calls of ours.  A description the agent closed itself holds no lock
- * any more (it gave everything back first), so with a full table the
- * oldest copy of the same file is the one to drop.
+ * calls of ours.
+ *
+ * Theory: a copy is closed only after an agent said it holds no lock of
+ * ours any more (ADOPTED: it drained the node and unlocked everything
+ * through it).  Pre of pfile_keep: fd is the description the agent just
+ * answered a pin with.  Post: a copy of it is in the table (or the pin
+ * is refused: pfile_keep returns -1 and nothing was closed that may hold
+ * a lock).  So the table grows (on the slow path only: pins) instead of
+ * dropping a copy: dropping the 65th copy of 64 unlocked that file when
+ * the agent died under running calls (cluster_adv::copies_beyond_64).
+ * A newer description of the same file from the agent means the older
+ * one was closed by an agent (given back idle) or belongs to a dead one;
+ * either way the agent decides: the older copy loses its "current" mark,
+ * so the next pin of the file sends it for adoption, and only then is it
+ * closed.  That bounds the copies of a file without trusting a guess.
  */
-#define NPFILE 64
-static struct {
+struct pfile {
 	uint64_t dev, ino, id, seq;
 	int fd;          /* + 1; 0: free */
 	int current;     /* the answering agent said it is its own */
-} pfiles[NPFILE];
+};
+static struct pfile *pfiles;
+static size_t npfile;    /* slots in pfiles (pfiles_mtx) */
 static uint64_t pfile_seq;
 static _Atomic uint32_t pfiles_mtx;
 
-static void pfile_keep(uint64_t dev, uint64_t ino, uint64_t id, int fd)
+/* Pre: pfiles_mtx held.  Post: pfiles has twice the slots (at least
+ * 64), or -1 and it is unchanged.  mmap, not malloc: the shim must not
+ * depend on the application's allocator. */
+static int pfile_grow(void)
 {
-	int slot = -1, oldest = -1, drop = -1;
+	size_t n = npfile ? npfile * 2 : 64;
+	struct pfile *t = mmap(NULL, n * sizeof *t, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (t == MAP_FAILED)
+		return -1;
+	if (pfiles) {
+		memcpy(t, pfiles, npfile * sizeof *t);
+		munmap(pfiles, npfile * sizeof *t);
+	}
+	pfiles = t;
+	npfile = n;
+	return 0;
+}
+
+/* fd moved to a hidden number, or fd itself if no number is free: the
+ * description must never be lost on the way (rs_fd_hide closes fd even
+ * when it finds no new number). */
+static int pfile_hide(int fd)
+{
+	int d = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 3), h;
+
+	if (d < 0)
+		return fd;
+	h = rs_fd_hide(d);
+	if (h < 0)
+		return fd;
+	syscall(SYS_close, fd);
+	return h;
+}
+
+static int pfile_keep(uint64_t dev, uint64_t ino, uint64_t id, int fd)
+{
+	int slot = -1;
 
 	rs_mutex_lock(&pfiles_mtx);
-	for (int i = 0; i < NPFILE; i++) {
+	for (size_t i = 0; i < npfile; i++) {
 		if (pfiles[i].fd && pfiles[i].dev == dev && pfiles[i].ino == ino) {
 			if (pfiles[i].id == id) {
 				slot = -2;	/* have it */
-				break;
+				pfiles[i].current = 1;
+				continue;
 			}
-			if (oldest < 0 || pfiles[i].seq < pfiles[oldest].seq)
-				oldest = i;
+			/* Superseded: the next pin asks the agent about it. */
+			pfiles[i].current = 0;
 		}
 		if (!pfiles[i].fd && slot == -1)
-			slot = i;
+			slot = (int)i;
 	}
-	if (slot == -1 && oldest >= 0) {
-		drop = pfiles[oldest].fd - 1;
-		slot = oldest;
+	if (slot == -1) {
+		slot = (int)npfile;
+		if (pfile_grow() < 0) {
+			rs_mutex_unlock(&pfiles_mtx);
+			return -1;
+		}
 	}
 	if (slot >= 0) {
 		/* The agent sends its own description with every reply. */
-		pfiles[slot] = (typeof(pfiles[0])){ dev, ino, id, ++pfile_seq, rs_fd_hide(fd) + 1, 1 };
+		pfiles[slot] = (struct pfile){ dev, ino, id, ++pfile_seq, pfile_hide(fd) + 1, 1 };
 		fd = -1;
 	}
 	rs_mutex_unlock(&pfiles_mtx);
-	if (fd >= 0)
+	if (fd >= 0)	/* a second copy of one we keep */
 		syscall(SYS_close, fd);
-	if (drop >= 0)
-		syscall(SYS_close, drop);
+	return 0;
 }
 
 /* A copy of (dev, ino) not yet known to be the answering agent's own
@@ -171,10 +224,10 @@ static int pfile_old(uint64_t dev, uint64_t ino, int *slot)
 
 	*slot = -1;
 	rs_mutex_lock(&pfiles_mtx);
-	for (int i = 0; i < NPFILE; i++)
+	for (size_t i = 0; i < npfile; i++)
 		if (pfiles[i].fd && pfiles[i].dev == dev && pfiles[i].ino == ino &&
 		    !pfiles[i].current) {
-			*slot = i;
+			*slot = (int)i;
 			fd = pfiles[i].fd - 1;
 			break;
 		}
@@ -188,7 +241,7 @@ static int pfile_old(uint64_t dev, uint64_t ino, int *slot)
 static void pfile_current(int slot, int fd)
 {
 	rs_mutex_lock(&pfiles_mtx);
-	if (slot >= 0 && pfiles[slot].fd == fd + 1)
+	if (slot >= 0 && (size_t)slot < npfile && pfiles[slot].fd == fd + 1)
 		pfiles[slot].current = 1;
 	rs_mutex_unlock(&pfiles_mtx);
 }
@@ -199,7 +252,7 @@ static void pfile_agent(pid_t pid)
 
 	rs_mutex_lock(&pfiles_mtx);
 	if (pid != last)
-		for (int i = 0; i < NPFILE; i++)
+		for (size_t i = 0; i < npfile; i++)
 			pfiles[i].current = 0;
 	last = pid;
 	rs_mutex_unlock(&pfiles_mtx);
@@ -211,7 +264,7 @@ static void pfile_drop(int slot, int fd)
 	if (slot < 0)
 		return;
 	rs_mutex_lock(&pfiles_mtx);
-	if (pfiles[slot].fd == fd + 1) {
+	if ((size_t)slot < npfile && pfiles[slot].fd == fd + 1) {
 		pfiles[slot].fd = 0;
 		syscall(SYS_close, fd);
 	}
@@ -308,8 +361,22 @@ static int connect_agent(pid_t *pid)
 		return -1;
 	if (connect(s, (struct sockaddr *)&a,
 		    (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)len)) < 0 ||
-	    /* Anyone can bind an abstract name: trust only our own user. */
-	    getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || cr.uid != getuid()) {
+	    getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0) {
+		syscall(SYS_close, s);
+		return -1;
+	}
+	if (cr.uid != getuid()) {
+		static _Atomic int said;
+
+		/* Anyone can bind an abstract name: trust only our own user,
+		 * and say who is in the way, since our own agent cannot bind
+		 * while it is (cluster_adv::squatted_socket).  Waiting is the
+		 * fail-safe answer: nothing runs without a cluster grant. */
+		if (!atomic_exchange(&said, 1))
+			rs_log(RS_LOG_ERROR, "cluster scope: the agent's socket name @%s is held "
+			       "by another user (uid %u, pid %d), so our agent cannot start; cluster "
+			       "calls wait until that process lets it go", a.sun_path + 1,
+			       (unsigned)cr.uid, (int)cr.pid);
 		syscall(SYS_close, s);
 		return -1;
 	}
@@ -369,15 +436,25 @@ static void spawn_agent(void)
 			;
 }
 
-int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, struct rs_cl_pin *p)
+int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write,
+		   struct rs_cl_pin *p)
 {
-	struct rs_ag_msg m = { .op = RS_AG_PIN, .dev = dev, .ino = ino, .start = s,
+	/*
+	 * Cluster grants lock only [0, RS_CL_EOF): the intent space mirrors
+	 * it above.  Bytes at and beyond RS_CL_EOF (tmpfs allows files up to
+	 * 2^63 - 1) are stood for by the last byte below it: every range
+	 * that reaches past RS_CL_EOF pins a cluster range that ends at
+	 * RS_CL_EOF and so holds that byte, so any two calls that meet up
+	 * there exclude each other across nodes as on any other byte.  The
+	 * node grant still covers the real range (RS_RANGE_EOF above).
+	 */
+	struct rs_ag_msg m = { .op = RS_AG_PIN, .dev = dev, .ino = ino,
+			       .start = s >= RS_CL_EOF ? RS_CL_EOF - 1 : s,
 			       .end = e >= RS_CL_EOF ? RS_CL_EOF : e };
 	uint64_t t0 = 0;
-	int saved = errno, warned = 0;
+	uint32_t wflag = write ? RS_AG_WRITE : 0;
+	int saved = errno, warned = 0, nomem = 0, busy = 0;
 
-	if (s >= RS_CL_EOF)
-		return -EIO;	/* beyond what the cluster data space can lock */
 	for (;;) {
 		struct rs_ag_msg r;
 		pid_t apid = 0;
@@ -404,15 +481,29 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, struct rs
 		 * (the agent's starter), stable for one agent's life. */
 		pfile_agent(apid);
 		old = pfile_old(dev, ino, &oldslot);
-		m.flags = old >= 0 ? RS_AG_OLD_FD : 0;
+		m.flags = (old >= 0 ? RS_AG_OLD_FD : 0) | wflag;
 		if (send_msg(sock, &m, old) < 0 || recv_msg(sock, &r, &rfd) < 0)
 			goto retry;
-		m.flags = 0;
+		m.flags = wflag;
 		if (r.rc == -ENOENT) {
 			fd = find_fd(dev, ino);
 			m.flags |= RS_AG_HAS_FD;
 			if (fd < 0 || send_msg(sock, &m, fd) < 0 || recv_msg(sock, &r, &rfd) < 0)
 				goto retry;
+		}
+		if (r.rc == -EROFS || r.rc == -EPERM) {
+			static _Atomic int said;
+
+			/* Only the user can change this (a chmod), so waiting
+			 * would hang: fail the call, never run it unlocked. */
+			if (!atomic_exchange(&said, 1))
+				rs_log(RS_LOG_ERROR, "cluster scope: %s file %llu:%llu fail with "
+				       "EIO: the node's agent %s", r.rc == -EROFS ? "writes to" :
+				       "calls on", (unsigned long long)dev, (unsigned long long)ino,
+				       r.rc == -EROFS ? "holds it read-only (the user may not write "
+				       "it), so it cannot lock it for writing" :
+				       "cannot open it (the user may neither read nor write it)");
+			r.rc = -EIO;
 		}
 		if (r.rc == -EIO) {
 			if (rfd >= 0)
@@ -424,9 +515,15 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, struct rs
 		if (r.rc == -EACCES && !warned) {
 			warned = 1;
 			rs_log(RS_LOG_ERROR, "cluster scope: the node's agent cannot open file "
-			       "%llu:%llu for writing, which cluster locks need; waiting (this "
-			       "user needs write permission on it)", (unsigned long long)dev,
+			       "%llu:%llu, which cluster locks need; waiting (this user needs "
+			       "permission to open it)", (unsigned long long)dev,
 			       (unsigned long long)ino);
+		}
+		if (r.rc == -EBUSY && !busy++) {
+			warned = 1;
+			rs_log(RS_LOG_ERROR, "cluster scope: the node's agent holds as many files "
+			       "as it can, and a call is in progress on every one; waiting for "
+			       "one to end");
 		}
 		if (r.rc != 0)
 			goto retry;
@@ -434,8 +531,17 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, struct rs
 			pfile_drop(oldslot, old);
 		else if (r.flags & RS_AG_CURRENT)
 			pfile_current(oldslot, old);
-		if (rfd >= 0)
-			pfile_keep(dev, ino, r.desc_id, rfd);
+		if (rfd >= 0 && pfile_keep(dev, ino, r.desc_id, rfd) < 0) {
+			/* Without a copy, an agent crash would unlock the range
+			 * under our calls: refuse the pin (and say so) instead. */
+			if (!nomem++)
+				rs_log(RS_LOG_ERROR, "cluster scope: no memory to keep the agent's "
+				       "description of file %llu:%llu (it keeps the locks if the agent "
+				       "dies); waiting", (unsigned long long)dev,
+				       (unsigned long long)ino);
+			warned = 1;
+			goto retry;
+		}
 		RS_COUNT(cluster_locks, r.locks);
 		RS_COUNT(cluster_wait_ns, r.wait_ns);
 		RS_COUNT(cluster_revokes, r.revokes);

@@ -26,7 +26,8 @@ struct rs_cl_pin {
  * or -EIO: the node lost the file's cluster locks (the call must fail
  * with EIO, never run).  Waits, saying why, while no agent answers.
  */
-int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, struct rs_cl_pin *p);
+int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write,
+		   struct rs_cl_pin *p);
 void rs_cluster_unpin(struct rs_cl_pin *p);
 uint64_t rs_cluster_now_ns(void);
 void rs_cluster_fork_child(void);

@@ -32,9 +32,14 @@
 			    * drain the node and unlock everything on it */
 #define RS_AG_ADOPTED 8u   /* REPLY: done; the old description holds no lock */
 #define RS_AG_CURRENT 16u  /* REPLY: that description is the agent's own */
+#define RS_AG_WRITE   32u  /* PIN: for a write (the agent may hold only read
+			    * locks on a file the user cannot write) */
 
 /* REPLY rc: 0, -EIO (the lock was lost: fail the call), -ENOENT (send
- * the fd: the agent does not know the file), other -errno (retry). */
+ * the fd: the agent does not know the file), -EROFS (a write on a file
+ * the agent holds read-only: fail the call), -EPERM (the agent cannot
+ * open the file at all: fail the call), -EBUSY (the agent's file table
+ * is full of files with pins in progress: wait), other -errno (retry). */
 struct rs_ag_msg {
 	uint32_t op, flags;
 	int64_t rc;

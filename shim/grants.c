@@ -343,7 +343,7 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	if (cluster) {
 		/* Pinned until the node grant is in the table: from then on a
 		 * give-back of the cluster grant drains it first. */
-		if (rs_cluster_pin(req.dev, req.ino, start, end, &pin) < 0) {
+		if (rs_cluster_pin(req.dev, req.ino, start, end, rlmode != 1, &pin) < 0) {
 			rs_mutex_unlock(&f->acquire_mtx);
 			rs_cl_eio = 1;
 			errno = saved;

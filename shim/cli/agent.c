@@ -24,9 +24,14 @@
  * lies inside a cluster grant that the lock manager granted, and any
  * later give-back drains it first.
  *
+ * Each file has a poller thread of its own (file_poller): a give-back
+ * waits for the calls inside its range, and must hold up only its file.
+ *
  * Exits when it has held no file and served no connection for
  * IDLE_EXIT_NS; gives a file's grants back once neither a pin nor a node
- * grant of any process has touched the file for IDLE_FILE_NS.
+ * grant of any process has touched the file for IDLE_FILE_NS.  With all
+ * MAX_FILES slots in use, a new file makes room: the least recently
+ * pinned file without a pin in progress is forgotten (make_room).
  */
 #include "cli.h"
 
@@ -64,6 +69,12 @@ struct afile {
 	uint32_t drain_idx, drain_gen;
 	uint64_t reported_revokes;
 	uint64_t desc_id;       /* this agent's pid, and which opening */
+	pthread_t poller;       /* polls this file alone (file_poller) */
+	int has_poller;         /* 0: tick polls it (no thread could start) */
+	int ro;                 /* a read-only description: read locks only */
+	int evicting;           /* being forgotten to make room (files_mu) */
+	uint64_t last_use_ns;   /* last pin in or out (files_mu) */
+	_Atomic int stop;       /* tells the file's poller to end */
 	struct rs_cl cl;
 };
 
@@ -147,31 +158,158 @@ static void lost(struct afile *f)
 	undrain(f);
 }
 
-/* Find (or, with fd >= 0, open) the file; counts a pin in.  NULL: unknown
- * and no fd, or it could not be opened for writing. */
-static struct afile *get_file(uint64_t dev, uint64_t ino, int fd)
+/* Polls one file for other nodes' intent and gives its grants back.  One
+ * thread per file, because a give-back drains the node first and waits
+ * for calls inside the range: a process stopped inside a call on one
+ * file must hold up that file only, not every give-back of the node
+ * (cluster_adv::stopped_holder_other_file). */
+static void poll_file(struct afile *f)
+{
+	if (rs_cl_poll(&f->cl) < 0) {
+		pthread_mutex_lock(&f->cl.mu);
+		lost(f);
+		pthread_mutex_unlock(&f->cl.mu);
+	}
+	f->next_poll_ns = now_ns() + rs_cl_poll_interval(&f->cl);
+}
+
+static void *file_poller(void *arg)
+{
+	struct afile *f = arg;
+
+	while (!atomic_load(&f->stop)) {
+		uint64_t now = now_ns();
+
+		if (now >= f->next_poll_ns)
+			poll_file(f);
+		else	/* wake only to poll: at most the 20 ms idle interval */
+			usleep((useconds_t)((f->next_poll_ns - now) / 1000 + 1));
+	}
+	return NULL;
+}
+
+/*
+ * The lock calls on a read-only description (a file the user may read
+ * but not write: cluster_adv::unwritable_file).  Its data-space locks
+ * become read locks: F_OFD_SETLK(W) of a write lock would fail with
+ * EBADF (and lose the cache), and a GETLK asking about a read lock sees
+ * exactly the locks a read lock conflicts with (other nodes' writers).
+ * The intent space is left alone: the doorbell's GETLK asks about a
+ * write lock to see every reader's intent, and intents are read locks
+ * already.  So other nodes' readers share such a file with this node,
+ * writers take turns with it, and the agent admits no write on it
+ * (serve: -EROFS), since a read lock excludes no other node's reader.
+ */
+static int ro_lock_fn(int fd, int cmd, struct flock *fl)
+{
+	if (fl->l_type == F_WRLCK && (uint64_t)fl->l_start < RS_CL_EOF &&
+	    (cmd == F_OFD_SETLK || cmd == F_OFD_SETLKW || cmd == F_OFD_GETLK))
+		fl->l_type = F_RDLCK;
+	return fcntl(fd, cmd, fl);
+}
+
+static int node_busy(const struct afile *f);
+
+/* Pre: no pin uses f, and none can start (f->evicting, or files_mu
+ * held with f idle).  Post: f's grants are given back, each drained of
+ * the node's node grants first (give_back's drain_fn: cached ones are
+ * revoked, calls inside are waited for), and its description closed. */
+static void forget(struct afile *f)
+{
+	if (f->has_poller) {
+		atomic_store(&f->stop, 1);
+		pthread_join(f->poller, NULL);
+	}
+	rs_cl_fini(&f->cl);
+	close(f->fd);
+}
+
+/*
+ * The table is full and a new file needs a slot: forget the least
+ * recently pinned file that no pin is using, preferring one on which no
+ * process holds a node grant (nothing to drain).  Before, the new file's
+ * pin was answered "retry" for ever (cluster_adv::many_files).
+ * Pre: files_mu held.  Post: 1 with a slot freed (files_mu was let go
+ * meanwhile: the drain waits for calls inside the file, and a call may
+ * be pinning another file, which takes files_mu), or 0: every file has a
+ * pin in progress or is being forgotten, so the caller waits.
+ */
+static int make_room(void)
+{
+	struct afile *v = NULL;
+	int v_busy = 1;
+
+	for (int i = 0; i < MAX_FILES; i++) {
+		struct afile *f = &files[i];
+		int busy;
+
+		if (!f->used || f->evicting || f->pins || !f->has_poller)
+			continue;
+		busy = node_busy(f);
+		if (!v || busy < v_busy || (busy == v_busy && f->last_use_ns < v->last_use_ns)) {
+			v = f;
+			v_busy = busy;
+		}
+	}
+	if (!v)
+		return 0;
+	v->evicting = 1;
+	pthread_mutex_unlock(&files_mu);
+	forget(v);
+	say("file %llu:%llu given back (room for another)", (unsigned long long)v->dev,
+	    (unsigned long long)v->ino);
+	pthread_mutex_lock(&files_mu);
+	v->used = 0;
+	v->evicting = 0;
+	return 1;
+}
+
+/* Find (or, with fd >= 0, open) the file; counts a pin in.  NULL with
+ * *err: -ENOENT unknown and no fd, -EPERM it cannot be opened at all,
+ * -EAGAIN try again. */
+static struct afile *get_file(uint64_t dev, uint64_t ino, int fd, int *err)
 {
 	struct afile *f = NULL, *free_f = NULL;
 
+	*err = fd >= 0 ? -EAGAIN : -ENOENT;
 	pthread_mutex_lock(&files_mu);
+again:
+	f = NULL;
+	free_f = NULL;
 	for (int i = 0; i < MAX_FILES; i++) {
 		if (files[i].used && files[i].dev == dev && files[i].ino == ino) {
+			if (files[i].evicting) {
+				/* Its grants are on their way back: wait, then
+				 * open it afresh. */
+				pthread_mutex_unlock(&files_mu);
+				usleep(1000);
+				pthread_mutex_lock(&files_mu);
+				goto again;
+			}
 			f = &files[i];
 			break;
 		}
 		if (!files[i].used && !free_f)
 			free_f = &files[i];
 	}
+	if (!f && fd >= 0 && !free_f) {
+		if (make_room())
+			goto again;
+		*err = -EBUSY;
+	}
 	if (!f && fd >= 0 && free_f) {
 		char path[64];
 		struct stat st;
 		struct rs_cl_params p;
-		int own;
+		int own, ro;
 
 		/* A description of our own: reopening through /proc makes a
 		 * new one, which is what owns the locks. */
 		snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
 		own = open(path, O_RDWR | O_CLOEXEC);
+		ro = own < 0 && (errno == EACCES || errno == EROFS || errno == EPERM);
+		if (ro)	/* read locks need only a readable description */
+			own = open(path, O_RDONLY | O_CLOEXEC);
 		if (own >= 0 && fstat(own, &st) == 0 && (uint64_t)st.st_dev == dev &&
 		    (uint64_t)st.st_ino == ino) {
 			f = free_f;
@@ -181,24 +319,32 @@ static struct afile *get_file(uint64_t dev, uint64_t ino, int fd)
 			f->ino = ino;
 			f->fd = own;
 			f->desc_id = (uint64_t)getpid() << 32 | ++openings;
+			f->ro = ro;
 			rs_cl_params_default(&p);
+			if (ro)
+				p.lock_fn = ro_lock_fn;
 			/* An idle grant is taken within 20 ms of being asked. */
 			p.poll_max_ns = 20ULL * 1000000;
 			p.drain_fn = drain;
 			p.undrain_fn = undrain;
 			p.drain_arg = f;
 			rs_cl_init(&f->cl, own, &p);
-			say("file %llu:%llu opened", (unsigned long long)dev, (unsigned long long)ino);
+			f->has_poller = pthread_create(&f->poller, NULL, file_poller, f) == 0;
+			say("file %llu:%llu opened%s", (unsigned long long)dev, (unsigned long long)ino,
+			    ro ? " read-only (read locks only)" : "");
 		} else if (own >= 0) {
 			close(own);
 		} else {
-			fprintf(stderr, "rangeshim agent[%d]: cannot open file %llu:%llu for writing "
-				"(%s): cluster grants need a writable description\n", (int)getpid(),
+			fprintf(stderr, "rangeshim agent[%d]: cannot open file %llu:%llu (%s): "
+				"calls on it fail with EIO\n", (int)getpid(),
 				(unsigned long long)dev, (unsigned long long)ino, strerror(errno));
+			*err = -EPERM;
 		}
 	}
-	if (f)
+	if (f) {
 		f->pins++;
+		f->last_use_ns = now_ns();
+	}
 	pthread_mutex_unlock(&files_mu);
 	return f;
 }
@@ -208,6 +354,7 @@ static void put_file(struct afile *f)
 	pthread_mutex_lock(&files_mu);
 	f->pins--;
 	f->idle_since_ns = 0;
+	f->last_use_ns = now_ns();
 	pthread_mutex_unlock(&files_mu);
 }
 
@@ -283,7 +430,7 @@ static void list_grants(int s)
 	for (int i = 0; i < MAX_FILES; i++) {
 		int n;
 
-		if (!files[i].used)
+		if (!files[i].used || files[i].evicting)
 			continue;
 		n = rs_cl_grants(&files[i].cl, g, RS_CL_MAX_GRANTS);
 		for (int k = 0; k < n && k < RS_CL_MAX_GRANTS; k++) {
@@ -345,6 +492,7 @@ static void *serve(void *arg)
 	int s = (int)(intptr_t)arg, pfd, pfd_old = -1;
 	struct rs_ag_msg m, r;
 	struct afile *f = NULL;
+	int err;
 
 	for (;;) {
 		ssize_t got = recv_msg(s, &m, &pfd);
@@ -360,7 +508,7 @@ static void *serve(void *arg)
 				close(pfd_old);
 			goto out;
 		}
-		f = get_file(m.dev, m.ino, pfd);
+		f = get_file(m.dev, m.ino, pfd, &err);
 		if (pfd >= 0 && (m.flags & RS_AG_OLD_FD) && pfd_old < 0)
 			pfd_old = pfd;	/* kept for adopt() */
 		else if (pfd >= 0)
@@ -368,7 +516,7 @@ static void *serve(void *arg)
 		memset(&r, 0, sizeof r);
 		r.op = RS_AG_REPLY;
 		if (!f) {
-			r.rc = (m.flags & (RS_AG_HAS_FD | RS_AG_OLD_FD)) ? -EACCES : -ENOENT;
+			r.rc = (m.flags & RS_AG_HAS_FD) ? err : -ENOENT;
 			if (pfd_old >= 0) {
 				close(pfd_old);
 				pfd_old = -1;
@@ -398,6 +546,14 @@ static void *serve(void *arg)
 	if (pfd_old >= 0)
 		close(pfd_old);
 	atomic_store(&last_activity_ns, now_ns());
+	if ((m.flags & RS_AG_WRITE) && f->ro) {
+		/* Only read locks on it: a write would run unexcluded from
+		 * other nodes' readers.  The process fails the call. */
+		r.rc = -EROFS;
+		send_msg(s, &r, -1);
+		put_file(f);
+		goto out;
+	}
 	r.rc = rs_cl_acquire_ex(&f->cl, m.start, m.end, &r.gs, &r.ge, &r.locks, &r.wait_ns);
 	pthread_mutex_lock(&f->cl.mu);
 	r.revokes = f->cl.st.revokes - f->reported_revokes;
@@ -444,7 +600,8 @@ static int node_busy(const struct afile *f)
 	return busy;
 }
 
-/* Polls for other nodes' intent; forgets idle files; says when to exit. */
+/* Polls the files that have no poller of their own; forgets idle files;
+ * says when to exit. */
 static int tick(void)
 {
 	uint64_t now = now_ns();
@@ -452,34 +609,33 @@ static int tick(void)
 
 	for (int i = 0; i < MAX_FILES; i++) {
 		struct afile *f = &files[i];
-		int used;
+		int poll_it;
 
-		/* Only this thread forgets files; serve() threads add them
-		 * under files_mu, after rs_cl_init. */
+		/* used is written under files_mu (get_file, make_room). */
 		pthread_mutex_lock(&files_mu);
-		used = f->used;
+		nfiles += f->used;
+		poll_it = f->used && !f->evicting && !f->has_poller && now >= f->next_poll_ns;
 		pthread_mutex_unlock(&files_mu);
-		if (!used)
-			continue;
-		nfiles++;
-		if (now >= f->next_poll_ns) {
-			if (rs_cl_poll(&f->cl) < 0) {
-				pthread_mutex_lock(&f->cl.mu);
-				lost(f);
-				pthread_mutex_unlock(&f->cl.mu);
-			}
-			f->next_poll_ns = now + rs_cl_poll_interval(&f->cl);
-		}
+		/* Unlocked: a poll may drain.  Only tick frees a file without
+		 * a poller thread (make_room never takes one). */
+		if (poll_it)
+			poll_file(f);
 		pthread_mutex_lock(&files_mu);
+		if (!f->used || f->evicting) {
+			pthread_mutex_unlock(&files_mu);
+			continue;
+		}
 		if (f->pins || node_busy(f)) {
 			f->idle_since_ns = 0;
 		} else if (!f->idle_since_ns) {
 			f->idle_since_ns = now;
 		} else if (now - f->idle_since_ns > IDLE_FILE_NS) {
 			/* Nobody on the node uses it: give everything back
-			 * (drained, as always) and forget it. */
-			rs_cl_fini(&f->cl);
-			close(f->fd);
+			 * (drained, as always) and forget it.  Its poller
+			 * cannot be stuck in a drain: no process holds a node
+			 * grant on it, and none can get one (pins wait for
+			 * files_mu). */
+			forget(f);
 			f->used = 0;
 			say("file %llu:%llu given back (idle)", (unsigned long long)f->dev,
 			    (unsigned long long)f->ino);

@@ -1,0 +1,211 @@
+/*
+ * cadv_probe: one process of a simulated cluster node, for the adversarial
+ * cluster suite (tests/test_cluster_adv.c).  The node is its RANGESHIM_SHM;
+ * the test sets RANGESHIM_SCOPE and RANGESHIM_CLUSTER_FS.  Each mode makes
+ * one kind of call and prints what the call returned, so that the test can
+ * compare it with the same call made without the shim.
+ *
+ *   cadv_probe truncate FILE LEN      truncate(FILE, LEN) by path (no fd of
+ *                                     the file is open)
+ *   cadv_probe pread FILE OFF LEN     open FILE read-only, pread LEN bytes
+ *                                     at OFF (as user CADV_UID, if set and
+ *                                     root)
+ *   cadv_probe pwrite FILE OFF LEN    open FILE read-write, pwrite LEN
+ *                                     bytes at OFF
+ *   cadv_probe rowrite FILE           open FILE read-write (as CADV_UID, if
+ *                                     set and root), fchmod it 0444, pread
+ *                                     100 bytes at 0 (rrc), then pwrite 100
+ *                                     bytes at 0 (rc)
+ *   cadv_probe fcntllock FILE         take a POSIX write lock on [0, 100)
+ *                                     of FILE (as SQLite or ROMIO do), then
+ *                                     pwrite 100 bytes at 0 under it
+ *   cadv_probe many DIR N [SECS]      create N files in DIR, keep them
+ *                                     open, pwrite 4 KiB to each; then
+ *                                     sleep SECS with all of them open
+ *   cadv_probe stream FILE MB SECS    pwrite MB MiB at 0, back to back, for
+ *                                     SECS seconds; rc is how many
+ *   cadv_probe append FILE N TAG      N write()s of 199-byte lines through
+ *                                     an O_APPEND descriptor
+ * Each prints "rc=R errno=E ms=T verdict=PASS" (ms: how long the call
+ * took).
+ */
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <grp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "probe.h"
+
+static double now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static void report(long long rc, int err, double t0)
+{
+	printf("rc=%lld errno=%d ms=%.0f shim=%d verdict=PASS\n", rc, err, now_ms() - t0,
+	       shim_loaded());
+}
+
+int main(int argc, char **argv)
+{
+	static char buf[1 << 16];
+	double t0;
+	long long rc;
+	int fd, err;
+
+	if (argc < 3) {
+		fprintf(stderr, "usage: cadv_probe MODE FILE ...\n");
+		return 2;
+	}
+	setvbuf(stdout, NULL, _IONBF, 0);
+	memset(buf, 'a', sizeof buf);
+	if (strcmp(argv[1], "truncate") == 0 && argc == 4) {
+		t0 = now_ms();
+		rc = truncate(argv[2], atoll(argv[3]));
+		err = rc < 0 ? errno : 0;
+		report(rc, err, t0);
+		return 0;
+	}
+	if (strcmp(argv[1], "rowrite") == 0 && argc == 3) {
+		long long rrc;
+
+		if (getenv("CADV_UID") && geteuid() == 0) {
+			gid_t g = (gid_t)atoi(getenv("CADV_UID"));
+
+			if (setgroups(0, NULL) < 0 || setresgid(g, g, g) < 0 ||
+			    setresuid((uid_t)g, (uid_t)g, (uid_t)g) < 0) {
+				printf("verdict=FAIL setresuid: %s\n", strerror(errno));
+				return 1;
+			}
+		}
+		fd = open(argv[2], O_RDWR);
+		if (fd < 0 || fchmod(fd, 0444) < 0) {
+			printf("verdict=FAIL open/fchmod %s: %s\n", argv[2], strerror(errno));
+			return 1;
+		}
+		rrc = pread(fd, buf, 100, 0);
+		printf("rrc=%lld ", rrc);
+		memset(buf, 'a', sizeof buf);
+		t0 = now_ms();
+		rc = pwrite(fd, buf, 100, 0);
+		err = rc < 0 ? errno : 0;
+		report(rc, err, t0);
+		return 0;
+	}
+	if ((strcmp(argv[1], "pread") == 0 || strcmp(argv[1], "pwrite") == 0) && argc == 5) {
+		int w = argv[1][1] == 'w';
+		long long off = strtoll(argv[3], NULL, 0), len = atoll(argv[4]);
+
+		if (len > (long long)sizeof buf)
+			len = sizeof buf;
+		/* CADV_UID: become that user first (a root test's stand-in
+		 * for a user who may read the file but not write it). */
+		if (getenv("CADV_UID") && geteuid() == 0) {
+			gid_t g = (gid_t)atoi(getenv("CADV_UID"));
+
+			if (setgroups(0, NULL) < 0 || setresgid(g, g, g) < 0 ||
+			    setresuid((uid_t)g, (uid_t)g, (uid_t)g) < 0) {
+				printf("verdict=FAIL setresuid: %s\n", strerror(errno));
+				return 1;
+			}
+		}
+		fd = open(argv[2], w ? O_RDWR : O_RDONLY);
+		if (fd < 0) {
+			printf("verdict=FAIL open %s: %s\n", argv[2], strerror(errno));
+			return 1;
+		}
+		t0 = now_ms();
+		rc = w ? pwrite(fd, buf, (size_t)len, (off_t)off) : pread(fd, buf, (size_t)len, (off_t)off);
+		err = rc < 0 ? errno : 0;
+		report(rc, err, t0);
+		return 0;
+	}
+	if (strcmp(argv[1], "fcntllock") == 0) {
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0,
+				    .l_len = 100 };
+
+		fd = open(argv[2], O_RDWR);
+		if (fd < 0 || fcntl(fd, F_SETLKW, &fl) < 0) {
+			printf("verdict=FAIL open/lock %s: %s\n", argv[2], strerror(errno));
+			return 1;
+		}
+		t0 = now_ms();
+		rc = pwrite(fd, buf, 100, 0);
+		err = rc < 0 ? errno : 0;
+		report(rc, err, t0);
+		return 0;
+	}
+	if (strcmp(argv[1], "many") == 0 && (argc == 4 || argc == 5)) {
+		int n = atoi(argv[3]), bad = 0;
+
+		t0 = now_ms();
+		for (int i = 0; i < n; i++) {
+			char p[4096];
+
+			snprintf(p, sizeof p, "%s/f%d", argv[2], i);
+			fd = open(p, O_RDWR | O_CREAT, 0600);
+			if (fd < 0 || pwrite(fd, buf, 4096, 0) != 4096)
+				bad++;
+			/* kept open: its node grant stays cached */
+		}
+		report(bad, 0, t0);
+		if (argc == 5)
+			sleep((unsigned)atoi(argv[4]));	/* files and grants held */
+		return 0;
+	}
+	if (strcmp(argv[1], "stream") == 0 && argc == 5) {
+		size_t len = (size_t)atoll(argv[3]) << 20;
+		char *big = malloc(len);
+		double end = now_ms() + 1e3 * atof(argv[4]);
+		long long n = 0;
+
+		fd = open(argv[2], O_RDWR | O_CREAT, 0600);
+		if (!big || fd < 0) {
+			printf("verdict=FAIL stream: %s\n", strerror(errno));
+			return 1;
+		}
+		memset(big, 's', len);
+		t0 = now_ms();
+		/* Back to back: a stop almost always lands inside a call, so
+		 * inside its node grant. */
+		while (now_ms() < end && pwrite(fd, big, len, 0) == (ssize_t)len)
+			n++;
+		report(n, 0, t0);
+		return 0;
+	}
+	if (strcmp(argv[1], "append") == 0 && argc == 5) {
+		int n = atoi(argv[3]);
+		char line[200];
+
+		fd = open(argv[2], O_WRONLY | O_APPEND | O_CREAT, 0600);
+		if (fd < 0) {
+			printf("verdict=FAIL open: %s\n", strerror(errno));
+			return 1;
+		}
+		t0 = now_ms();
+		/* 199-byte lines: "TAG NNNNNNNN xxx...\n" */
+		for (int i = 0; i < n; i++) {
+			int k = snprintf(line, sizeof line, "%s %08d ", argv[4], i);
+
+			memset(line + k, argv[4][0], sizeof line - 1 - (size_t)k);
+			line[sizeof line - 2] = '\n';
+			if (write(fd, line, sizeof line - 1) != (ssize_t)sizeof line - 1) {
+				printf("verdict=FAIL write: %s\n", strerror(errno));
+				return 1;
+			}
+		}
+		report(n, 0, t0);
+		return 0;
+	}
+	fprintf(stderr, "cadv_probe: bad mode\n");
+	return 2;
+}
