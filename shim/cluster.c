@@ -308,43 +308,10 @@ static int find_fd(uint64_t dev, uint64_t ino)
 	return -1;
 }
 
-static int send_msg(int s, const struct rs_ag_msg *m, int fd)
-{
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = { (void *)m, sizeof *m };
-	struct msghdr h = { .msg_iov = &iov, .msg_iovlen = 1 };
-
-	if (fd >= 0) {
-		struct cmsghdr *c;
-
-		memset(cbuf, 0, sizeof cbuf);
-		h.msg_control = cbuf;
-		h.msg_controllen = sizeof cbuf;
-		c = CMSG_FIRSTHDR(&h);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	}
-	return sendmsg(s, &h, MSG_NOSIGNAL) == (ssize_t)sizeof *m ? 0 : -1;
-}
 
 static int recv_msg(int s, struct rs_ag_msg *m, int *fd)
 {
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = { m, sizeof *m };
-	struct msghdr h = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			    .msg_controllen = sizeof cbuf };
-	ssize_t n;
-
-	*fd = -1;
-	do
-		n = recvmsg(s, &h, MSG_CMSG_CLOEXEC | MSG_WAITALL);
-	while (n < 0 && errno == EINTR);
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-			memcpy(fd, CMSG_DATA(c), sizeof(int));
-	return n == (ssize_t)sizeof *m && m->op == RS_AG_REPLY ? 0 : -1;
+	return rs_ag_recv(s, m, fd) == (ssize_t)sizeof *m && m->op == RS_AG_REPLY ? 0 : -1;
 }
 
 /* A connection to our user's agent of this node table, or -1; *pid is
@@ -482,13 +449,13 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 		pfile_agent(apid);
 		old = pfile_old(dev, ino, &oldslot);
 		m.flags = (old >= 0 ? RS_AG_OLD_FD : 0) | wflag;
-		if (send_msg(sock, &m, old) < 0 || recv_msg(sock, &r, &rfd) < 0)
+		if (rs_ag_send(sock, &m, old) < 0 || recv_msg(sock, &r, &rfd) < 0)
 			goto retry;
 		m.flags = wflag;
 		if (r.rc == -ENOENT) {
 			fd = find_fd(dev, ino);
 			m.flags |= RS_AG_HAS_FD;
-			if (fd < 0 || send_msg(sock, &m, fd) < 0 || recv_msg(sock, &r, &rfd) < 0)
+			if (fd < 0 || rs_ag_send(sock, &m, fd) < 0 || recv_msg(sock, &r, &rfd) < 0)
 				goto retry;
 		}
 		if (r.rc == -EROFS || r.rc == -EPERM) {
@@ -567,7 +534,7 @@ void rs_cluster_unpin(struct rs_cl_pin *p)
 {
 	struct rs_ag_msg m = { .op = RS_AG_UNPIN };
 
-	send_msg(p->sock, &m, -1);
+	rs_ag_send(p->sock, &m, -1);
 	syscall(SYS_close, p->sock);
 	p->sock = -1;
 }

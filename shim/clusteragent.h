@@ -16,9 +16,12 @@
 #ifndef RS_CLUSTERAGENT_H
 #define RS_CLUSTERAGENT_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 
 #define RS_AG_PIN   1u
 #define RS_AG_UNPIN 2u
@@ -62,6 +65,48 @@ static inline int rs_ag_name(char *buf, size_t len, unsigned uid, const char *sh
 	buf[0] = '\0';
 	return 1 + snprintf(buf + 1, len - 1, "rangeshim-agent.%u.%016llx", uid,
 			    (unsigned long long)h);
+}
+
+/* One message each way, with at most one descriptor (SCM_RIGHTS): the
+ * agent and the library speak through these two alone.  A received
+ * descriptor is close-on-exec; *fd is -1 when none came. */
+static inline ssize_t rs_ag_recv(int s, struct rs_ag_msg *m, int *fd)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { m, sizeof *m };
+	struct msghdr h = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			    .msg_controllen = sizeof cbuf };
+	ssize_t n;
+
+	*fd = -1;
+	do
+		n = recvmsg(s, &h, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+	while (n < 0 && errno == EINTR);
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+			memcpy(fd, CMSG_DATA(c), sizeof(int));
+	return n;
+}
+
+static inline int rs_ag_send(int s, const struct rs_ag_msg *m, int fd)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { (void *)m, sizeof *m };
+	struct msghdr h = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (fd >= 0) {
+		struct cmsghdr *c;
+
+		memset(cbuf, 0, sizeof cbuf);
+		h.msg_control = cbuf;
+		h.msg_controllen = sizeof cbuf;
+		c = CMSG_FIRSTHDR(&h);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	return sendmsg(s, &h, MSG_NOSIGNAL) == (ssize_t)sizeof *m ? 0 : -1;
 }
 
 #endif

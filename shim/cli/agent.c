@@ -358,44 +358,7 @@ static void put_file(struct afile *f)
 	pthread_mutex_unlock(&files_mu);
 }
 
-static ssize_t recv_msg(int s, struct rs_ag_msg *m, int *fd)
-{
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = { m, sizeof *m };
-	struct msghdr h = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			    .msg_controllen = sizeof cbuf };
-	ssize_t n;
 
-	*fd = -1;
-	do
-		n = recvmsg(s, &h, MSG_CMSG_CLOEXEC | MSG_WAITALL);
-	while (n < 0 && errno == EINTR);
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-			memcpy(fd, CMSG_DATA(c), sizeof(int));
-	return n;
-}
-
-static int send_msg(int s, const struct rs_ag_msg *m, int fd)
-{
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = { (void *)m, sizeof *m };
-	struct msghdr h = { .msg_iov = &iov, .msg_iovlen = 1 };
-
-	if (fd >= 0) {
-		struct cmsghdr *c;
-
-		memset(cbuf, 0, sizeof cbuf);
-		h.msg_control = cbuf;
-		h.msg_controllen = sizeof cbuf;
-		c = CMSG_FIRSTHDR(&h);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	}
-	return sendmsg(s, &h, MSG_NOSIGNAL) == (ssize_t)sizeof *m ? 0 : -1;
-}
 
 /*
  * A dead agent's description of f, sent back by a process that kept it.
@@ -443,14 +406,14 @@ static void list_grants(int s)
 			r.locks = g[k].users;
 			r.wait_ns = now_ns() - g[k].since_ns;
 			r.flags = g[k].wanted;
-			send_msg(s, &r, -1);
+			rs_ag_send(s, &r, -1);
 		}
 	}
 	pthread_mutex_unlock(&files_mu);
 	memset(&r, 0, sizeof r);
 	r.op = RS_AG_REPLY;
 	r.rc = 1;
-	send_msg(s, &r, -1);
+	rs_ag_send(s, &r, -1);
 }
 
 /* `rangeshim agent --grants`: ask the running agent. */
@@ -467,10 +430,10 @@ static int print_grants(const char *shm)
 		       shm[0] ? shm : "(default)");
 		return 0;
 	}
-	send_msg(s, &m, -1);
+	rs_ag_send(s, &m, -1);
 	printf("%-20s %20s %20s %6s %6s %10s\n", "FILE(DEV:INO)", "START", "END", "USERS",
 	       "WANTED", "HELD_MS");
-	while (recv_msg(s, &r, &fd) == (ssize_t)sizeof r && r.rc == 0) {
+	while (rs_ag_recv(s, &r, &fd) == (ssize_t)sizeof r && r.rc == 0) {
 		char file[64], end[24];
 
 		snprintf(file, sizeof file, "%llu:%llu", (unsigned long long)r.dev,
@@ -495,7 +458,7 @@ static void *serve(void *arg)
 	int err;
 
 	for (;;) {
-		ssize_t got = recv_msg(s, &m, &pfd);
+		ssize_t got = rs_ag_recv(s, &m, &pfd);
 
 		if (got == (ssize_t)sizeof m && m.op == RS_AG_LIST) {
 			list_grants(s);
@@ -521,7 +484,7 @@ static void *serve(void *arg)
 				close(pfd_old);
 				pfd_old = -1;
 			}
-			if (send_msg(s, &r, -1) < 0 || r.rc != -ENOENT)
+			if (rs_ag_send(s, &r, -1) < 0 || r.rc != -ENOENT)
 				goto out;
 			continue;	/* it sends the fd */
 		}
@@ -550,7 +513,7 @@ static void *serve(void *arg)
 		/* Only read locks on it: a write would run unexcluded from
 		 * other nodes' readers.  The process fails the call. */
 		r.rc = -EROFS;
-		send_msg(s, &r, -1);
+		rs_ag_send(s, &r, -1);
 		put_file(f);
 		goto out;
 	}
@@ -565,11 +528,11 @@ static void *serve(void *arg)
 		pthread_mutex_unlock(&f->cl.mu);
 	}
 	r.desc_id = f->desc_id;
-	if (send_msg(s, &r, r.rc == 0 ? f->fd : -1) == 0 && r.rc == 0) {
+	if (rs_ag_send(s, &r, r.rc == 0 ? f->fd : -1) == 0 && r.rc == 0) {
 		/* Held until UNPIN, or until the process goes away. */
 		struct rs_ag_msg u;
 
-		if (recv_msg(s, &u, &pfd) == (ssize_t)sizeof u && pfd >= 0)
+		if (rs_ag_recv(s, &u, &pfd) == (ssize_t)sizeof u && pfd >= 0)
 			close(pfd);
 	}
 	if (r.rc == 0)
