@@ -8,6 +8,7 @@
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
+#include <dirent.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -331,7 +332,48 @@ static inline uint64_t rs_bg_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static inline void rs_bg_start(struct rs_bg *b, char *env_entry, int preload, char *const argv[])
+/* Pids of the `rangeshim agent --shm SHM` processes (cluster scope). */
+static inline int rs_agents_of(const char *want, pid_t *out, int max)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	int n = 0;
+
+	while (d && (e = readdir(d)) && n < max) {
+		char p[300], buf[1024];
+		ssize_t len;
+		int fd;
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(p, sizeof p, "/proc/%s/cmdline", e->d_name);
+		fd = open(p, O_RDONLY);
+		if (fd < 0)
+			continue;
+		len = read(fd, buf, sizeof buf - 1);
+		close(fd);
+		if (len <= 0)
+			continue;
+		buf[len] = '\0';
+		/* argv: PATH agent --shm NAME */
+		const char *a1 = buf + strlen(buf) + 1;
+
+		if (a1 < buf + len && strcmp(a1, "agent") == 0) {
+			const char *a2 = a1 + strlen(a1) + 1, *a3 = a2 + strlen(a2) + 1;
+
+			if (a3 < buf + len && strcmp(a2, "--shm") == 0 && strcmp(a3, want) == 0)
+				out[n++] = (pid_t)atoi(e->d_name);
+		}
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* Start argv in the background with the entries of env (NULL-ended)
+ * added to its environment, and the shim if preload. */
+static inline void rs_bg_start_env(struct rs_bg *b, const char *const env[], int preload,
+				   char *const argv[])
 {
 	int p[2];
 
@@ -342,7 +384,8 @@ static inline void rs_bg_start(struct rs_bg *b, char *env_entry, int preload, ch
 		dup2(p[1], 1);
 		dup2(p[1], 2);
 		unsetenv("LD_PRELOAD");
-		putenv(env_entry);
+		for (int i = 0; env[i]; i++)
+			putenv((char *)env[i]);
 		if (preload)
 			setenv("LD_PRELOAD", RS_LIB, 1);
 		execv(argv[0], argv);
@@ -352,6 +395,13 @@ static inline void rs_bg_start(struct rs_bg *b, char *env_entry, int preload, ch
 	b->fd = p[0];
 	b->used = 0;
 	b->out[0] = '\0';
+}
+
+static inline void rs_bg_start(struct rs_bg *b, char *env_entry, int preload, char *const argv[])
+{
+	const char *env[] = { env_entry, NULL };
+
+	rs_bg_start_env(b, env, preload, argv);
 }
 
 /* Read until needle appears (1), or ms pass or EOF (0). */

@@ -90,40 +90,9 @@ static void unlink_tables(const char *test)
 static int agents_of(const char *test, char node, pid_t *out, int max)
 {
 	char want[128];
-	DIR *d = opendir("/proc");
-	struct dirent *e;
-	int n = 0;
 
 	snprintf(want, sizeof want, "/rs-cadv-%s-%c.%d", test, node, (int)getpid());
-	while (d && (e = readdir(d)) && n < max) {
-		char p[300], buf[1024];
-		ssize_t len;
-		int fd;
-
-		if (e->d_name[0] < '0' || e->d_name[0] > '9')
-			continue;
-		snprintf(p, sizeof p, "/proc/%s/cmdline", e->d_name);
-		fd = open(p, O_RDONLY);
-		if (fd < 0)
-			continue;
-		len = read(fd, buf, sizeof buf - 1);
-		close(fd);
-		if (len <= 0)
-			continue;
-		buf[len] = '\0';
-		/* argv: PATH agent --shm NAME */
-		const char *a1 = buf + strlen(buf) + 1;
-
-		if (a1 < buf + len && strcmp(a1, "agent") == 0) {
-			const char *a2 = a1 + strlen(a1) + 1, *a3 = a2 + strlen(a2) + 1;
-
-			if (a3 < buf + len && strcmp(a2, "--shm") == 0 && strcmp(a3, want) == 0)
-				out[n++] = (pid_t)atoi(e->d_name);
-		}
-	}
-	if (d)
-		closedir(d);
-	return n;
+	return rs_agents_of(want, out, max);
 }
 
 static void kill_agents(const char *test)
@@ -160,24 +129,7 @@ static void make_file(const char *path, long long size)
 /* Start argv with env and the shim, in the background. */
 static void start(struct rs_bg *b, const char *const env[], char *const argv[])
 {
-	int p[2];
-
-	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
-	b->pid = fork();
-	cr_assert_geq(b->pid, 0);
-	if (b->pid == 0) {
-		dup2(p[1], 1);
-		dup2(p[1], 2);
-		for (int i = 0; env[i]; i++)
-			putenv((char *)env[i]);
-		setenv("LD_PRELOAD", RS_LIB, 1);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	close(p[1]);
-	b->fd = p[0];
-	b->used = 0;
-	b->out[0] = '\0';
+	rs_bg_start_env(b, env, 1, argv);
 }
 
 /* Run the probe on node A of test; *rc, *err, *ms from its line. */
