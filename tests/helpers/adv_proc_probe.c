@@ -41,6 +41,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "probe.h"
+
 #define REC (64 * 1024)
 #define NAPPEND 4
 #define NREAD 2
@@ -53,22 +55,6 @@ static _Atomic int stop;
 static _Atomic long torn, reads, writes, cuts, since_cut;
 #define PER_CUT 4
 static pthread_rwlock_t quiet;
-
-static double now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static int uniform(const unsigned char *b, size_t n)
-{
-	for (size_t i = 1; i < n; i++)
-		if (b[i] != b[0])
-			return 0;
-	return 1;
-}
 
 /* One pread of [off, off + SPAN): 1 if torn. */
 static int check_at(int fd, unsigned char *b, off_t off)
@@ -86,7 +72,7 @@ static int check_at(int fd, unsigned char *b, off_t off)
 
 		if (end > r)
 			end = r;
-		bad = !uniform(b + p, (size_t)(end - p));
+		bad = !probe_uniform(b + p, (size_t)(end - p));
 		p = end;
 	}
 	if (bad && getenv("ADV_PROBE_DEBUG"))
@@ -239,10 +225,10 @@ int main(int argc, char **argv)
 		pthread_create(&t[i], NULL, appender, (void *)i);
 	for (int i = 0; i < NREAD; i++)
 		pthread_create(&t[NAPPEND + i], NULL, reader, NULL);
-	t0 = now();
-	while ((now() - t0) * 1000 < ms) {
+	t0 = probe_now();
+	while ((probe_now() - t0) * 1000 < ms) {
 		while (atomic_load(&writes) < atomic_load(&cuts) * PER_CUT + PER_CUT &&
-		       (now() - t0) * 1000 < ms)
+		       (probe_now() - t0) * 1000 < ms)
 			usleep(20);
 		pthread_rwlock_wrlock(&quiet);
 		cut();

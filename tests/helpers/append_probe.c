@@ -52,6 +52,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "probe.h"
+
 #ifndef RWF_APPEND
 #define RWF_APPEND 0x00000010
 #endif
@@ -68,22 +70,6 @@ static _Atomic long torn, reads, writes, bad_results;
 static long stop_after;
 static int mode_fork, mode_huge, mode_rwf, mode_beyond, mode_fcntl;
 static int shared_fd;
-
-static double now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static int uniform(const unsigned char *b, size_t n)
-{
-	for (size_t i = 1; i < n; i++)
-		if (b[i] != b[0])
-			return 0;
-	return 1;
-}
 
 static void full_write(int fd, const void *b, size_t n)
 {
@@ -120,7 +106,7 @@ static int check_once(int fd, unsigned char *b, int at_start)
 
 		if (end > r)
 			end = r;
-		bad = !uniform(b + p, (size_t)(end - p));
+		bad = !probe_uniform(b + p, (size_t)(end - p));
 		p = end;
 	}
 	if (bad && getenv("APPEND_PROBE_DEBUG"))
@@ -365,7 +351,7 @@ int main(int argc, char **argv)
 		pthread_create(&t[nt++], NULL, beyond_writer, NULL);
 	if (mode_fcntl)
 		pthread_create(&t[nt++], NULL, toggler, NULL);
-	t0 = now();
+	t0 = probe_now();
 	if (mode_fork) {
 		int fd = open(path, O_WRONLY | O_APPEND);
 		char *b = malloc(REC);
@@ -373,13 +359,13 @@ int main(int argc, char **argv)
 
 		if (fd < 0 || !b || !rb)
 			abort();
-		for (long k = 0; !atomic_load(&stop) && (now() - t0) * 1000 < ms; k++)
+		for (long k = 0; !atomic_load(&stop) && (probe_now() - t0) * 1000 < ms; k++)
 			fork_round(fd, b, rb, k);
 		free(b);
 		free(rb);
 		close(fd);
 	} else {
-		while (!atomic_load(&stop) && (now() - t0) * 1000 < ms)
+		while (!atomic_load(&stop) && (probe_now() - t0) * 1000 < ms)
 			usleep(10000);
 	}
 	atomic_store(&stop, 1);

@@ -49,6 +49,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "probe.h"
+
 #define BLK (256 * 1024)
 #define NBLK 4
 #define REC (1024 * 1024)
@@ -69,14 +71,6 @@ static double now(void)
 }
 
 /* A block is whole when every byte equals its first. */
-static int uniform(const unsigned char *b, size_t n)
-{
-	for (size_t i = 1; i < n; i++)
-		if (b[i] != b[0])
-			return 0;
-	return 1;
-}
-
 static void *cursor_writer(void *arg)
 {
 	long id = (long)arg;
@@ -139,7 +133,7 @@ static void *cursor_reader(void *arg)
 		if (r != BLK)
 			continue;	/* not written yet */
 		atomic_fetch_add(&reads, 1);
-		if (!uniform(b, BLK))
+		if (!probe_uniform(b, BLK))
 			atomic_fetch_add(&torn, 1);
 	}
 	free(b);
@@ -200,7 +194,7 @@ static void *append_reader(void *arg)
 
 			if (end > r)
 				end = r;
-			bad = !uniform(b + p, (size_t)(end - p));
+			bad = !probe_uniform(b + p, (size_t)(end - p));
 			p = end;
 		}
 		if (bad && getenv("FAST_PROBE_DEBUG"))
@@ -408,7 +402,7 @@ static void timer_race(void)
 		if (pread(timer_fd, b, BLK, 0) != BLK)
 			continue;	/* not written yet */
 		r++;
-		t += !uniform(b, BLK);
+		t += !probe_uniform(b, BLK);
 	}
 	atomic_store(&stop, 1);
 	timer_delete(tm);

@@ -9,6 +9,7 @@
 #include <link.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static inline int probe_shim_cb(struct dl_phdr_info *info, size_t size, void *data)
 {
@@ -38,5 +39,23 @@ static inline int shim_loaded(void)
 			failed = 1;                                           \
 		}                                                             \
 	} while (0)
+
+/* Seconds on the monotonic clock. */
+static inline double probe_now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Every byte of b[0, n) equals the first: one writer's block, not torn. */
+static inline int probe_uniform(const unsigned char *b, size_t n)
+{
+	for (size_t i = 1; i < n; i++)
+		if (b[i] != b[0])
+			return 0;
+	return 1;
+}
 
 #endif
