@@ -35,11 +35,13 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -49,6 +51,8 @@
 #include "clusterfs.h"
 #include "clusterlock.h"
 #include "fdtable.h"
+#include "iolock.h"
+#include "real.h"
 #include "rangeshim/rangelock.h"
 #include "stats.h"
 #include "config.h"
@@ -57,24 +61,29 @@
 
 #define NDEV 64
 
+/* Written under devs_mtx, entry first and then ndev (release), so that a
+ * nested call may read the decisions made so far without it (lock_file). */
 static struct {
 	uint64_t dev;
 	int ok;
+	int flock_posix;	/* rs_mnt_flock_posix */
 } devs[NDEV];
-static int ndev;
+static _Atomic int ndev;
 static _Atomic uint32_t devs_mtx;
 
-static int decide(uint64_t dev)
+static int decide(uint64_t dev, int *flock_posix)
 {
 	struct rs_mnt m;
 	char why[400];
 
+	*flock_posix = 0;
 	if (rs_mnt_find("/proc/self/mountinfo", major(dev), minor(dev), &m) < 0) {
 		rs_log(RS_LOG_ERROR, "cluster scope: no mount of device %u:%u in "
 		       "/proc/self/mountinfo, so its locks cannot be known to be cluster-wide; "
 		       "its files keep node scope", major(dev), minor(dev));
 		return 0;
 	}
+	*flock_posix = rs_mnt_flock_posix(&m);
 	if (rs_mnt_cluster_ok(&m, rs_cfg.cluster_fs, why, sizeof why))
 		return 1;
 	rs_log(RS_LOG_ERROR, "cluster scope: files on %s keep node scope: %s "
@@ -82,26 +91,40 @@ static int decide(uint64_t dev)
 	return 0;
 }
 
-int rs_cluster_dev(uint64_t dev)
+/* The decision for dev, and whether flocks there are whole-file locks of
+ * the lock manager. */
+static int cluster_dev(uint64_t dev, int *flock_posix)
 {
-	int ok;
+	int ok, n;
 
 	rs_mutex_lock(&devs_mtx);
-	for (int i = 0; i < ndev; i++)
+	n = atomic_load_explicit(&ndev, memory_order_relaxed);
+	for (int i = 0; i < n; i++)
 		if (devs[i].dev == dev) {
 			ok = devs[i].ok;
+			*flock_posix = devs[i].flock_posix;
 			rs_mutex_unlock(&devs_mtx);
 			return ok;
 		}
-	ok = decide(dev);
+	ok = decide(dev, flock_posix);
 	/* A full table decides again next time (and says so again): rare,
 	 * and never less safe. */
-	if (ndev < NDEV)
-		devs[ndev++] = (typeof(devs[0])){ dev, ok };
+	if (n < NDEV) {
+		devs[n].dev = dev;
+		devs[n].ok = ok;
+		devs[n].flock_posix = *flock_posix;
+		atomic_store_explicit(&ndev, n + 1, memory_order_release);
+	}
 	rs_mutex_unlock(&devs_mtx);
 	return ok;
 }
 
+int rs_cluster_dev(uint64_t dev)
+{
+	int flock_posix;
+
+	return cluster_dev(dev, &flock_posix);
+}
 
 /*
  * Pins (docs/design.md (i), shim/clusteragent.h).  A node grant on a
@@ -114,7 +137,11 @@ __thread int rs_cl_eio __attribute__((tls_model("initial-exec")));
  * Copies of the agent's descriptions, kept as long as this process lives
  * (hidden at high numbers, close-on-exec): an OFD lock lives as long as
  * its description, so the agent's locks outlive the agent while a
- * process that may be inside them lives.  One per description the agent
+ * process that may be inside them lives.  What is kept is the agent's
+ * carrier of the description (agent.c, make_carrier: a socket holding it
+ * in flight), never an fd of the file: this process closes copies
+ * (duplicates, adopted ones), and closing any fd of a file drops the
+ * application's POSIX locks on it.  One per description the agent
  * opened (desc_id), since an agent that died and one started after it
  * have different descriptions, and the dead one's locks may still hold
  * calls of ours.
@@ -552,4 +579,204 @@ void rs_cluster_fork_child(void)
 {
 	atomic_store(&devs_mtx, 0);
 	atomic_store(&pfiles_mtx, 0);
+}
+
+/*
+ * The application's own locks on cluster files (docs/design.md (i),
+ * "Separate byte spaces").  The agent's lock words live at and above
+ * RS_CL_EOF (2^61; clusterlock.h), so an application lock must never
+ * reach there: one that did would meet the agent's grants, and an
+ * application writing inside its own lock would wait for its pin while
+ * the agent waited for the application (cluster_adv::own_fcntl_lock).
+ * So every lock call on a cluster file that starts below RS_CL_EOF and
+ * reaches past it (l_len 0, "to the end", above all) is made on [start,
+ * RS_CL_EOF) instead; since all of them are, unlocking to RS_CL_EOF
+ * unlocks everything, and an F_GETLK answer ending exactly there is given
+ * back as "to the end".  Nothing else changes: the lock goes to the same
+ * lock manager on the same bytes, between the same owners, with the
+ * call's own result and errno.  Files in node or process scope, and
+ * calls in other scopes, pass untouched.  A range wholly at or past
+ * 2^61 (2 EiB) is passed as it is: nothing in the data space stands for
+ * it, and no file system in cluster scope holds such a file
+ * (limitations.md).
+ */
+
+/* Does cluster scope cover fd's file?  *st is its stat.  A nested call (a
+ * signal handler that interrupted the shim, which may hold devs_mtx) asks
+ * only the decisions made so far and takes an undecided device as covered:
+ * clamping a lock past 2^61 is invisible, a deadlock is not. */
+static int lock_file(int fd, struct stat *st, int *flock_posix)
+{
+	int n;
+
+	*flock_posix = 0;
+	if (rs_cfg.scope != RS_SCOPE_CLUSTER || syscall(SYS_fstat, fd, st) < 0 ||
+	    !S_ISREG(st->st_mode))
+		return 0;
+	if (rs_enter_slow()) {
+		int ok = cluster_dev((uint64_t)st->st_dev, flock_posix);
+
+		rs_leave_slow();
+		return ok;
+	}
+	n = atomic_load_explicit(&ndev, memory_order_acquire);
+	for (int i = 0; i < n; i++)
+		if (devs[i].dev == (uint64_t)st->st_dev) {
+			*flock_posix = devs[i].flock_posix;
+			return devs[i].ok;
+		}
+	return 1;
+}
+
+static int getlk_cmd(int cmd)
+{
+	return cmd == F_GETLK || cmd == F_OFD_GETLK;
+}
+
+/* Pre: fl is our copy of a lock call's argument.  Post: 1 when the call
+ * must be made with fl (now kept inside the data space, or an F_GETLK
+ * whose answer needs rs_lock_unclamp), 0 to make it as it was. */
+static int lock_prep(int fd, int cmd, struct flock *fl)
+{
+	struct stat st;
+	int64_t base = 0;
+	int flock_posix;
+
+	if (!lock_file(fd, &st, &flock_posix))
+		return 0;
+	if (fl->l_whence == SEEK_CUR)
+		base = (int64_t)syscall(SYS_lseek, fd, 0, SEEK_CUR);
+	else if (fl->l_whence == SEEK_END)
+		base = (int64_t)st.st_size;
+	if (base < 0)
+		return 0;
+	return rs_lock_clamp(fl, base, (int64_t)RS_CL_EOF) || getlk_cmd(cmd);
+}
+
+int rs_cluster_lock_args(int fd, int cmd, const void *arg, struct flock *fl)
+{
+	int saved = errno, r;
+
+	if (rs_cfg.scope != RS_SCOPE_CLUSTER || !arg)
+		return 0;
+	r = rs_user_copy(fl, arg, sizeof *fl, 0) == 0 && lock_prep(fd, cmd, fl);
+	errno = saved;
+	return r;
+}
+
+int rs_cluster_lock_end(int cmd, void *arg, struct flock *fl, int r)
+{
+	int saved = errno;
+
+	if (r < 0 || !getlk_cmd(cmd))
+		return r;
+	/* fcntl_getlk (fs/locks.c): no conflict changes l_type alone. */
+	if (fl->l_type == F_UNLCK) {
+		struct flock app;
+
+		if (rs_user_copy(&app, arg, sizeof app, 0) == 0) {
+			app.l_type = F_UNLCK;
+			if (rs_user_copy(arg, &app, sizeof app, 1) == 0) {
+				errno = saved;
+				return r;
+			}
+		}
+	} else {
+		rs_lock_unclamp(fl, (int64_t)RS_CL_EOF);
+		if (rs_user_copy(arg, fl, sizeof *fl, 1) == 0) {
+			errno = saved;
+			return r;
+		}
+	}
+	errno = EFAULT;
+	return -1;
+}
+
+/* glibc's lockf (io/lockf64.c), with its fcntl calls made as the
+ * application's own fcntl calls are: glibc calls fcntl internally, where
+ * no wrapper sees it. */
+int rs_cluster_lockf(int fd, int cmd, off_t len)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_CUR, .l_start = 0, .l_len = len };
+	int fcmd, r;
+
+	switch (cmd) {
+	case F_TEST:
+		fl.l_type = F_RDLCK;
+		fcmd = F_GETLK;
+		break;
+	case F_ULOCK:
+		fl.l_type = F_UNLCK;
+		fcmd = F_SETLK;
+		break;
+	case F_LOCK:
+		fcmd = F_SETLKW;
+		break;
+	case F_TLOCK:
+		fcmd = F_SETLK;
+		break;
+	default:
+		errno = EINVAL;
+		return -1;
+	}
+	{
+		int saved = errno;
+
+		lock_prep(fd, fcmd, &fl);
+		errno = saved;
+	}
+	r = rs_real.fcntl(fd, fcmd, &fl);
+	if (cmd != F_TEST || r < 0)
+		return r;
+	if (fl.l_type == F_UNLCK || fl.l_pid == getpid())
+		return 0;
+	errno = EACCES;
+	return -1;
+}
+
+/*
+ * flock on a cluster file whose file system makes it a whole-file lock of
+ * the lock manager (rs_mnt_flock_posix): that lock would reach the
+ * agent's spaces.  It is made as what the file system makes of it, a
+ * lock owned by the open file description, on the data space: an OFD
+ * lock on [0, RS_CL_EOF), which the same lock manager sees, conflicting
+ * with the same locks (other descriptions' flocks and everybody's fcntl
+ * locks), released by the same last close.  Post: 1 with *cmd and *fl the
+ * fcntl call to make instead, or 0: make the real flock (another file, an
+ * invalid operation, or a descriptor whose mode the OFD lock would refuse
+ * with EBADF where the real flock may succeed: limitations.md).
+ */
+int rs_cluster_flock_args(int fd, int op, int *cmd, struct flock *fl)
+{
+	struct stat st;
+	int flock_posix, acc, saved = errno, ok;
+	short type;
+
+	switch (op & ~LOCK_NB) {
+	case LOCK_SH:
+		type = F_RDLCK;
+		break;
+	case LOCK_EX:
+		type = F_WRLCK;
+		break;
+	case LOCK_UN:
+		type = F_UNLCK;
+		break;
+	default:
+		return 0;
+	}
+	if (rs_cfg.scope != RS_SCOPE_CLUSTER)
+		return 0;
+	ok = lock_file(fd, &st, &flock_posix) && flock_posix;
+	acc = ok ? (int)syscall(SYS_fcntl, fd, F_GETFL) : -1;
+	errno = saved;
+	if (acc < 0)
+		return 0;
+	acc &= O_ACCMODE;
+	if ((type == F_RDLCK && acc == O_WRONLY) || (type == F_WRLCK && acc == O_RDONLY))
+		return 0;
+	*cmd = type == F_UNLCK || (op & LOCK_NB) ? F_OFD_SETLK : F_OFD_SETLKW;
+	*fl = (struct flock){ .l_type = type, .l_whence = SEEK_SET, .l_start = 0,
+			      .l_len = (off_t)RS_CL_EOF };
+	return 1;
 }

@@ -6,6 +6,7 @@
 #define RS_CLUSTER_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Does cluster scope cover files of device dev?  1 yes, 0 no: node scope
  * for them, after one line per device saying why.  Only in cluster scope;
@@ -31,6 +32,17 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 void rs_cluster_unpin(struct rs_cl_pin *p);
 uint64_t rs_cluster_now_ns(void);
 void rs_cluster_fork_child(void);
+
+/* The application's own lock calls (cluster.c, "Separate byte spaces").
+ * rs_cluster_lock_args: 1 with *fl the argument to pass instead of arg to
+ * fcntl's lock command cmd on fd, then rs_cluster_lock_end(cmd, arg, fl,
+ * result) gives the result back; 0: pass the call as it is.  Neither
+ * changes errno but to report what the kernel would (EFAULT). */
+struct flock;
+int rs_cluster_lock_args(int fd, int cmd, const void *arg, struct flock *fl);
+int rs_cluster_lock_end(int cmd, void *arg, struct flock *fl, int r);
+int rs_cluster_lockf(int fd, int cmd, off_t len);
+int rs_cluster_flock_args(int fd, int op, int *cmd, struct flock *fl);
 
 /* Set by the slow path when a cluster file's call must fail with EIO;
  * read only after the slow path ran. */

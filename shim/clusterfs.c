@@ -156,6 +156,55 @@ int rs_mnt_cluster_ok(const struct rs_mnt *m, const char *trusted, char *why, si
 	return 0;
 }
 
+int rs_mnt_flock_posix(const struct rs_mnt *m)
+{
+	const char *t = m->fstype;
+
+	if (strcmp(t, "nfs") == 0 || strcmp(t, "nfs4") == 0)
+		return !has(m->opts, "local_lock", "flock") && !has(m->opts, "local_lock", "all");
+	if (strcmp(t, "lustre") == 0)
+		return has(m->opts, "flock", NULL);
+	return strcmp(t, "fuse.glusterfs") == 0;
+}
+
+int rs_lock_clamp(struct flock *fl, int64_t base, int64_t limit)
+{
+	int64_t s, e;	/* inclusive, as fs/locks.c */
+
+	if (fl->l_whence != SEEK_SET && fl->l_whence != SEEK_CUR && fl->l_whence != SEEK_END)
+		return 0;
+	if (fl->l_start > INT64_MAX - base)
+		return 0;
+	s = base + fl->l_start;
+	if (s < 0)
+		return 0;
+	if (fl->l_len > 0) {
+		if (fl->l_len - 1 > INT64_MAX - s)
+			return 0;
+		e = s + (fl->l_len - 1);
+	} else if (fl->l_len < 0) {
+		if (s + fl->l_len < 0)
+			return 0;
+		e = s - 1;
+		s += fl->l_len;
+	} else {
+		e = INT64_MAX;
+	}
+	if (e < limit || s >= limit)
+		return 0;
+	fl->l_whence = SEEK_SET;
+	fl->l_start = (off_t)s;
+	fl->l_len = (off_t)(limit - s);
+	return 1;
+}
+
+void rs_lock_unclamp(struct flock *fl, int64_t limit)
+{
+	if (fl->l_type != F_UNLCK && fl->l_len > 0 && fl->l_start <= limit - fl->l_len &&
+	    fl->l_start + fl->l_len == limit)
+		fl->l_len = 0;
+}
+
 /* Read with raw system calls: the library's own open/read/fopen are
  * wrappers (and -Bsymbolic-functions binds our calls to them). */
 int rs_mnt_find(const char *path, unsigned major, unsigned minor, struct rs_mnt *m)

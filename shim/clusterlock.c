@@ -6,7 +6,8 @@
  * Interface.  rs_cl_acquire(c, start, end) returns once [start, end) lies
  * inside one cluster grant of this node: a byte range this node holds as
  * an OFD write lock, through the file system's own lock manager, on one
- * private open file description (c->fd).  rs_cl_release ends that use.
+ * private open file description (c->fd), on the range's mirror in the
+ * grant space (RS_CL_GRANTS + [start, end)).  rs_cl_release ends that use.
  * rs_cl_poll, called every rs_cl_poll_interval() by whoever runs the
  * cache (the node's agent, shim/cli/agent.c), gives grants back to other nodes that
  * ask.  The module knows nothing about the node table or interposition
@@ -49,10 +50,23 @@
  * grants are marked wanted, so after their hold time they admit nobody
  * new and drain.
  *
+ * Separate byte spaces.  The lock words never sit on the data bytes: an
+ * OFD lock is advisory and excludes only other lock owners, so where it
+ * lies matters only for whom it meets.  On the data bytes it met the
+ * application's own fcntl locks, and an application that wrote inside
+ * its own lock waited for its pin while the agent's SETLKW waited for
+ * the application (cluster_adv::own_fcntl_lock).  In the grant space it
+ * meets only other nodes' grants: the library keeps every application
+ * lock call on a cluster file inside the data space (cluster.c,
+ * rs_cluster_lock_args).  Nothing is lost by moving them: the lock
+ * managers' cache work on lock and unlock is whole-file (NFS do_setlk
+ * and do_unlk flush and invalidate the whole mapping), and the range's
+ * own write-back and invalidation are done here, on the data range.
+ *
  * Waiting and intent.  fcntl locks have no callbacks, so a waiter first
- * read-locks the mirror of its range in the intent space
- * [RS_CL_EOF, 2^63), then blocks in F_OFD_SETLKW on the range, then drops
- * the intent.  Holders poll: one F_OFD_GETLK over the whole intent space
+ * read-locks the mirror of its range in the intent space (RS_CL_INTENT
+ * + range), then blocks in F_OFD_SETLKW on its grant-space mirror, then
+ * drops the intent.  Holders poll: one F_OFD_GETLK over the whole intent space
  * (the doorbell; read locks there conflict with the write lock GETLK
  * asks about, and a description never sees its own), and only when it
  * rings one GETLK per grant.  Poll interval: poll_min_ns after activity,
@@ -131,18 +145,19 @@ static int sys_fcntl(int fd, int cmd, struct flock *fl)
 }
 
 /*
- * One lock call on [start, end) of the data space, or of the intent space
- * with RS_CL_EOF added.  end == 2 * RS_CL_EOF (2^63, one past off_t) is
- * "to the end" and becomes l_len 0.
+ * One lock call on the mirror of [start, end) (a data-space range) in the
+ * space at base: RS_CL_GRANTS or RS_CL_INTENT.
  * Post: 0, or -errno; on F_OFD_GETLK, *type and [*cs, *ce) name the
- * conflicting lock (type F_UNLCK: none).
+ * conflicting lock (type F_UNLCK: none), mapped back to the data space
+ * and cut to it: a lock reaching in from below (a process without the
+ * shim locking "to the end of the file") starts at 0, one reaching past
+ * the space ends at RS_CL_EOF.
  */
-static int lk(struct rs_cl *c, int cmd, short type, uint64_t start, uint64_t end,
+static int lk(struct rs_cl *c, int cmd, short type, uint64_t base, uint64_t start, uint64_t end,
 	      short *ctype, uint64_t *cs, uint64_t *ce)
 {
 	struct flock fl = { .l_type = type, .l_whence = SEEK_SET,
-			    .l_start = (off_t)start,
-			    .l_len = end >= 2 * RS_CL_EOF ? 0 : (off_t)(end - start) };
+			    .l_start = (off_t)(base + start), .l_len = (off_t)(end - start) };
 	int rc;
 
 	do
@@ -151,9 +166,12 @@ static int lk(struct rs_cl *c, int cmd, short type, uint64_t start, uint64_t end
 	if (rc < 0)
 		return -errno;
 	if (cmd == F_OFD_GETLK) {
+		uint64_t a = (uint64_t)fl.l_start;
+		uint64_t b = fl.l_len == 0 ? UINT64_MAX : a + (uint64_t)fl.l_len;
+
 		*ctype = fl.l_type;
-		*cs = (uint64_t)fl.l_start;
-		*ce = fl.l_len == 0 ? 2 * RS_CL_EOF : (uint64_t)fl.l_start + (uint64_t)fl.l_len;
+		*cs = a < base ? 0 : a - base;
+		*ce = b >= base + RS_CL_EOF ? RS_CL_EOF : b - base;
 	}
 	return 0;
 }
@@ -226,7 +244,7 @@ static int give_back(struct rs_cl *c, struct rs_cl_grant *g)
 	    (errno == EINVAL || errno == ESPIPE || errno == ENOSYS))
 		fdatasync(c->fd);
 	invalidate(c, g->start, g->end);
-	rc = lk(c, F_OFD_SETLK, F_UNLCK, g->start, g->end, &t, &a, &b);
+	rc = lk(c, F_OFD_SETLK, F_UNLCK, RS_CL_GRANTS, g->start, g->end, &t, &a, &b);
 	g->state = RS_CL_FREE;
 	if (c->p.undrain_fn)
 		c->p.undrain_fn(c->p.drain_arg);
@@ -291,25 +309,22 @@ static int try_expand(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *lo, uin
 		if (*lo < s || *hi > e) {
 			/* Someone queued inside the window keeps it. */
 			(*polls)++;
-			rc = lk(c, F_OFD_GETLK, F_WRLCK, RS_CL_EOF + *lo, RS_CL_EOF + *hi, &t, &a, &b);
+			rc = lk(c, F_OFD_GETLK, F_WRLCK, RS_CL_INTENT, *lo, *hi, &t, &a, &b);
 			if (rc)
 				return rc;
 			if (t != F_UNLCK) {
-				/* A foreign lock "to the end" of the file reaches
-				 * up here from the data space: it covers all. */
-				if (!cut(s, e, a < RS_CL_EOF ? 0 : a - RS_CL_EOF,
-					 b - RS_CL_EOF, lo, hi))
+				if (!cut(s, e, a, b, lo, hi))
 					return 0;
 				continue;
 			}
 		}
 		(*locks)++;
-		rc = lk(c, F_OFD_SETLK, F_WRLCK, *lo, *hi, &t, &a, &b);
+		rc = lk(c, F_OFD_SETLK, F_WRLCK, RS_CL_GRANTS, *lo, *hi, &t, &a, &b);
 		if (rc == 0)
 			return 1;
 		if (rc != -EAGAIN && rc != -EACCES)
 			return rc;
-		rc = lk(c, F_OFD_GETLK, F_WRLCK, *lo, *hi, &t, &a, &b);
+		rc = lk(c, F_OFD_GETLK, F_WRLCK, RS_CL_GRANTS, *lo, *hi, &t, &a, &b);
 		if (rc)
 			return rc;
 		if (t != F_UNLCK && !cut(s, e, a, b, lo, hi))
@@ -329,13 +344,22 @@ static int wait_exact(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *locks)
 	uint64_t a, b;
 	int rc, rc2;
 
-	rc = lk(c, F_OFD_SETLK, F_RDLCK, RS_CL_EOF + s, RS_CL_EOF + e, &t, &a, &b);
-	if (rc)
+	rc = lk(c, F_OFD_SETLK, F_RDLCK, RS_CL_INTENT, s, e, &t, &a, &b);
+	/* A write lock over the intent space is a whole-file lock of a
+	 * process without the shim (the library keeps the application's
+	 * below RS_CL_EOF): it rings every holder's doorbell as intent
+	 * would, so wait without one rather than call the cache lost (on
+	 * e284bb3 such a lock made this node's calls fail with EIO). */
+	if (rc == -EAGAIN || rc == -EACCES)
+		rc = 1;
+	else if (rc)
 		return rc;
 	(*locks)++;
-	rc = lk(c, F_OFD_SETLKW, F_WRLCK, s, e, &t, &a, &b);
-	rc2 = lk(c, F_OFD_SETLK, F_UNLCK, RS_CL_EOF + s, RS_CL_EOF + e, &t, &a, &b);
-	return rc ? rc : rc2;
+	rc2 = lk(c, F_OFD_SETLKW, F_WRLCK, RS_CL_GRANTS, s, e, &t, &a, &b);
+	if (rc == 1)
+		return rc2;
+	rc = lk(c, F_OFD_SETLK, F_UNLCK, RS_CL_INTENT, s, e, &t, &a, &b);
+	return rc2 ? rc2 : rc;
 }
 
 int rs_cl_acquire(struct rs_cl *c, uint64_t s, uint64_t e)
@@ -508,7 +532,7 @@ int rs_cl_poll(struct rs_cl *c)
 		goto idle;
 	/* The doorbell: is anybody waiting for anything in this file? */
 	c->st.polls++;
-	rc = lk(c, F_OFD_GETLK, F_WRLCK, RS_CL_EOF, 2 * RS_CL_EOF, &t, &a, &b);
+	rc = lk(c, F_OFD_GETLK, F_WRLCK, RS_CL_INTENT, 0, RS_CL_EOF, &t, &a, &b);
 	if (rc)
 		goto lost;
 	if (t == F_UNLCK)
@@ -519,8 +543,8 @@ int rs_cl_poll(struct rs_cl *c)
 			continue;
 		if (!g->wanted) {
 			c->st.polls++;
-			rc = lk(c, F_OFD_GETLK, F_WRLCK, RS_CL_EOF + g->start,
-				RS_CL_EOF + g->end, &t, &a, &b);
+			rc = lk(c, F_OFD_GETLK, F_WRLCK, RS_CL_INTENT, g->start, g->end,
+				&t, &a, &b);
 			if (rc)
 				goto lost;
 			g->wanted = t != F_UNLCK;

@@ -6,8 +6,14 @@
  *
  * Ranges are half-open [start, end) in the data space [0, RS_CL_EOF);
  * end == RS_CL_EOF means "to the end of the data space" (appends,
- * truncation).  [RS_CL_EOF, 2^63) mirrors the data space as the intent
- * space: a waiter read-locks RS_CL_EOF + its range there.
+ * truncation).  The lock words live above it, where no application lock
+ * reaches (the library clamps those to the data space, cluster.c): a
+ * grant on [start, end) is an OFD write lock on RS_CL_GRANTS + [start,
+ * end), and a waiter read-locks RS_CL_INTENT + its range.  Byte spaces:
+ *   [0, 2^61)           data: the application's own locks stay here
+ *   [2^61, 2^62)        grant space, mirroring the data space
+ *   [2^62, 2^62 + 2^61) intent space, mirroring it again
+ * (docs/design.md (i), "Separate byte spaces").
  */
 #ifndef RS_CLUSTERLOCK_H
 #define RS_CLUSTERLOCK_H
@@ -17,7 +23,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define RS_CL_EOF (UINT64_C(1) << 62)
+#define RS_CL_EOF (UINT64_C(1) << 61)
+#define RS_CL_GRANTS RS_CL_EOF
+#define RS_CL_INTENT (UINT64_C(1) << 62)
 #define RS_CL_MAX_GRANTS 64
 
 struct rs_cl_params {

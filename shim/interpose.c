@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/sendfile.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -695,8 +696,19 @@ static void setfl_end(struct dup_hold *h, int fd, int changed)
 	errno = saved;
 }
 
+/* The byte-range lock commands (on x86_64 the *64 ones are the same). */
+static inline int lock_cmd(int cmd)
+{
+	return cmd == F_GETLK || cmd == F_SETLK || cmd == F_SETLKW || cmd == F_OFD_GETLK ||
+	       cmd == F_OFD_SETLK || cmd == F_OFD_SETLKW;
+}
+_Static_assert(F_GETLK64 == F_GETLK && F_SETLK64 == F_SETLK && F_SETLKW64 == F_SETLKW,
+	       "lock_cmd knows one set of lock commands");
+
 /* fcntl's third argument is an int or a pointer; passing it on as a
- * pointer-sized value is what glibc itself does. */
+ * pointer-sized value is what glibc itself does.  Lock commands on a
+ * cluster file keep the application's range out of the agent's spaces
+ * (cluster.c, rs_cluster_lock_args). */
 #define RS_FCNTL(name)                                                        \
 	RS_EXPORT int name(int fd, int cmd, ...)                              \
 	{                                                                     \
@@ -707,6 +719,13 @@ static void setfl_end(struct dup_hold *h, int fd, int changed)
 		arg = va_arg(ap, void *);                                     \
 		va_end(ap);                                                   \
 		rs_ready();                                                   \
+		if (__builtin_expect(lock_cmd(cmd), 0)) {                     \
+			struct flock fl;                                      \
+			if (rs_cluster_lock_args(fd, cmd, arg, &fl)) {        \
+				r = REAL(int, name, (fd, cmd, &fl));          \
+				return rs_cluster_lock_end(cmd, arg, &fl, r); \
+			}                                                     \
+		}                                                             \
 		if (cmd == F_SETFL) {                                         \
 			struct dup_hold h;                                    \
 			setfl_begin(&h, fd);                                  \
@@ -723,6 +742,33 @@ static void setfl_end(struct dup_hold *h, int fd, int changed)
 
 RS_FCNTL(fcntl)
 RS_FCNTL(fcntl64)
+
+/* lockf calls fcntl inside glibc, where no wrapper sees it: in cluster
+ * scope it is made here, as glibc makes it, through the same clamp. */
+#define RS_LOCKF(name)                                                        \
+	RS_EXPORT int name(int fd, int cmd, off_t len)                        \
+	{                                                                     \
+		rs_ready();                                                   \
+		if (__builtin_expect(rs_cfg.scope == RS_SCOPE_CLUSTER, 0))    \
+			return rs_cluster_lockf(fd, cmd, len);                \
+		return REAL(int, name, (fd, cmd, len));                       \
+	}
+
+RS_LOCKF(lockf)
+RS_LOCKF(lockf64)
+
+/* flock where the file system makes it a whole-file lock of the lock
+ * manager: the same lock on the data space (rs_cluster_flock_args). */
+RS_EXPORT int flock(int fd, int op)
+{
+	struct flock fl;
+	int cmd;
+
+	rs_ready();
+	if (__builtin_expect(rs_cluster_flock_args(fd, op, &cmd, &fl), 0))
+		return REAL(int, fcntl, (fd, cmd, &fl));
+	return REAL(int, flock, (fd, op));
+}
 
 /* fdopen(fd, "a") turns O_APPEND on with a glibc-internal fcntl
  * (_IO_new_fdopen in libio/iofdopen.c) that no wrapper sees; afterwards

@@ -30,6 +30,7 @@
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -221,25 +222,32 @@ static int file_key_less(struct rs_file *a, struct rs_file *b)
 	return da != db ? da < db : atomic_load(&a->ino) < atomic_load(&b->ino);
 }
 
+int rs_user_copy(void *dst, const void *src, size_t n, int to_user)
+{
+	struct iovec ours = { to_user ? (void *)src : dst, n };
+	struct iovec theirs = { to_user ? dst : (void *)src, n };
+	int saved = errno, err;
+	long r = syscall(to_user ? SYS_process_vm_writev : SYS_process_vm_readv, (long)rs_pid,
+			 &ours, 1UL, &theirs, 1UL, 0UL);
+
+	err = errno;
+	errno = saved;
+	if (r == (long)n)
+		return 0;
+	if (r >= 0 || err == EFAULT)
+		return -1;
+	memcpy(dst, src, n);	/* refused (seccomp): trust the pointer */
+	return 0;
+}
+
 int64_t rs_read_off(const off_t *p)
 {
-	struct iovec local, remote;
-	int64_t v = -1;
-	int saved = errno;
-	long r;
+	int64_t v;
 
 	if (!p)
 		return 0;
-	local.iov_base = &v;
-	local.iov_len = sizeof(v);
-	remote.iov_base = (void *)p;
-	remote.iov_len = sizeof(v);
-	r = syscall(SYS_process_vm_readv, (long)rs_pid, &local, 1UL, &remote, 1UL, 0UL);
-	if (r < 0 && errno != EFAULT)
-		v = *p;		/* refused (seccomp): trust the pointer */
-	else if (r != (long)sizeof(v))
+	if (rs_user_copy(&v, p, sizeof v, 0) < 0)
 		v = -1;
-	errno = saved;
 	return v;
 }
 

@@ -68,6 +68,11 @@ int rs_iov_len(const struct iovec *iov, int cnt, uint64_t *len);
 /* *p read the way the kernel would, or -1 if it faults (the real call
  * then fails with EFAULT, and nothing is locked); 0 for NULL. */
 int64_t rs_read_off(const off_t *p);
+/* n bytes from src to dst, one of them the application's memory (dst if
+ * to_user), without faulting: -1 where the kernel would say EFAULT.
+ * process_vm_readv/writev on ourselves; where that is refused (seccomp),
+ * a plain copy.  errno is left alone. */
+int rs_user_copy(void *dst, const void *src, size_t n, int to_user);
 
 struct rs_hold {
 	struct rs_rl_node node;

@@ -40,6 +40,9 @@
 	X(int, dup3, (int, int, int)) \
 	X(int, fcntl, (int, int, ...)) \
 	X(int, fcntl64, (int, int, ...)) \
+	X(int, flock, (int, int)) \
+	X(int, lockf, (int, int, off_t)) \
+	X(int, lockf64, (int, int, off_t)) \
 	X(ssize_t, read, (int, void *, size_t)) \
 	X(ssize_t, write, (int, const void *, size_t)) \
 	X(ssize_t, pread, (int, void *, size_t, off_t)) \

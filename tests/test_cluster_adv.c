@@ -17,8 +17,16 @@
  *  offset_beyond_2_62  pread and pwrite at offsets >= 2^62 (where the
  *              cluster intent space mirrors the data space) return what
  *              the real calls return, not EIO.
- *  own_fcntl_lock      (disabled) a process holding its own POSIX lock on
- *              a cluster file writes inside it: deadlock with the agent.
+ *  own_fcntl_lock      a process holding its own POSIX lock on a cluster
+ *              file writes inside it (it deadlocked with the agent).
+ *  own_whole_file_locks  the same under a whole-file lock: fcntl l_len 0,
+ *              F_OFD_SETLKW, lockf, flock.
+ *  own_locks_shared    a whole-file lock keeps its meaning: F_GETLK says
+ *              len 0, other processes of the node and of another node
+ *              are refused, other nodes' I/O runs, a second pin keeps it.
+ *  own_lock_bad_args   lock calls with bad pointers return the real
+ *              calls' EFAULT, in cluster scope too.
+ *  sqlite      three sqlite3 writers on two nodes finish, 150 rows, ok.
  *  unwritable_file     reading a file the user may not write returns
  *              (it hung: the agent needed a writable description).
  *  unwritable_write    a write through a descriptor opened before the
@@ -199,25 +207,18 @@ Test(cluster_adv, offset_beyond_2_62, .timeout = 60)
 }
 
 /*
- * DEFECT (not fixed): an application that takes its own fcntl lock on a
- * cluster file (SQLite, ROMIO's atomic mode, any NFS database: the users
- * issue 11 names) and then writes inside it deadlocks with its node's
- * agent.  The pin makes the agent try to lock the range through the file
- * system; its OFD write lock conflicts with the application's POSIX lock
- * (both owners are on one kernel, or one lock manager), try_expand sees
- * the conflict inside the range and blocks in F_OFD_SETLKW until the
- * application unlocks, and the application waits for the pin.  Observed:
- * the pwrite never returns (killed after 10 s); node scope: 0 ms.  The
- * agent cannot see the application's lock as anyone's intent either, so
- * even without the write the application's F_SETLKW waits as long as the
- * node uses the file.  Fix: interpose F_SETLK/F_SETLKW/F_OFD_SETLK(W) on
- * cluster files and take them through the agent (the node's cluster
- * grant already excludes other nodes; within the node they become node
- * table locks), or at least have the agent never block in SETLKW on a
- * range locked by a process of its own node (F_OFD_GETLK's l_pid names
- * POSIX lock holders) and fail such calls with a line instead.
+ * DEFECT (fixed: separate byte spaces, clusterlock.h and cluster.c
+ * rs_cluster_lock_args): an application that takes its own fcntl lock on
+ * a cluster file (SQLite, ROMIO's atomic mode, any NFS database: the
+ * users issue 11 names) and then writes inside it deadlocked with its
+ * node's agent.  The agent's OFD write locks sat on the data bytes, so
+ * the pin made the agent wait in F_OFD_SETLKW for the application's
+ * POSIX lock while the application waited for the pin.  Observed on
+ * e284bb3: the pwrite never returned (killed after 10 s); node scope:
+ * 0 ms.  Now the agent's locks live in the grant space above 2^61 and
+ * the library keeps the application's lock calls below it.
  */
-Test(cluster_adv, own_fcntl_lock, .timeout = 60, .disabled = CADV_DISABLED)
+Test(cluster_adv, own_fcntl_lock, .timeout = 60)
 {
 	char path[PATH_MAX];
 	long long rc, e, ms;
@@ -235,6 +236,239 @@ Test(cluster_adv, own_fcntl_lock, .timeout = 60, .disabled = CADV_DISABLED)
 	kill_agents("fl");
 	unlink(path);
 	unlink_tables("fl");
+}
+
+/*
+ * The other ways an application locks a whole file, then writes inside
+ * the lock: fcntl with l_len 0 (F_SETLKW and F_OFD_SETLKW: "to the end"
+ * reached into the agent's spaces; on e284bb3 the write failed with EIO,
+ * the agent's intent lock having met the application's lock), lockf
+ * (glibc calls fcntl internally, out of any wrapper's sight) and flock
+ * (which NFS, Lustre and GlusterFS make a whole-file lock of the lock
+ * manager; on tmpfs it is local, so here it checks only that it is
+ * passed on).  Each must return what node scope returns (rc 100), in
+ * cluster scope too.
+ */
+Test(cluster_adv, own_whole_file_locks, .timeout = 120)
+{
+	static const char *const hows[] = { "whole", "ofd", "lockf", "flock" };
+	char path[PATH_MAX];
+	long long rc, e, ms;
+
+	snprintf(path, sizeof path, "/dev/shm/rs-cadv-wl.%d", (int)getpid());
+	for (size_t i = 0; i < sizeof hows / sizeof hows[0]; i++) {
+		char *how = (char *)hows[i];
+
+		make_file(path, 4096);
+		cr_assert_eq(probe("wl", "node", 1, 10,
+				   (char *[]){ PROBE, "ownlock", path, how, NULL }, &rc, &e, &ms), 0);
+		cr_expect_eq(rc, 100, "%s, node scope: rc %lld errno %lld", how, rc, e);
+		cr_expect_eq(probe("wl", "cluster", 1, 10,
+				   (char *[]){ PROBE, "ownlock", path, how, NULL }, &rc, &e, &ms), 0,
+			     "%s: a write under the process's own lock did not return in 10 s", how);
+		cr_expect_eq(rc, 100, "%s, cluster scope: rc %lld errno %lld", how, rc, e);
+	}
+	kill_agents("wl");
+	unlink(path);
+	unlink_tables("wl");
+}
+
+/*
+ * Lock calls with bad arguments on a cluster file return what the real
+ * calls return: an unmapped struct flock (EFAULT), and an F_GETLK whose
+ * answer cannot be written back (a read-only page: EFAULT).  The library
+ * reads and writes the application's struct through process_vm_* and
+ * must neither crash nor invent a result.  Control: the same calls
+ * without the shim.
+ */
+Test(cluster_adv, own_lock_bad_args, .timeout = 60)
+{
+	char path[PATH_MAX];
+	static struct rs_run r0, r1;
+	struct cenv c;
+
+	snprintf(path, sizeof path, "/dev/shm/rs-cadv-bl.%d", (int)getpid());
+	make_file(path, 4096);
+	cenv(&c, "bl", 'a', "cluster");
+	rs_run(&r0, (char *[]){ PROBE, "badlk", path, NULL }, c.env, 0, 10);
+	rs_run(&r1, (char *[]){ PROBE, "badlk", path, NULL }, c.env, 1, 10);
+	cr_log_info("badlk: real %d %s / shim %d %s", r0.status, r0.out, r1.status, r1.out);
+	cr_assert_eq(r0.status, 0, "%s", r0.out);
+	cr_assert_eq(r1.status, 0, "with the shim: %s", r1.out);
+	cr_expect_eq(rs_field(r1.out, "rc1"), rs_field(r0.out, "rc1"));
+	cr_expect_eq(rs_field(r1.out, "e1"), rs_field(r0.out, "e1"));
+	cr_expect_eq(rs_field(r1.out, "rc"), rs_field(r0.out, "rc"));
+	cr_expect_eq(rs_field(r1.out, "errno"), rs_field(r0.out, "errno"));
+	kill_agents("bl");
+	unlink(path);
+	unlink_tables("bl");
+}
+
+static void touch(const char *path, const char *suffix)
+{
+	char p[PATH_MAX + 16];
+	int fd;
+
+	snprintf(p, sizeof p, "%s%s", path, suffix);
+	fd = open(p, O_WRONLY | O_CREAT, 0600);
+	cr_assert_geq(fd, 0, "%s: %s", p, strerror(errno));
+	close(fd);
+}
+
+/* trylock [off, off+len) from node, in cluster scope: its rc and errno. */
+static long long trylock(const char *test, char node, const char *path, const char *off,
+			 const char *len, long long *err)
+{
+	static struct rs_run r;
+	struct cenv c;
+
+	cenv(&c, test, node, "cluster");
+	rs_run(&r, (char *[]){ PROBE, "trylock", (char *)path, (char *)off, (char *)len, NULL },
+	       c.env, 1, 10);
+	cr_log_info("trylock from node %c: status %d: %s", node, r.status, r.out);
+	cr_assert_eq(r.status, 0, "trylock from node %c: %s", node, r.out);
+	*err = rs_field(r.out, "errno");
+	return rs_field(r.out, "rc");
+}
+
+/*
+ * The application's own locks keep their meaning in cluster scope.  A
+ * process of node A holds a whole-file write lock (l_len 0) and writes
+ * inside it:
+ *  - F_GETLK from another process of A reports the lock as the kernel
+ *    would: start 0, len 0 ("to the end"), the holder's pid (the library
+ *    makes it [0, 2^61) and gives the answer back as it was asked);
+ *  - another process of A and a process of node B are refused the bytes
+ *    (EAGAIN): the clamp moved nothing that conflicts;
+ *  - node B's own I/O on the file still runs (the agent's grants do not
+ *    wait for the application's lock: on e284bb3 they did);
+ *  - after node B's write took the cluster grant away, the holder writes
+ *    again (a new pin, whose reply brings the agent's description once
+ *    more) and still holds its lock.  The library used to keep that
+ *    description as an fd of the file and close the duplicate, and any
+ *    close of an fd of a file drops the process's POSIX locks on it:
+ *    the lock was silently gone (the agent now hands over a socket that
+ *    carries the description, agent.c make_carrier);
+ *  - once the holder ends, the bytes are free.
+ */
+Test(cluster_adv, own_locks_shared, .timeout = 120)
+{
+	char path[PATH_MAX], go[PATH_MAX + 8], stop[PATH_MAX + 8];
+	static struct rs_run r;
+	struct rs_bg hold;
+	struct cenv ca, cb;
+	long long rc, err;
+
+	snprintf(path, sizeof path, "/dev/shm/rs-cadv-ol.%d", (int)getpid());
+	snprintf(go, sizeof go, "%s.go", path);
+	snprintf(stop, sizeof stop, "%s.stop", path);
+	unlink(go);
+	unlink(stop);
+	make_file(path, 1 << 21);
+	cenv(&ca, "ol", 'a', "cluster");
+	cenv(&cb, "ol", 'b', "cluster");
+	start(&hold, ca.env, (char *[]){ PROBE, "ownlock", path, "whole", "60", NULL });
+	cr_assert(rs_bg_wait_for(&hold, "held", 10000), "the holder's write did not return: %s",
+		  hold.out);
+	cr_expect_eq(rs_field(hold.out, "rc"), 100, "holder: %s", hold.out);
+
+	rs_run(&r, (char *[]){ PROBE, "getlk", path, NULL }, ca.env, 1, 10);
+	cr_log_info("getlk: %d %s", r.status, r.out);
+	cr_assert_eq(r.status, 0);
+	cr_expect_eq(rs_field(r.out, "type"), F_WRLCK, "getlk: %s", r.out);
+	cr_expect_eq(rs_field(r.out, "start"), 0, "getlk: %s", r.out);
+	cr_expect_eq(rs_field(r.out, "len"), 0, "getlk did not report \"to the end\": %s", r.out);
+	cr_expect_eq(rs_field(r.out, "pid"), hold.pid, "getlk: %s", r.out);
+
+	rc = trylock("ol", 'a', path, "0", "100", &err);
+	cr_expect(rc == -1 && err == EAGAIN, "node A's other process locked the holder's bytes "
+		  "(rc %lld errno %lld)", rc, err);
+	rc = trylock("ol", 'b', path, "4096", "0", &err);
+	cr_expect(rc == -1 && err == EAGAIN, "node B locked the holder's bytes (rc %lld errno %lld)",
+		  rc, err);
+
+	/* Node B's I/O runs under node A's whole-file lock, and takes the
+	 * cluster grant from node A. */
+	rs_run(&r, (char *[]){ PROBE, "pwrite", path, "1048576", "100", NULL }, cb.env, 1, 10);
+	cr_log_info("node B pwrite: %d %s", r.status, r.out);
+	cr_expect_eq(r.status, 0, "node B's write did not return under node A's lock: %s", r.out);
+	cr_expect_eq(rs_field(r.out, "rc"), 100);
+
+	/* The holder pins again, and keeps its lock. */
+	touch(path, ".go");
+	cr_assert(rs_bg_wait_for(&hold, "again\n", 10000), "the holder's second write: %s",
+		  hold.out);
+	cr_expect_eq(rs_field(hold.out, "again"), 100, "holder: %s", hold.out);
+	rc = trylock("ol", 'a', path, "0", "100", &err);
+	cr_expect(rc == -1 && err == EAGAIN, "the holder lost its lock at its second pin "
+		  "(another process of node A got it: rc %lld errno %lld)", rc, err);
+	rc = trylock("ol", 'b', path, "0", "100", &err);
+	cr_expect(rc == -1 && err == EAGAIN, "the holder lost its lock at its second pin "
+		  "(node B got it: rc %lld errno %lld)", rc, err);
+
+	touch(path, ".stop");
+	cr_expect_eq(rs_bg_finish(&hold, 10000), 0, "holder: %s", hold.out);
+	rc = trylock("ol", 'b', path, "0", "0", &err);
+	cr_expect_eq(rc, 0, "the bytes stayed locked after the holder ended (errno %lld)", err);
+	kill_agents("ol");
+	unlink(go);
+	unlink(stop);
+	unlink(path);
+	unlink_tables("ol");
+}
+
+#define SQLITE3 "/usr/bin/sqlite3"
+
+/*
+ * SQLite end to end: it locks its database with fcntl (bytes at 1 GiB,
+ * whole-file reads of the lock state) and writes pages under those
+ * locks.  Two processes on node A and one on node B insert 50 rows each,
+ * one transaction a row, with a busy timeout; all three must finish, no
+ * insert may fail, and the database must hold 150 rows and pass its
+ * integrity check.  On e284bb3 the agent's grants covered SQLite's lock
+ * bytes: every writer failed with "database is locked".
+ */
+Test(cluster_adv, sqlite, .timeout = 180)
+{
+	char path[PATH_MAX], sql[8192];
+	static struct rs_run r;
+	static struct rs_bg w[3];
+	static const char nodes[] = { 'a', 'a', 'b' };
+	struct cenv c[3];
+	size_t used;
+
+	if (access(SQLITE3, X_OK) != 0)
+		cr_skip_test(SQLITE3 " is not installed");
+	snprintf(path, sizeof path, "/dev/shm/rs-cadv-sq.%d", (int)getpid());
+	unlink(path);
+	rs_run(&r, (char *[]){ SQLITE3, path, "create table t(a integer, w integer);", NULL },
+	       (const char *[]){ NULL }, 0, 10);
+	cr_assert_eq(r.status, 0, "create: %s", r.out);
+	for (int k = 0; k < 3; k++) {
+		used = 0;
+		for (int i = 0; i < 50; i++)
+			used += (size_t)snprintf(sql + used, sizeof sql - used,
+						 "insert into t values(%d, %d);", i, k);
+		snprintf(sql + used, sizeof sql - used,
+			 "select 'verdict=' || count(*) from t where w = %d;", k);
+		cenv(&c[k], "sq", nodes[k], "cluster");
+		start(&w[k], c[k].env, (char *[]){ SQLITE3, "-bail", "-cmd", ".timeout 30000", path,
+						    sql, NULL });
+	}
+	for (int k = 0; k < 3; k++) {
+		int st = rs_bg_finish(&w[k], 90000);
+
+		cr_log_info("sqlite writer %d (node %c): %d %s", k, nodes[k], st, w[k].out);
+		cr_expect_eq(st, 0, "writer %d (node %c) failed or hung: %s", k, nodes[k], w[k].out);
+		cr_expect_eq(rs_field(w[k].out, "verdict"), 50, "writer %d: %s", k, w[k].out);
+	}
+	rs_run(&r, (char *[]){ SQLITE3, path, "select 'rows=' || count(*) from t; pragma "
+			       "integrity_check;", NULL }, (const char *[]){ NULL }, 0, 10);
+	cr_expect_eq(rs_field(r.out, "rows"), 150, "%s", r.out);
+	cr_expect(strstr(r.out, "\nok") != NULL, "integrity check: %s", r.out);
+	kill_agents("sq");
+	unlink(path);
+	unlink_tables("sq");
 }
 
 /*

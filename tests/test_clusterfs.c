@@ -9,6 +9,12 @@
  *              nolock/local_lock, Lustre with and without flock, GFS2
  *              localflocks, GlusterFS, unknown FUSE, local file systems,
  *              and RANGESHIM_CLUSTER_FS's list (exact names only).
+ *  flock_posix which file systems make flock a whole-file lock of the lock
+ *              manager (NFS, Lustre with flock, GlusterFS).
+ *  lock_clamp  the application's lock ranges kept inside the data space:
+ *              "to the end" and ranges reaching past it are cut there,
+ *              the rest (and ranges the kernel refuses) left as they are;
+ *              F_GETLK answers ending there become "to the end" again.
  *  find_self   this process's own mountinfo has the mount of /dev/shm.
  *  config_*    the scope and the list are parsed; bad lists are dropped.
  *  refuse_tmpfs  a program in cluster scope reading a tmpfs file prints one
@@ -128,6 +134,81 @@ Test(clusterfs, decide_trusted_list)
 	/* The list trusts what the user names, even an NFS mount with
 	 * nolock: it is the user's word (configuration.md says so). */
 	cr_assert_eq(ok("1 2 0:50 / /n rw - nfs s:/e rw,nolock", "nfs", w, sizeof w), 1);
+}
+
+/* Which file systems make flock() a whole-file lock of the lock manager
+ * (the library then makes it on the data space, cluster.c). */
+Test(clusterfs, flock_posix)
+{
+	static const struct { const char *line; int want; } c[] = {
+		{ "1 2 0:50 / /n rw - nfs4 s:/e rw,vers=4.2,local_lock=none", 1 },
+		{ "1 2 0:50 / /n rw - nfs s:/e rw,vers=3,local_lock=flock", 0 },
+		{ "1 2 0:50 / /n rw - nfs s:/e rw,vers=3,local_lock=all", 0 },
+		{ "1 2 0:60 / /l rw - lustre 10.0.0.1@tcp:/fs rw,flock", 1 },
+		{ "1 2 0:60 / /l rw - lustre 10.0.0.1@tcp:/fs rw,localflock", 0 },
+		{ "1 2 0:61 / /g rw - fuse.glusterfs h:/v rw,user_id=0", 1 },
+		{ "1 2 0:62 / /c rw - ceph 1.2.3.4:/ rw,name=x", 0 },
+		{ "1 2 253:1 / /x rw - gfs2 /dev/dm-1 rw", 0 },
+		{ "1 2 0:26 / /dev/shm rw - tmpfs tmpfs rw", 0 },
+	};
+
+	for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+		struct rs_mnt m = parse_ok(c[i].line);
+
+		cr_expect_eq(rs_mnt_flock_posix(&m), c[i].want, "%s", c[i].line);
+	}
+}
+
+/* The application's lock ranges kept inside the data space [0, L). */
+Test(clusterfs, lock_clamp)
+{
+	const int64_t L = INT64_C(1) << 61;
+	static const struct {
+		short whence;
+		int64_t start, len, base;
+		int rewritten;
+		int64_t want_start, want_len;
+	} c[] = {
+		{ SEEK_SET, 0, 0, 0, 1, 0, INT64_C(1) << 61 },          /* whole file */
+		{ SEEK_SET, 100, 0, 0, 1, 100, (INT64_C(1) << 61) - 100 },
+		{ SEEK_CUR, 5, 0, 4096, 1, 4101, (INT64_C(1) << 61) - 4101 },
+		{ SEEK_END, -10, 0, 1000, 1, 990, (INT64_C(1) << 61) - 990 },
+		{ SEEK_SET, 0, 100, 0, 0, 0, 100 },                     /* inside */
+		{ SEEK_SET, (INT64_C(1) << 61) - 1, 1, 0, 0, (INT64_C(1) << 61) - 1, 1 },
+		{ SEEK_SET, (INT64_C(1) << 61) - 1, 2, 0, 1, (INT64_C(1) << 61) - 1, 1 },
+		{ SEEK_SET, INT64_C(1) << 61, 0, 0, 0, INT64_C(1) << 61, 0 }, /* past: as is */
+		{ SEEK_SET, (INT64_C(1) << 61) + 10, -20, 0, 1, (INT64_C(1) << 61) - 10, 10 },
+		{ SEEK_SET, -1, 0, 0, 0, -1, 0 },                       /* EINVAL: as is */
+		{ SEEK_SET, 5, -10, 0, 0, 5, -10 },                     /* EINVAL: as is */
+		{ SEEK_CUR, INT64_MAX, 0, 1, 0, INT64_MAX, 0 },         /* EOVERFLOW */
+		{ SEEK_SET, 10, INT64_MAX, 0, 0, 10, INT64_MAX },       /* EOVERFLOW */
+		{ 7, 0, 0, 0, 0, 0, 0 },                                /* bad whence */
+	};
+
+	for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = c[i].whence,
+				    .l_start = c[i].start, .l_len = c[i].len };
+		int r = rs_lock_clamp(&fl, c[i].base, L);
+
+		cr_expect_eq(r, c[i].rewritten, "case %zu: %d", i, r);
+		cr_expect_eq(fl.l_start, c[i].want_start, "case %zu: start %lld", i,
+			     (long long)fl.l_start);
+		cr_expect_eq(fl.l_len, c[i].want_len, "case %zu: len %lld", i, (long long)fl.l_len);
+		cr_expect_eq(fl.l_whence, r ? SEEK_SET : c[i].whence, "case %zu", i);
+	}
+	/* F_GETLK answers: only a lock ending exactly at L was "to the end". */
+	{
+		struct flock a = { .l_type = F_WRLCK, .l_start = 100, .l_len = L - 100 };
+		struct flock b = { .l_type = F_WRLCK, .l_start = 100, .l_len = L - 101 };
+		struct flock u = { .l_type = F_UNLCK, .l_start = 0, .l_len = L };
+
+		rs_lock_unclamp(&a, L);
+		rs_lock_unclamp(&b, L);
+		rs_lock_unclamp(&u, L);
+		cr_expect_eq(a.l_len, 0);
+		cr_expect_eq(b.l_len, L - 101);
+		cr_expect_eq(u.l_len, L);
+	}
 }
 
 Test(clusterfs, find_self)

@@ -30,6 +30,8 @@
  *              nodes, grants did change nodes; the control over a lock
  *              manager that grants everything sees violations.
  *  large_offsets  ranges beyond 4 GiB, 3 GiB long, and to RS_CL_EOF.
+ *  foreign_whole_file_lock  a whole-file lock of a process without the
+ *              shim is waited for (it lost the cache: EIO).
  */
 #include "common.h"
 
@@ -158,7 +160,9 @@ static void check_cache(bool nodes)
 {
 	struct rs_cl a;
 	struct rs_cl_grant g[8];
-	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 12345, .l_len = 1 };
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
+			    .l_start = (off_t)(RS_CL_GRANTS + 12345), .l_len = 1 };
+	struct flock own = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
 	int fa, fb;
 	uint64_t o;
 
@@ -178,6 +182,13 @@ static void check_cache(bool nodes)
 	errno = 0;
 	cr_assert(fcntl(fb, F_OFD_SETLK, &fl) < 0 && errno == EAGAIN,
 		  "node B locked inside A's grant (%s)", strerror(errno));
+	/* The data bytes stay the application's: a lock on all of them
+	 * (as the library clamps "to the end", cluster.c) meets no grant. */
+	own.l_len = (off_t)RS_CL_EOF;
+	cr_assert_eq(fcntl(fb, F_OFD_SETLK, &own), 0, "A's grant sits on the data bytes (%s)",
+		     strerror(errno));
+	own.l_type = F_UNLCK;
+	cr_assert_eq(fcntl(fb, F_OFD_SETLK, &own), 0);
 	rs_cl_fini(&a);
 	cr_assert_eq(fcntl(fb, F_OFD_SETLK, &fl), 0, "A's grant outlived rs_cl_fini");
 	close(fa);
@@ -254,7 +265,7 @@ Test(clusterlock, intent)
 	/* B's intent appears while it waits (A keeps its grant busy). */
 	for (i = 0; i < 5000; i++) {
 		fl = (struct flock){ .l_type = F_WRLCK, .l_whence = SEEK_SET,
-				     .l_start = (off_t)(RS_CL_EOF + 4096), .l_len = 4096 };
+				     .l_start = (off_t)(RS_CL_INTENT + 4096), .l_len = 4096 };
 		cr_assert_eq(fcntl(fo, F_OFD_GETLK, &fl), 0);
 		if (fl.l_type != F_UNLCK)
 			break;
@@ -265,7 +276,7 @@ Test(clusterlock, intent)
 	rs_cl_release(&a, 0, 4096);
 	poll_until(&a, &w);
 	fl = (struct flock){ .l_type = F_WRLCK, .l_whence = SEEK_SET,
-			     .l_start = (off_t)RS_CL_EOF, .l_len = 0 };
+			     .l_start = (off_t)RS_CL_INTENT, .l_len = 0 };
 	cr_assert_eq(fcntl(fo, F_OFD_GETLK, &fl), 0);
 	cr_assert_eq(fl.l_type, F_UNLCK, "B's intent outlived its wait");
 	rs_cl_release(&b, 4096, 8192);
@@ -720,5 +731,43 @@ Test(clusterlock, large_offsets)
 	rs_cl_fini(&b);
 	close(fa);
 	close(fb);
+	unlink(path_a);
+}
+
+/*
+ * A process without the shim (another node's, or one not in cluster
+ * scope) holds a write lock on the whole file, "to the end", which
+ * reaches the grant and intent spaces.  The cache waits for it, then
+ * gets its range; it used to call itself lost (its intent read lock was
+ * refused with EAGAIN) and fail every call with EIO.
+ */
+Test(clusterlock, foreign_whole_file_lock)
+{
+	struct rs_cl_params p = fast_params();
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+	struct rs_cl a;
+	struct waiter w;
+	int fa, fo;
+
+	mkpaths(false, "foreign");
+	fa = xopen(path_a, O_RDWR);
+	fo = xopen(path_a, O_RDWR);
+	cr_assert_eq(fcntl(fo, F_OFD_SETLK, &fl), 0);
+	rs_cl_init(&a, fa, &p);
+	start_waiter(&w, &a, 0, 4096);
+	usleep(100000);
+	cr_assert(!atomic_load(&w.done), "the cache got a range under a foreign whole-file lock "
+		  "(rc %d)", w.rc);
+	fl.l_type = F_UNLCK;
+	cr_assert_eq(fcntl(fo, F_OFD_SETLK, &fl), 0);
+	for (int i = 0; i < 10000 && !atomic_load(&w.done); i++)
+		usleep(1000);
+	cr_assert(atomic_load(&w.done), "the cache never got its range");
+	pthread_join(w.t, NULL);
+	cr_assert_eq(w.rc, 0, "rc %d once the foreign lock was gone", w.rc);
+	rs_cl_release(&a, 0, 4096);
+	rs_cl_fini(&a);
+	close(fa);
+	close(fo);
 	unlink(path_a);
 }

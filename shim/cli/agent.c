@@ -7,9 +7,9 @@
  * exits).  Processes in cluster scope start it on first use (cluster.c)
  * and connect once per pin.  For each file the agent keeps its own open
  * file description and runs the cluster grant cache over it; it hands a
- * copy of that description to every process that pins, so that the OFD
- * locks live as long as any process of the node might be inside them,
- * even if the agent dies.
+ * carrier of that description (make_carrier) to every process that pins,
+ * so that the OFD locks live as long as any process of the node might be
+ * inside them, even if the agent dies.
  *
  * The agent is also a process of the node table.  Before it gives a
  * cluster grant back (another node asked, or it is idle) it takes an
@@ -63,6 +63,7 @@ struct afile {
 	int used;
 	uint64_t dev, ino;
 	int fd;
+	int carrier;            /* what processes keep of fd (make_carrier) */
 	int pins;               /* connections using it (files_mu) */
 	int lost_drained;
 	uint64_t next_poll_ns, idle_since_ns;
@@ -202,13 +203,61 @@ static void *file_poller(void *arg)
  */
 static int ro_lock_fn(int fd, int cmd, struct flock *fl)
 {
-	if (fl->l_type == F_WRLCK && (uint64_t)fl->l_start < RS_CL_EOF &&
+	if (fl->l_type == F_WRLCK && (uint64_t)fl->l_start < RS_CL_INTENT &&
 	    (cmd == F_OFD_SETLK || cmd == F_OFD_SETLKW || cmd == F_OFD_GETLK))
 		fl->l_type = F_RDLCK;
 	return fcntl(fd, cmd, fl);
 }
 
 static int node_busy(const struct afile *f);
+
+/*
+ * What a process keeps of our description so that its locks outlive us:
+ * not the description itself but a socket whose receive queue holds it
+ * in flight, never received.  Closing any fd of a file drops the closing
+ * process's own POSIX locks on that file (fs/locks.c: filp_flush calls
+ * locks_remove_posix for every close), so a process that kept, and later
+ * closed, a copy of ours lost the application's fcntl locks (SQLite's):
+ * every pin reply used to bring a copy that the process closed as a
+ * duplicate (cluster_adv::own_locks_two_processes).  Closing the socket
+ * only lets the reference in flight go.  One carrier per description,
+ * shared by every process.  Returns the socket, or -1.
+ */
+static int make_carrier(int fd)
+{
+	struct rs_ag_msg m = { 0 };
+	int sp[2];
+
+	if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sp) < 0)
+		return -1;
+	if (rs_ag_send(sp[0], &m, fd) < 0) {
+		close(sp[0]);
+		close(sp[1]);
+		return -1;
+	}
+	close(sp[0]);
+	return sp[1];
+}
+
+/* The description a process sent back (RS_AG_OLD_FD): the one inside a
+ * carrier, peeked (MSG_PEEK installs a new fd and leaves it queued for
+ * the carrier's other holders); pfd is closed.  -1 if none. */
+static int carried(int pfd)
+{
+	struct rs_ag_msg m;
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { &m, sizeof m };
+	struct msghdr h = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			    .msg_controllen = sizeof cbuf };
+	int fd = -1;
+
+	if (recvmsg(pfd, &h, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC) >= 0)
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
+			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+				memcpy(&fd, CMSG_DATA(c), sizeof(int));
+	close(pfd);
+	return fd;
+}
 
 /* Pre: no pin uses f, and none can start (f->evicting, or files_mu
  * held with f idle).  Post: f's grants are given back, each drained of
@@ -221,6 +270,7 @@ static void forget(struct afile *f)
 		pthread_join(f->poller, NULL);
 	}
 	rs_cl_fini(&f->cl);
+	close(f->carrier);
 	close(f->fd);
 }
 
@@ -311,13 +361,16 @@ again:
 		if (ro)	/* read locks need only a readable description */
 			own = open(path, O_RDONLY | O_CLOEXEC);
 		if (own >= 0 && fstat(own, &st) == 0 && (uint64_t)st.st_dev == dev &&
-		    (uint64_t)st.st_ino == ino) {
+		    (uint64_t)st.st_ino == ino && (free_f->carrier = make_carrier(own)) >= 0) {
+			int carrier = free_f->carrier;
+
 			f = free_f;
 			memset(f, 0, sizeof *f);
 			f->used = 1;
 			f->dev = dev;
 			f->ino = ino;
 			f->fd = own;
+			f->carrier = carrier;
 			f->desc_id = (uint64_t)getpid() << 32 | ++openings;
 			f->ro = ro;
 			rs_cl_params_default(&p);
@@ -471,6 +524,9 @@ static void *serve(void *arg)
 				close(pfd_old);
 			goto out;
 		}
+		/* A carrier: the description it holds serves get_file too. */
+		if (pfd >= 0 && (m.flags & RS_AG_OLD_FD))
+			pfd = carried(pfd);
 		f = get_file(m.dev, m.ino, pfd, &err);
 		if (pfd >= 0 && (m.flags & RS_AG_OLD_FD) && pfd_old < 0)
 			pfd_old = pfd;	/* kept for adopt() */
@@ -528,7 +584,7 @@ static void *serve(void *arg)
 		pthread_mutex_unlock(&f->cl.mu);
 	}
 	r.desc_id = f->desc_id;
-	if (rs_ag_send(s, &r, r.rc == 0 ? f->fd : -1) == 0 && r.rc == 0) {
+	if (rs_ag_send(s, &r, r.rc == 0 ? f->carrier : -1) == 0 && r.rc == 0) {
 		/* Held until UNPIN, or until the process goes away. */
 		struct rs_ag_msg u;
 

@@ -19,6 +19,25 @@
  *   cadv_probe fcntllock FILE         take a POSIX write lock on [0, 100)
  *                                     of FILE (as SQLite or ROMIO do), then
  *                                     pwrite 100 bytes at 0 under it
+ *   cadv_probe ownlock FILE HOW [SECS]
+ *                                     take the process's own lock on FILE
+ *                                     (HOW: whole = F_SETLKW l_len 0, lockf
+ *                                     = lockf(F_LOCK, 0) at 0, flock =
+ *                                     flock(LOCK_EX), ofd = F_OFD_SETLKW
+ *                                     l_len 0), pwrite 100 bytes at 0 under
+ *                                     it (rc); with SECS, print "held",
+ *                                     wait for FILE.go, pwrite again (a new
+ *                                     pin: again=R), print "again", and
+ *                                     hold the lock until FILE.stop (at
+ *                                     most SECS)
+ *   cadv_probe trylock FILE OFF LEN   F_SETLK a write lock on [OFF, OFF+LEN)
+ *                                     (LEN 0: to the end)
+ *   cadv_probe getlk FILE             F_GETLK a write lock on all of FILE:
+ *                                     type= start= len= pid= of the answer
+ *   cadv_probe badlk FILE             lock calls with bad arguments: F_SETLK
+ *                                     with an unmapped pointer (rc1= e1=),
+ *                                     F_GETLK of all of FILE through a
+ *                                     read-only page (rc= errno=)
  *   cadv_probe many DIR N [SECS]      create N files in DIR, keep them
  *                                     open, pwrite 4 KiB to each; then
  *                                     sleep SECS with all of them open
@@ -30,6 +49,8 @@
  * took).
  */
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <grp.h>
 #include <stdint.h>
@@ -141,6 +162,98 @@ int main(int argc, char **argv)
 		t0 = now_ms();
 		rc = pwrite(fd, buf, 100, 0);
 		err = rc < 0 ? errno : 0;
+		report(rc, err, t0);
+		return 0;
+	}
+	if (strcmp(argv[1], "ownlock") == 0 && (argc == 4 || argc == 5)) {
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+		const char *how = argv[3];
+		char go[4200], stop[4200];
+
+		fd = open(argv[2], O_RDWR);
+		if (fd < 0) {
+			printf("verdict=FAIL open %s: %s\n", argv[2], strerror(errno));
+			return 1;
+		}
+		if (strcmp(how, "whole") == 0)
+			rc = fcntl(fd, F_SETLKW, &fl);
+		else if (strcmp(how, "ofd") == 0)
+			rc = fcntl(fd, F_OFD_SETLKW, &fl);
+		else if (strcmp(how, "lockf") == 0)
+			rc = lockf(fd, F_LOCK, 0);
+		else if (strcmp(how, "flock") == 0)
+			rc = flock(fd, LOCK_EX);
+		else
+			rc = -2;
+		if (rc < 0) {
+			printf("verdict=FAIL lock %s: %s\n", how, rc == -2 ? "unknown" : strerror(errno));
+			return 1;
+		}
+		t0 = now_ms();
+		rc = pwrite(fd, buf, 100, 0);
+		err = rc < 0 ? errno : 0;
+		if (argc == 4) {
+			report(rc, err, t0);
+			return 0;
+		}
+		snprintf(go, sizeof go, "%s.go", argv[2]);
+		snprintf(stop, sizeof stop, "%s.stop", argv[2]);
+		printf("held rc=%lld\n", rc);
+		{
+			double end = now_ms() + 1e3 * atof(argv[4]);
+			long long again;
+
+			while (access(go, F_OK) != 0 && now_ms() < end)
+				usleep(10000);
+			again = pwrite(fd, buf, 100, 0);
+			printf("again=%lld again\n", again);
+			while (access(stop, F_OK) != 0 && now_ms() < end)
+				usleep(10000);
+		}
+		report(rc, err, t0);
+		return 0;
+	}
+	if (strcmp(argv[1], "trylock") == 0 && argc == 5) {
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
+				    .l_start = (off_t)atoll(argv[3]), .l_len = (off_t)atoll(argv[4]) };
+
+		fd = open(argv[2], O_RDWR);
+		t0 = now_ms();
+		rc = fd < 0 ? -1 : fcntl(fd, F_SETLK, &fl);
+		err = rc < 0 ? errno : 0;
+		report(rc, err, t0);
+		return 0;
+	}
+	if (strcmp(argv[1], "badlk") == 0) {
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+		struct flock *ro = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+					-1, 0);
+		long long rc1;
+
+		fd = open(argv[2], O_RDWR);
+		if (fd < 0 || ro == MAP_FAILED) {
+			printf("verdict=FAIL open/mmap: %s\n", strerror(errno));
+			return 1;
+		}
+		rc1 = fcntl(fd, F_SETLK, (struct flock *)8);
+		printf("rc1=%lld e1=%d ", rc1, rc1 < 0 ? errno : 0);
+		*ro = fl;
+		mprotect(ro, 4096, PROT_READ);
+		t0 = now_ms();
+		rc = fcntl(fd, F_GETLK, ro);
+		err = rc < 0 ? errno : 0;
+		report(rc, err, t0);
+		return 0;
+	}
+	if (strcmp(argv[1], "getlk") == 0) {
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+
+		fd = open(argv[2], O_RDWR);
+		t0 = now_ms();
+		rc = fd < 0 ? -1 : fcntl(fd, F_GETLK, &fl);
+		err = rc < 0 ? errno : 0;
+		printf("type=%d start=%lld len=%lld pid=%d ", fl.l_type, (long long)fl.l_start,
+		       (long long)fl.l_len, (int)fl.l_pid);
 		report(rc, err, t0);
 		return 0;
 	}
