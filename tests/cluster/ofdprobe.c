@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -105,6 +106,17 @@ static int check(void)
 	      "B's F_OFD_GETLK sees A's read lock at 2^62");
 	CHECK(lk(a, F_OFD_SETLK, F_UNLCK, 0, 0) == 0, "A unlocks everything");
 	CHECK(lk(b, F_OFD_SETLK, F_WRLCK, 50, 100) == 0, "B's write lock on [50,150) now succeeds");
+	CHECK(lk(b, F_OFD_SETLK, F_UNLCK, 0, 0) == 0, "B unlocks everything");
+	/* What the library's flock on a cluster file rests on (clusterfs.c,
+	 * rs_mnt_flock_posix): GlusterFS takes flock to its lock manager as a
+	 * lock on every byte, so it meets fcntl locks, and reaches 2^61. */
+	CHECK(flock(a, LOCK_EX) == 0, "A flocks the file");
+	fl = (struct flock){ .l_type = F_RDLCK, .l_whence = SEEK_SET,
+			     .l_start = (off_t)1 << 61, .l_len = 1 };
+	CHECK(fcntl(b, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_WRLCK,
+	      "B's F_OFD_GETLK at 2^61 sees A's flock (got type %d [%jd,+%jd))", fl.l_type,
+	      (intmax_t)fl.l_start, (intmax_t)fl.l_len);
+	CHECK(flock(a, LOCK_UN) == 0, "A unflocks the file");
 	close(d);
 	close(a2);
 	close(a);

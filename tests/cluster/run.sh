@@ -13,7 +13,9 @@
 #   3b. cluster scope (RANGESHIM_SCOPE=cluster, one table and agent per
 #      node; fuse.glusterfs is trusted): no tears, buffered and O_DIRECT;
 #   4. OFD locks through A and B conflict as on a cluster (ofdprobe check);
-#   5. test_clusterlock's cross-node cases on the two mounts.
+#   5. test_clusterlock's cross-node cases on the two mounts;
+#   6. a write under the process's own whole-file fcntl lock and flock, in
+#      cluster scope, returns.
 # Every race must also have seen the writer (changes > 0): a reader that
 # never saw a write proves nothing either way.
 #
@@ -101,6 +103,24 @@ for mode in "" --direct; do
 	expect_clean "cluster scope, one table and agent per node, $m" \
 		"$nodeA RANGESHIM_SCOPE=cluster" "$nodeB RANGESHIM_SCOPE=cluster" "$mode"
 done
+# The application's own whole-file locks (docs/design.md (i), "Separate
+# byte spaces"): a process of node A in cluster scope locks the file (fcntl
+# l_len 0; flock, which GlusterFS makes a lock on every byte) and writes
+# inside the lock.  The write must return (on e284bb3 it did not).
+probe=$build/tests/helpers/cadv_probe
+for how in whole flock; do
+	checks=$((checks + 1))
+	f=$CLU_A/own-$how
+	head -c 4096 /dev/zero >"$f"
+	out=$(env $nodeA RANGESHIM_SCOPE=cluster timeout 20 "$probe" ownlock "$f" $how 2>&1)
+	if echo "$out" | grep -q '^rc=100 '; then
+		pass "cluster scope: a write under the process's own $how lock returns"
+	else
+		fail "cluster scope: a write under the process's own $how lock: ${out:-no answer in 20 s}"
+	fi
+	rm -f "$f"
+done
+
 # The agents hold descriptions on the mounts: let them go idle and exit
 # (3-5 s) before the volume is unmounted; then end any left, by pid.
 agents_gone() {
