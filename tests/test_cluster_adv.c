@@ -338,6 +338,7 @@ static long long trylock(const char *test, char node, const char *path, const ch
  *  - F_GETLK from another process of A reports the lock as the kernel
  *    would: start 0, len 0 ("to the end"), the holder's pid (the library
  *    makes it [0, 2^61) and gives the answer back as it was asked);
+ *    lockf(F_TEST) sees it (EACCES);
  *  - another process of A and a process of node B are refused the bytes
  *    (EAGAIN): the clamp moved nothing that conflicts;
  *  - node B's own I/O on the file still runs (the agent's grants do not
@@ -383,6 +384,10 @@ Test(cluster_adv, own_locks_shared, .timeout = 120)
 	rc = trylock("ol", 'a', path, "0", "100", &err);
 	cr_expect(rc == -1 && err == EAGAIN, "node A's other process locked the holder's bytes "
 		  "(rc %lld errno %lld)", rc, err);
+	rs_run(&r, (char *[]){ PROBE, "lockftest", path, NULL }, ca.env, 1, 10);
+	cr_log_info("lockftest: %d %s", r.status, r.out);
+	cr_expect(rs_field(r.out, "rc") == -1 && rs_field(r.out, "errno") == EACCES,
+		  "lockf(F_TEST) did not see the holder's lock: %s", r.out);
 	rc = trylock("ol", 'b', path, "4096", "0", &err);
 	cr_expect(rc == -1 && err == EAGAIN, "node B locked the holder's bytes (rc %lld errno %lld)",
 		  rc, err);

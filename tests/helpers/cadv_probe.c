@@ -32,6 +32,7 @@
  *                                     most SECS)
  *   cadv_probe trylock FILE OFF LEN   F_SETLK a write lock on [OFF, OFF+LEN)
  *                                     (LEN 0: to the end)
+ *   cadv_probe lockftest FILE         lockf(F_TEST, 0) at offset 0
  *   cadv_probe getlk FILE             F_GETLK a write lock on all of FILE:
  *                                     type= start= len= pid= of the answer
  *   cadv_probe badlk FILE             lock calls with bad arguments: F_SETLK
@@ -241,6 +242,14 @@ int main(int argc, char **argv)
 		mprotect(ro, 4096, PROT_READ);
 		t0 = now_ms();
 		rc = fcntl(fd, F_GETLK, ro);
+		err = rc < 0 ? errno : 0;
+		report(rc, err, t0);
+		return 0;
+	}
+	if (strcmp(argv[1], "lockftest") == 0) {
+		fd = open(argv[2], O_RDWR);
+		t0 = now_ms();
+		rc = fd < 0 ? -1 : lockf(fd, F_TEST, 0);
 		err = rc < 0 ? errno : 0;
 		report(rc, err, t0);
 		return 0;
