@@ -159,12 +159,14 @@ static int probe(const char *test, const char *scope, int preload, int timeout_s
 
 /*
  * Offsets at and beyond 2^62.  The cluster intent space mirrors the data
- * space at 2^62 + offset, so cluster grants cover only [0, 2^62); the pin
+ * space at 2^62 + offset, so cluster grants covered only [0, 2^62); the pin
  * refused every call starting there with EIO, which changed the result of
  * calls the kernel allows (tmpfs files may reach 2^63 - 1): a pread at
  * 2^62 past the end of file returns 0, a pwrite there writes.  Control:
  * the same calls without the shim (the expected results, and proof that
- * the file system takes them).
+ * the file system takes them).  The data space now ends at 2^61 (the
+ * grant space lies above it), so a write between 2^61 and 2^62 is checked
+ * too.
  */
 Test(cluster_adv, offset_beyond_2_62, .timeout = 60)
 {
@@ -193,7 +195,17 @@ Test(cluster_adv, offset_beyond_2_62, .timeout = 60)
 	cr_expect_eq(rc1, rc0, "pwrite at 2^62: shim rc %lld errno %lld, real rc %lld errno %lld",
 		     rc1, e1, rc0, e0);
 	cr_expect_eq(e1, e0);
-	/* Straddling 2^62: starts in the data space, ends beyond it. */
+	/* Between the data space's end (2^61) and 2^62. */
+	snprintf(off, sizeof off, "%lld", EOF62 / 2 + 4096);
+	cr_assert_eq(probe("off", "cluster", 1, 10, (char *[]){ PROBE, "pwrite", path, off, "10", NULL },
+			   &rc1, &e1, &ms), 0);
+	cr_expect_eq(rc1, 10, "pwrite at 2^61 + 4096: rc %lld errno %lld", rc1, e1);
+	/* Straddling 2^61: starts in the data space, ends beyond it. */
+	snprintf(off, sizeof off, "%lld", EOF62 / 2 - 5);
+	cr_assert_eq(probe("off", "cluster", 1, 10, (char *[]){ PROBE, "pwrite", path, off, "10", NULL },
+			   &rc1, &e1, &ms), 0);
+	cr_expect_eq(rc1, 10, "pwrite across 2^61: rc %lld errno %lld", rc1, e1);
+	/* Straddling 2^62. */
 	snprintf(off, sizeof off, "%lld", EOF62 - 5);
 	cr_assert_eq(probe("off", "cluster", 1, 10, (char *[]){ PROBE, "pwrite", path, off, "10", NULL },
 			   &rc1, &e1, &ms), 0);
