@@ -558,12 +558,12 @@ uint64_t rs_cl_poll_interval(struct rs_cl *c)
 	return v;
 }
 
-int rs_cl_grants(struct rs_cl *c, struct rs_cl_grant *out, int max)
+/* Pre: c->mu held (and let go here). */
+static int copy_grants(struct rs_cl *c, struct rs_cl_grant *out, int max)
 {
 	int n = 0;
 	struct rs_cl_grant *g;
 
-	pthread_mutex_lock(&c->mu);
 	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++) {
 		if (g->state != RS_CL_HELD)
 			continue;
@@ -573,6 +573,24 @@ int rs_cl_grants(struct rs_cl *c, struct rs_cl_grant *out, int max)
 	}
 	pthread_mutex_unlock(&c->mu);
 	return n;
+}
+
+int rs_cl_grants(struct rs_cl *c, struct rs_cl_grant *out, int max)
+{
+	pthread_mutex_lock(&c->mu);
+	return copy_grants(c, out, max);
+}
+
+int rs_cl_grants_until(struct rs_cl *c, struct rs_cl_grant *out, int max,
+		       const struct timespec *deadline)
+{
+	int rc;
+
+	while ((rc = pthread_mutex_timedlock(&c->mu, deadline)) == EINTR)
+		;
+	if (rc)
+		return -EBUSY;
+	return copy_grants(c, out, max);
 }
 
 int rs_cl_check(struct rs_cl *c)

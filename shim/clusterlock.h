@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #define RS_CL_EOF (UINT64_C(1) << 62)
 #define RS_CL_MAX_GRANTS 64
@@ -92,6 +93,13 @@ int rs_cl_poll(struct rs_cl *c);
 uint64_t rs_cl_poll_interval(struct rs_cl *c);
 /* Copies up to max held grants into out; returns how many there are. */
 int rs_cl_grants(struct rs_cl *c, struct rs_cl_grant *out, int max);
+/* The same, waiting for the cache no later than deadline (CLOCK_REALTIME);
+ * -EBUSY when it stays busy: a poll or give-back holds it across round
+ * trips of the file system, and a give-back across the drain of the
+ * node, which waits for the calls inside the range (a listing must not
+ * wait for a stopped process). */
+int rs_cl_grants_until(struct rs_cl *c, struct rs_cl_grant *out, int max,
+		       const struct timespec *deadline);
 /* 0 while every grant is intact, else -EIO: calls inside a grant check it
  * after their I/O and fail with EIO rather than report unprotected work. */
 int rs_cl_check(struct rs_cl *c);

@@ -25,11 +25,20 @@
  *              reader stays torn-free and goes on.
  *  process_killed  SIGKILL of A's writer mid-stream: B sees no race, and
  *              no read of B waits over 1 s.
+ *  locks_lists_cluster  `rangeshim locks` of node A, while A's writer runs,
+ *              shows A's agent's cluster grant on the file (MODE CLUSTER,
+ *              the agent's pid, the file's DEV:INO) next to the writer's
+ *              node grant, in the table, --raw and --json; -p of the
+ *              writer keeps its row and drops the agent's.  Control: node
+ *              B, in node scope at the same time, has a node grant and no
+ *              cluster row, and `locks` says in one line that no agent
+ *              serves it (exit 0).
  */
 #include "common.h"
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/sysmacros.h>
 
 #define PROBE RS_HELPER("clu_probe")
 
@@ -342,4 +351,84 @@ Test(cluster, process_killed, .timeout = 120)
 	kill_agents("process_killed");
 	unlink(path);
 	unlink_tables("process_killed");
+}
+
+/* `rangeshim locks --shm` of node `node` of test, with extra args. */
+static void locks_of(struct rs_run *r, const char *test, char node, const char *a1,
+		     const char *a2)
+{
+	char shm[96];
+	char *argv[] = { RS_BUILD_DIR "/rangeshim", "locks", "--shm", shm, (char *)a1, (char *)a2,
+			 NULL };
+
+	snprintf(shm, sizeof shm, "/rs-clu-%s-%c.%d", test, node, (int)getpid());
+	rs_run(r, argv, NULL, 0, 20);
+	cr_log_info("locks %c %s %s: status %d\n%s", node, a1 ? a1 : "", a2 ? a2 : "", r->status,
+		    r->out);
+}
+
+Test(cluster, locks_lists_cluster, .timeout = 120)
+{
+	char path[PATH_MAX], pathb[PATH_MAX], want[128], wpid[16];
+	struct node_env na, nb;
+	static struct rs_bg w, wb;
+	static struct rs_run r;
+	struct stat st;
+	pid_t ag[8];
+	int n;
+
+	snprintf(path, sizeof path, "/dev/shm/rs-clu-ll2.%d", (int)getpid());
+	snprintf(pathb, sizeof pathb, "/dev/shm/rs-clu-ll2b.%d", (int)getpid());
+	node_env(&na, "locks", 'a', "cluster", NULL);
+	node_env(&nb, "locks", 'b', "node", NULL);
+	start(&w, &na, (char *[]){ PROBE, "write", path, "4", NULL });
+	start(&wb, &nb, (char *[]){ PROBE, "write", pathb, "4", NULL });
+	usleep(1000000);
+	n = agents_of("locks", 'a', ag, 8);
+	cr_assert_eq(n, 1, "node A has %d agents", n);
+	cr_assert_eq(stat(path, &st), 0);
+	snprintf(wpid, sizeof wpid, "%d", (int)w.pid);
+
+	locks_of(&r, "locks", 'a', NULL, NULL);
+	cr_expect_eq(r.status, 0);
+	snprintf(want, sizeof want, " %d ", (int)ag[0]);
+	cr_expect(strstr(r.out, " CLUSTER ") && strstr(r.out, want),
+		  "no CLUSTER row of agent %d:\n%s", (int)ag[0], r.out);
+	snprintf(want, sizeof want, "%u:%u:%llu", major(st.st_dev), minor(st.st_dev),
+		 (unsigned long long)st.st_ino);
+	cr_expect(strstr(r.out, want), "no row names %s", want);
+	cr_expect(strstr(r.out, " EXSH ") && strstr(r.out, wpid), "no node grant of the writer");
+	cr_expect(strstr(r.out, "holds 1 grants through the lock manager") ||
+		  strstr(r.out, "holds 2 grants through the lock manager"), "no agent line");
+
+	snprintf(want, sizeof want, "%d CLUSTER 0-", (int)ag[0]);
+	locks_of(&r, "locks", 'a', "-oPID,MODE,RANGE", "--raw");
+	cr_expect(strstr(r.out, want), "--raw: no '%s'", want);
+	cr_expect_null(strstr(r.out, "cluster:"), "--raw printed more than rows");
+
+	locks_of(&r, "locks", 'a', "--json", NULL);
+	cr_expect(strstr(r.out, "\"cluster\": {\"agent\": \"running\""), "--json: no agent");
+	cr_expect(strstr(r.out, "\"mode\": \"CLUSTER\""), "--json: no cluster grant");
+
+	/* -p: the writer's rows only, not the agent's. */
+	locks_of(&r, "locks", 'a', "-p", wpid);
+	cr_expect(strstr(r.out, " EXSH "), "-p %s lost the writer's row", wpid);
+	cr_expect_null(strstr(r.out, " CLUSTER "), "-p %s shows the agent's grant", wpid);
+
+	/* Control: node B is in node scope: a node grant, no agent. */
+	locks_of(&r, "locks", 'b', NULL, NULL);
+	cr_expect_eq(r.status, 0);
+	cr_expect(strstr(r.out, " EXSH "), "node B shows no node grant (rig)");
+	cr_expect_null(strstr(r.out, "CLUSTER"), "node B shows a cluster row");
+	cr_expect(strstr(r.out, "cluster: no agent serves node table"), "no line about the agent");
+	locks_of(&r, "locks", 'b', "--json", NULL);
+	cr_expect(strstr(r.out, "\"cluster\": {\"agent\": \"none\", \"pid\": null, "
+			 "\"grants\": []"), "--json of node B");
+
+	cr_assert_eq(rs_bg_finish(&w, 20000), 0, "writer: %s", w.out);
+	cr_assert_eq(rs_bg_finish(&wb, 20000), 0, "writer B: %s", wb.out);
+	kill_agents("locks");
+	unlink(path);
+	unlink(pathb);
+	unlink_tables("locks");
 }
