@@ -43,6 +43,9 @@
 #define RS_AG_CURRENT 16u  /* REPLY: that description is the agent's own */
 #define RS_AG_WRITE   32u  /* PIN: for a write (the agent may hold only read
 			    * locks on a file the user cannot write) */
+#define RS_AG_GRACE   64u  /* REPLY: the lock manager refused the file's lock
+			    * requests for a while (ENOLCK: a grace period?)
+			    * and this pin waited it out */
 
 /* REPLY rc: 0, -EIO (the lock was lost: fail the call), -ENOENT (send
  * the fd: the agent does not know the file), -EROFS (a write on a file

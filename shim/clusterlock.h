@@ -35,6 +35,12 @@ struct rs_cl_params {
 	void (*drain_fn)(void *arg, uint64_t start, uint64_t end);
 	void (*undrain_fn)(void *arg);
 	void *drain_arg;
+	/* Lock-manager grace periods (clusterlock.c, "Grace periods"): a
+	 * request refused with ENOLCK is retried for up to grace_max_ns
+	 * (then the cache is lost), and warn_fn(drain_arg) is called once
+	 * when such a wait begins (NULL: nothing said). */
+	uint64_t grace_max_ns;
+	void (*warn_fn)(void *arg);
 };
 
 enum rs_cl_state { RS_CL_FREE = 0, RS_CL_HELD, RS_CL_PENDING };
@@ -53,6 +59,7 @@ struct rs_cl_stats {
 	uint64_t revokes;      /* grants given back because another node asked */
 	uint64_t wait_ns;      /* time spent blocked in F_OFD_SETLKW */
 	uint64_t polls;        /* F_OFD_GETLK calls on the intent space */
+	uint64_t graces;       /* runs of ENOLCK refusals waited out or begun */
 };
 
 struct rs_cl {
@@ -60,6 +67,8 @@ struct rs_cl {
 	pthread_cond_t cv;     /* a grant left PENDING, or was given back */
 	int fd;                /* the private description; not ours to close */
 	int lost;              /* 0, or the errno that lost every grant */
+	uint64_t grace_since;  /* first ENOLCK of a run of them, 0 if none */
+	uint64_t grace_ns;     /* the next retry's back-off */
 	struct rs_cl_params p;
 	uint64_t hold_ns;      /* the adaptive minimum hold time */
 	uint64_t poll_ns;      /* the adaptive poll interval */
@@ -67,7 +76,8 @@ struct rs_cl {
 	struct rs_cl_stats st;
 };
 
-/* Defaults: hold 20 ms in [5 ms, 200 ms], poll every 5 to 50 ms. */
+/* Defaults: hold 20 ms in [5 ms, 200 ms], poll every 5 to 50 ms, wait
+ * out grace periods of up to 150 s. */
 void rs_cl_params_default(struct rs_cl_params *p);
 /* Pre: fd is an open description of a regular file that nothing else in
  * the process locks through.  Post: an empty cache over fd; returns 0. */

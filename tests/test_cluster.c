@@ -20,9 +20,14 @@
  *              torn-free and ends within 1 s of A's writer; no lock left.
  *              Without the takeover (agent.c, adopt) A's writer waits
  *              for its own dead agent's lock for ever, and this fails.
- *  lost_lock   the lock manager fails node A's lock calls with ENOLCK
+ *  lost_lock   the lock manager fails node A's lock calls with EIO
  *              (libfault_fcntl.so in A's agent): A's writer gets EIO, B's
  *              reader stays torn-free and goes on.
+ *  grace_period  the lock manager refuses node A's lock calls with ENOLCK
+ *              for 1.5 s (lockd's answer in a grace period): A's agent
+ *              says so in one line naming the file, A's writer and B's
+ *              reader go on afterwards without an error and torn-free.
+ *              Control: lost_lock, the same rig with EIO.
  *  process_killed  SIGKILL of A's writer mid-stream: B sees no race, and
  *              no read of B waits over 1 s.
  *  locks_lists_cluster  `rangeshim locks` of node A, while A's writer runs,
@@ -72,6 +77,15 @@ static void unlink_tables(const char *test)
 		snprintf(p, sizeof p, "/dev/shm/rs-clu-%s-%c.%d", test, node, (int)getpid());
 		unlink(p);
 	}
+}
+
+static int count_lines(const char *s, const char *key)
+{
+	int n = 0;
+
+	for (const char *p = s; (p = strstr(p, key)); p += strlen(key))
+		n++;
+	return n;
 }
 
 /* Start argv with n's environment and the shim, in the background. */
@@ -272,42 +286,71 @@ Test(cluster, agent_killed, .timeout = 120)
 }
 
 /*
- * The lock manager loses node A's locks (libfault_fcntl.so, preloaded
- * into A's agent, makes every OFD lock call fail with ENOLCK once the
- * trigger file exists): A's writer gets EIO instead of writing
- * unprotected, B's reader stays torn-free and goes on once A's agent has
- * let the file go.  Control: before the trigger, the same writer writes.
+ * Node A's agent with libfault_fcntl.so preloaded: while the trigger
+ * file exists, every OFD lock call of it fails with errno err.  A 1 MiB
+ * writer on A and a reader on B for 4 s; the trigger is made after 1 s
+ * and, with lift_ms, removed that much later.  *st is the writer's exit
+ * status; the outputs are in w, r and ag.
+ */
+static void fault_rig(const char *test, int err, int lift_ms, int *st, struct rs_bg *w,
+		      struct rs_bg *r, struct rs_bg *ag)
+{
+	char path[PATH_MAX], trig[PATH_MAX], shm_arg[96], pre[PATH_MAX + 16];
+	static char fenv[PATH_MAX + 16], eenv[32];
+	struct node_env na, nb;
+	int rst;
+
+	snprintf(path, sizeof path, "/dev/shm/rs-clu-%s.%d", test, (int)getpid());
+	snprintf(trig, sizeof trig, "/dev/shm/rs-clu-%s-trigger.%d", test, (int)getpid());
+	snprintf(shm_arg, sizeof shm_arg, "/rs-clu-%s-a.%d", test, (int)getpid());
+	snprintf(pre, sizeof pre, "LD_PRELOAD=%s", RS_BUILD_DIR "/tests/helpers/libfault_fcntl.so");
+	snprintf(fenv, sizeof fenv, "RS_FAULT_FILE=%s", trig);
+	snprintf(eenv, sizeof eenv, "RS_FAULT_ERRNO=%d", err);
+	unlink(trig);
+	putenv(fenv);
+	putenv(eenv);
+	/* A grace period refuses requests; unlocks are retried by the kernel. */
+	if (lift_ms)
+		putenv("RS_FAULT_REQUESTS=1");
+	/* Node A's agent, started first in the foreground: the one A uses. */
+	rs_bg_start(ag, pre, 0, (char *[]){ RS_BUILD_DIR "/rangeshim", "agent", "--foreground",
+					    "--shm", shm_arg, NULL });
+	cr_assert(rs_bg_wait_for(ag, "serving node table", 5000), "agent: %s", ag->out);
+	node_env(&na, test, 'a', "cluster", NULL);
+	node_env(&nb, test, 'b', "cluster", NULL);
+	start(w, &na, (char *[]){ PROBE, "write", path, "4", NULL });
+	start(r, &nb, (char *[]){ PROBE, "read", path, "4", NULL });
+	usleep(1000000);
+	close(open(trig, O_CREAT | O_WRONLY, 0600));
+	if (lift_ms) {
+		usleep((useconds_t)lift_ms * 1000);
+		unlink(trig);
+	}
+	*st = rs_bg_finish(w, 20000);
+	rst = rs_bg_finish(r, 20000);
+	cr_assert_eq(rst, 0, "reader (status %d): %s", rst, r->out);
+	rs_bg_wait_for(ag, "given back", 5000);
+	kill(ag->pid, SIGKILL);
+	waitpid(ag->pid, NULL, 0);
+	close(ag->fd);
+	unlink(trig);
+	unlink(path);
+	unlink_tables(test);
+}
+
+/*
+ * The lock manager loses node A's locks (every OFD lock call of A's agent
+ * fails with EIO once the trigger file exists): A's writer gets EIO
+ * instead of writing unprotected, B's reader stays torn-free and goes on
+ * once A's agent has let the file go.  Control: before the trigger, the
+ * same writer writes.
  */
 Test(cluster, lost_lock, .timeout = 120)
 {
-	char path[PATH_MAX], trig[PATH_MAX], shm_arg[96], pre[PATH_MAX + 16], fenv[PATH_MAX + 16];
-	struct node_env na, nb;
 	static struct rs_bg ag, w, r;
 	int st;
 
-	snprintf(path, sizeof path, "/dev/shm/rs-clu-ll.%d", (int)getpid());
-	snprintf(trig, sizeof trig, "/dev/shm/rs-clu-ll-trigger.%d", (int)getpid());
-	snprintf(shm_arg, sizeof shm_arg, "/rs-clu-lost_lock-a.%d", (int)getpid());
-	snprintf(pre, sizeof pre, "LD_PRELOAD=%s", RS_BUILD_DIR "/tests/helpers/libfault_fcntl.so");
-	snprintf(fenv, sizeof fenv, "RS_FAULT_FILE=%s", trig);
-	unlink(trig);
-	putenv(fenv);
-	/* Node A's agent, started first in the foreground: the one A uses. */
-	rs_bg_start(&ag, pre, 0, (char *[]){ RS_BUILD_DIR "/rangeshim", "agent", "--foreground",
-					     "--shm", shm_arg, NULL });
-	cr_assert(rs_bg_wait_for(&ag, "serving node table", 5000), "agent: %s", ag.out);
-	node_env(&na, "lost_lock", 'a', "cluster", NULL);
-	node_env(&nb, "lost_lock", 'b', "cluster", NULL);
-	start(&w, &na, (char *[]){ PROBE, "write", path, "4", NULL });
-	start(&r, &nb, (char *[]){ PROBE, "read", path, "4", NULL });
-	usleep(1000000);
-	close(open(trig, O_CREAT | O_WRONLY, 0600));
-	st = rs_bg_finish(&w, 20000);
-	cr_assert_eq(rs_bg_finish(&r, 20000), 0, "reader: %s", r.out);
-	rs_bg_wait_for(&ag, "given back", 5000);
-	kill(ag.pid, SIGKILL);
-	waitpid(ag.pid, NULL, 0);
-	close(ag.fd);
+	fault_rig("lost_lock", EIO, 0, &st, &w, &r, &ag);
 	cr_log_info("lost_lock: writer %s; reader %s", w.out, r.out);
 	cr_expect_eq(st, 1, "writer: %s", w.out);
 	cr_expect(strstr(w.out, "Input/output error"), "the writer did not get EIO: %s", w.out);
@@ -315,9 +358,33 @@ Test(cluster, lost_lock, .timeout = 120)
 	cr_expect(strstr(ag.out, "lost the cluster locks"), "agent: %s", ag.out);
 	cr_expect_eq(rs_field(r.out, "torn"), 0, "%s", r.out);
 	cr_expect_geq(rs_field(r.out, "reads"), 5, "%s", r.out);
-	unlink(trig);
-	unlink(path);
-	unlink_tables("lost_lock");
+}
+
+/*
+ * A grace period: node A's agent's lock calls are refused with ENOLCK
+ * for 1.5 s (what lockd returns for DENIED_GRACE_PERIOD when it does not
+ * retry by itself).  Nothing is lost: the agent says so in one line that
+ * names the file, A's writer ends without an error (it waited), B's
+ * reader stays torn-free and reads afterwards.  Control: lost_lock, the
+ * same rig with EIO, fails A's writer with EIO.
+ */
+Test(cluster, grace_period, .timeout = 120)
+{
+	static struct rs_bg ag, w, r;
+	char name[64];
+	int st;
+
+	fault_rig("grace", ENOLCK, 1500, &st, &w, &r, &ag);
+	cr_log_info("grace_period: writer %s; reader %s; agent %s", w.out, r.out, ag.out);
+	cr_expect_eq(st, 0, "writer: %s", w.out);
+	cr_expect_null(strstr(ag.out, "lost the cluster locks"), "agent: %s", ag.out);
+	snprintf(name, sizeof name, "rs-clu-grace.%d (file", (int)getpid());
+	cr_expect(strstr(ag.out, "refuses lock requests on") && strstr(ag.out, name),
+		  "no line naming the file: %s", ag.out);
+	cr_expect_eq(count_lines(ag.out, "refuses lock requests"), 1, "agent: %s", ag.out);
+	cr_expect_eq(rs_field(r.out, "torn"), 0, "%s", r.out);
+	cr_expect_geq(rs_field(r.out, "reads"), 5, "%s", r.out);
+	cr_expect_geq(rs_field(w.out, "writes"), 10, "%s", w.out);
 }
 
 /*

@@ -211,6 +211,25 @@ static int ro_lock_fn(int fd, int cmd, struct flock *fl)
 
 static int node_busy(const struct afile *f);
 
+/* The lock manager refuses the file's lock requests for now (clusterlock.c,
+ * "Grace periods"): nothing new is granted on it meanwhile; what the node
+ * holds stays.  Once per run of refusals. */
+static void grace_warn(void *arg)
+{
+	struct afile *f = arg;
+	char link[64], name[PATH_MAX];
+	ssize_t n;
+
+	snprintf(link, sizeof link, "/proc/self/fd/%d", f->fd);
+	n = readlink(link, name, sizeof name - 1);
+	name[n > 0 ? n : 0] = '\0';
+	fprintf(stderr, "rangeshim agent[%d]: the lock manager refuses lock requests on %s "
+		"(file %llu:%llu) for now (ENOLCK: a grace period after a server restart?); "
+		"waiting it out for up to %llu s before its calls fail with EIO\n", (int)getpid(),
+		n > 0 ? name : "?", (unsigned long long)f->dev, (unsigned long long)f->ino,
+		(unsigned long long)(f->cl.p.grace_max_ns / 1000000000ULL));
+}
+
 /* Pre: no pin uses f, and none can start (f->evicting, or files_mu
  * held with f idle).  Post: f's grants are given back, each drained of
  * the node's node grants first (give_back's drain_fn: cached ones are
@@ -329,6 +348,7 @@ again:
 			p.drain_fn = drain;
 			p.undrain_fn = undrain;
 			p.drain_arg = f;
+			p.warn_fn = grace_warn;
 			rs_cl_init(&f->cl, own, &p);
 			f->has_poller = pthread_create(&f->poller, NULL, file_poller, f) == 0;
 			say("file %llu:%llu opened%s", (unsigned long long)dev, (unsigned long long)ino,
@@ -510,6 +530,7 @@ static void *serve(void *arg)
 	int s = (int)(intptr_t)arg, pfd, pfd_old = -1;
 	struct rs_ag_msg m, r;
 	struct afile *f = NULL;
+	uint64_t graces;
 	int err;
 
 	for (;;) {
@@ -572,8 +593,13 @@ static void *serve(void *arg)
 		put_file(f);
 		goto out;
 	}
+	pthread_mutex_lock(&f->cl.mu);
+	graces = f->cl.st.graces;
+	pthread_mutex_unlock(&f->cl.mu);
 	r.rc = rs_cl_acquire_ex(&f->cl, m.start, m.end, &r.gs, &r.ge, &r.locks, &r.wait_ns);
 	pthread_mutex_lock(&f->cl.mu);
+	if (f->cl.st.graces != graces && r.rc == 0)
+		r.flags |= RS_AG_GRACE;
 	r.revokes = f->cl.st.revokes - f->reported_revokes;
 	f->reported_revokes = f->cl.st.revokes;
 	pthread_mutex_unlock(&f->cl.mu);
