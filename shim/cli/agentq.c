@@ -26,7 +26,7 @@ int agent_grants(const char *shm, struct agent_grants *a)
 	int len = rs_ag_name(addr.sun_path, sizeof addr.sun_path, (unsigned)getuid(), shm);
 	struct timeval tv = { AGENT_ANSWER_S, 0 };
 	struct rs_ag_msg m = { .op = RS_AG_LIST }, r;
-	struct ucred cr;
+	struct ucred cr = { 0 };
 	socklen_t crl = sizeof cr;
 	size_t cap = 0;
 	int s, fd;
