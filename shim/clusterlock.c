@@ -483,7 +483,7 @@ int rs_cl_acquire_ex(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, uint
 			break;
 		/* Refused for now (a grace period?): back off, ask again. */
 		pthread_mutex_lock(&c->mu);
-		if (!in_grace(c, rc)) {
+		if (c->lost || !in_grace(c, rc)) {
 			pthread_mutex_unlock(&c->mu);
 			break;
 		}
