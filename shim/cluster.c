@@ -536,6 +536,11 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 			warned = 1;
 			goto retry;
 		}
+		if (r.flags & RS_AG_GRACE)
+			rs_log(RS_LOG_WARN, "cluster scope: the lock manager refused lock requests on "
+			       "file %llu:%llu for a while (ENOLCK: a grace period after a server "
+			       "restart?); this call waited it out", (unsigned long long)dev,
+			       (unsigned long long)ino);
 		RS_COUNT(cluster_locks, r.locks);
 		RS_COUNT(cluster_wait_ns, r.wait_ns);
 		RS_COUNT(cluster_revokes, r.revokes);

@@ -26,9 +26,15 @@
 #define RS_AG_PIN   1u
 #define RS_AG_UNPIN 2u
 #define RS_AG_REPLY 3u
-#define RS_AG_LIST  4u   /* `rangeshim agent --grants`: one REPLY per grant
-			  * (dev, ino, gs, ge; locks = users, wait_ns =
-			  * held for ns, flags = 1 if wanted), then rc 1 */
+#define RS_AG_LIST  4u   /* `rangeshim locks`, `agent --grants`: one REPLY
+			  * per grant (dev, ino, gs, ge; locks = users,
+			  * wait_ns = held for ns, flags RS_AG_L_*), then
+			  * rc 1 with desc_id = the agent's pid */
+
+#define RS_AG_L_WANTED 1u  /* LIST: another node waits for the grant */
+#define RS_AG_L_RDLCK  2u  /* LIST: a read lock (a file the user cannot write) */
+#define RS_AG_L_BUSY   4u  /* LIST: no grant, the file's cache stayed busy (a
+			    * give-back draining the node): its grants unknown */
 
 #define RS_AG_HAS_FD  2u   /* PIN: my fd of the file comes with this */
 #define RS_AG_OLD_FD  4u   /* PIN: the fd is a dead agent's description:
@@ -37,6 +43,9 @@
 #define RS_AG_CURRENT 16u  /* REPLY: that description is the agent's own */
 #define RS_AG_WRITE   32u  /* PIN: for a write (the agent may hold only read
 			    * locks on a file the user cannot write) */
+#define RS_AG_GRACE   64u  /* REPLY: the lock manager refused the file's lock
+			    * requests for a while (ENOLCK: a grace period?)
+			    * and this pin waited it out */
 
 /* REPLY rc: 0, -EIO (the lock was lost: fail the call), -ENOENT (send
  * the fd: the agent does not know the file), -EROFS (a write on a file

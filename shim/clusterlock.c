@@ -96,10 +96,28 @@
  * waited long gets a longer turn.  Within the node, requests that find a
  * pending or draining grant wait on c->cv and try again.
  *
+ * Grace periods.  After a server restart the lock manager grants only
+ * reclaims for a while (90 s by default for lockd and nfsd); the client
+ * kernel reclaims the node's held locks by itself.  What fcntl shows
+ * during it (Linux fs/lockd/clntproc.c, fs/nfs/nfs4proc.c): NLM's
+ * nlmclnt_call and NFSv4's nfs4_handle_exception retry a request refused
+ * with DENIED_GRACE_PERIOD / NFS4ERR_GRACE inside the kernel (every 5 s,
+ * or backing off from 0.1 to 15 s), so SETLK, SETLKW and GETLK all just
+ * block until the grace period ends; what escapes is ENOLCK (lockd maps
+ * DENIED_GRACE_PERIOD and DENIED_NOLOCKS, "no locks left now", to it).
+ * A request refused with ENOLCK has changed nothing the node holds, so it
+ * is transient: acquisitions back off (0.1 s doubling to 2 s) and retry,
+ * a poll that meets it skips that poll, and p.warn_fn says so once per
+ * run of refusals.  Only when the refusals last longer than grace_max_ns
+ * (150 s by default: the default grace period and then some) is the
+ * cache lost, as below.  An unlock that fails is never transient: the
+ * node can no longer say what it holds.
+ *
  * Failures fail safe (issue 6's principle).  Any error from a lock call
- * other than EINTR and the EAGAIN of a non-blocking try (ENOLCK, EIO,
- * ESTALE, EBADF, ...) marks the whole cache lost: which locks the server
- * still has is unknown.  From then on acquire returns -EIO, never an
+ * other than EINTR, the EAGAIN of a non-blocking try and a request's
+ * ENOLCK within a grace period (EIO, ESTALE, EBADF, a failed unlock,
+ * ENOLCK beyond it, ...) marks the whole cache lost: which locks the
+ * server still has is unknown.  From then on acquire returns -EIO, never an
  * unprotected success; rs_cl_check() tells calls already inside a grant
  * to fail with EIO.  Recovery is a new description and a new cache.
  * Crashes: if the process holding the description dies, the kernel drops
@@ -136,6 +154,7 @@ void rs_cl_params_default(struct rs_cl_params *p)
 	*p = (struct rs_cl_params){
 		.hold_ns = 20 * MS, .hold_min_ns = 5 * MS, .hold_max_ns = 200 * MS,
 		.poll_min_ns = 5 * MS, .poll_max_ns = 50 * MS, .lock_fn = NULL,
+		.grace_max_ns = 150000 * MS,
 	};
 }
 
@@ -174,6 +193,28 @@ static int lk(struct rs_cl *c, int cmd, short type, uint64_t base, uint64_t star
 		*ce = b >= base + RS_CL_EOF ? RS_CL_EOF : b - base;
 	}
 	return 0;
+}
+
+/*
+ * A request was refused with rc (-errno).  Pre: c->mu held.  Post: true
+ * if that is a grace period's refusal to wait out (-ENOLCK, and the run
+ * of them has lasted at most grace_max_ns; the first of a run is said
+ * through warn_fn); false: a real failure.
+ */
+static bool in_grace(struct rs_cl *c, int rc)
+{
+	uint64_t now = now_ns();
+
+	if (rc != -ENOLCK)
+		return false;
+	if (!c->grace_since) {
+		c->grace_since = now;
+		c->grace_ns = 100 * MS;
+		c->st.graces++;
+		if (c->p.warn_fn)
+			c->p.warn_fn(c->p.drain_arg);
+	}
+	return now - c->grace_since < c->p.grace_max_ns;
 }
 
 /* Pre: c->mu held.  Post: every grant is unusable; waiters are woken. */
@@ -359,7 +400,10 @@ static int wait_exact(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *locks)
 	if (rc == 1)
 		return rc2;
 	rc = lk(c, F_OFD_SETLK, F_UNLCK, RS_CL_INTENT, s, e, &t, &a, &b);
-	return rc2 ? rc2 : rc;
+	/* A failed unlock is never a grace period's to wait out. */
+	if (rc)
+		return rc == -ENOLCK ? -EIO : rc;
+	return rc2;
 }
 
 int rs_cl_acquire(struct rs_cl *c, uint64_t s, uint64_t e)
@@ -448,13 +492,31 @@ int rs_cl_acquire_ex(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, uint
 	*p = (struct rs_cl_grant){ .start = lo, .end = hi, .state = RS_CL_PENDING };
 	pthread_mutex_unlock(&c->mu);
 
-	rc = try_expand(c, s, e, &lo, &hi, &locks, &polls);
-	if (rc == 0) {
-		t0 = now_ns();
-		lo = s;
-		hi = e;
-		rc = wait_exact(c, s, e, &locks);
-		waited = now_ns() - t0;
+	for (uint64_t wlo = lo, whi = hi;;) {
+		uint64_t pause;
+
+		rc = try_expand(c, s, e, &lo, &hi, &locks, &polls);
+		if (rc == 0) {
+			t0 = now_ns();
+			lo = s;
+			hi = e;
+			rc = wait_exact(c, s, e, &locks);
+			waited += now_ns() - t0;
+		}
+		if (rc != -ENOLCK)
+			break;
+		/* Refused for now (a grace period?): back off, ask again. */
+		pthread_mutex_lock(&c->mu);
+		if (c->lost || !in_grace(c, rc)) {
+			pthread_mutex_unlock(&c->mu);
+			break;
+		}
+		pause = c->grace_ns;
+		c->grace_ns = pause * 2 > 2000 * MS ? 2000 * MS : pause * 2;
+		pthread_mutex_unlock(&c->mu);
+		usleep((useconds_t)(pause / 1000));
+		lo = wlo;
+		hi = whi;
 	}
 
 	pthread_mutex_lock(&c->mu);
@@ -467,6 +529,7 @@ int rs_cl_acquire_ex(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, uint
 		pthread_mutex_unlock(&c->mu);
 		return -EIO;
 	}
+	c->grace_since = 0;
 	/* Invalidate before admitting anyone: another node wrote here. */
 	invalidate(c, lo, hi);
 	*p = (struct rs_cl_grant){ .start = lo, .end = hi, .since_ns = now_ns(),
@@ -533,8 +596,11 @@ int rs_cl_poll(struct rs_cl *c)
 	/* The doorbell: is anybody waiting for anything in this file? */
 	c->st.polls++;
 	rc = lk(c, F_OFD_GETLK, F_WRLCK, RS_CL_INTENT, 0, RS_CL_EOF, &t, &a, &b);
+	if (rc && in_grace(c, rc))
+		goto idle;	/* ask again at the next poll */
 	if (rc)
 		goto lost;
+	c->grace_since = 0;
 	if (t == F_UNLCK)
 		goto idle;
 	now = now_ns();
@@ -545,6 +611,8 @@ int rs_cl_poll(struct rs_cl *c)
 			c->st.polls++;
 			rc = lk(c, F_OFD_GETLK, F_WRLCK, RS_CL_INTENT, g->start, g->end,
 				&t, &a, &b);
+			if (rc && in_grace(c, rc))
+				continue;
 			if (rc)
 				goto lost;
 			g->wanted = t != F_UNLCK;
@@ -582,12 +650,12 @@ uint64_t rs_cl_poll_interval(struct rs_cl *c)
 	return v;
 }
 
-int rs_cl_grants(struct rs_cl *c, struct rs_cl_grant *out, int max)
+/* Pre: c->mu held (and let go here). */
+static int copy_grants(struct rs_cl *c, struct rs_cl_grant *out, int max)
 {
 	int n = 0;
 	struct rs_cl_grant *g;
 
-	pthread_mutex_lock(&c->mu);
 	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++) {
 		if (g->state != RS_CL_HELD)
 			continue;
@@ -597,6 +665,24 @@ int rs_cl_grants(struct rs_cl *c, struct rs_cl_grant *out, int max)
 	}
 	pthread_mutex_unlock(&c->mu);
 	return n;
+}
+
+int rs_cl_grants(struct rs_cl *c, struct rs_cl_grant *out, int max)
+{
+	pthread_mutex_lock(&c->mu);
+	return copy_grants(c, out, max);
+}
+
+int rs_cl_grants_until(struct rs_cl *c, struct rs_cl_grant *out, int max,
+		       const struct timespec *deadline)
+{
+	int rc;
+
+	while ((rc = pthread_mutex_timedlock(&c->mu, deadline)) == EINTR)
+		;
+	if (rc)
+		return -EBUSY;
+	return copy_grants(c, out, max);
 }
 
 int rs_cl_check(struct rs_cl *c)

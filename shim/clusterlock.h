@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #define RS_CL_EOF (UINT64_C(1) << 61)
 #define RS_CL_GRANTS RS_CL_EOF
@@ -42,6 +43,12 @@ struct rs_cl_params {
 	void (*drain_fn)(void *arg, uint64_t start, uint64_t end);
 	void (*undrain_fn)(void *arg);
 	void *drain_arg;
+	/* Lock-manager grace periods (clusterlock.c, "Grace periods"): a
+	 * request refused with ENOLCK is retried for up to grace_max_ns
+	 * (then the cache is lost), and warn_fn(drain_arg) is called once
+	 * when such a wait begins (NULL: nothing said). */
+	uint64_t grace_max_ns;
+	void (*warn_fn)(void *arg);
 };
 
 enum rs_cl_state { RS_CL_FREE = 0, RS_CL_HELD, RS_CL_PENDING };
@@ -60,6 +67,7 @@ struct rs_cl_stats {
 	uint64_t revokes;      /* grants given back because another node asked */
 	uint64_t wait_ns;      /* time spent blocked in F_OFD_SETLKW */
 	uint64_t polls;        /* F_OFD_GETLK calls on the intent space */
+	uint64_t graces;       /* runs of ENOLCK refusals waited out or begun */
 };
 
 struct rs_cl {
@@ -67,6 +75,8 @@ struct rs_cl {
 	pthread_cond_t cv;     /* a grant left PENDING, or was given back */
 	int fd;                /* the private description; not ours to close */
 	int lost;              /* 0, or the errno that lost every grant */
+	uint64_t grace_since;  /* first ENOLCK of a run of them, 0 if none */
+	uint64_t grace_ns;     /* the next retry's back-off */
 	struct rs_cl_params p;
 	uint64_t hold_ns;      /* the adaptive minimum hold time */
 	uint64_t poll_ns;      /* the adaptive poll interval */
@@ -74,7 +84,8 @@ struct rs_cl {
 	struct rs_cl_stats st;
 };
 
-/* Defaults: hold 20 ms in [5 ms, 200 ms], poll every 5 to 50 ms. */
+/* Defaults: hold 20 ms in [5 ms, 200 ms], poll every 5 to 50 ms, wait
+ * out grace periods of up to 150 s. */
 void rs_cl_params_default(struct rs_cl_params *p);
 /* Pre: fd is an open description of a regular file that nothing else in
  * the process locks through.  Post: an empty cache over fd; returns 0. */
@@ -100,6 +111,13 @@ int rs_cl_poll(struct rs_cl *c);
 uint64_t rs_cl_poll_interval(struct rs_cl *c);
 /* Copies up to max held grants into out; returns how many there are. */
 int rs_cl_grants(struct rs_cl *c, struct rs_cl_grant *out, int max);
+/* The same, waiting for the cache no later than deadline (CLOCK_REALTIME);
+ * -EBUSY when it stays busy: a poll or give-back holds it across round
+ * trips of the file system, and a give-back across the drain of the
+ * node, which waits for the calls inside the range (a listing must not
+ * wait for a stopped process). */
+int rs_cl_grants_until(struct rs_cl *c, struct rs_cl_grant *out, int max,
+		       const struct timespec *deadline);
 /* 0 while every grant is intact, else -EIO: calls inside a grant check it
  * after their I/O and fail with EIO rather than report unprotected work. */
 int rs_cl_check(struct rs_cl *c);

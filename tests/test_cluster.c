@@ -20,16 +20,30 @@
  *              torn-free and ends within 1 s of A's writer; no lock left.
  *              Without the takeover (agent.c, adopt) A's writer waits
  *              for its own dead agent's lock for ever, and this fails.
- *  lost_lock   the lock manager fails node A's lock calls with ENOLCK
+ *  lost_lock   the lock manager fails node A's lock calls with EIO
  *              (libfault_fcntl.so in A's agent): A's writer gets EIO, B's
  *              reader stays torn-free and goes on.
+ *  grace_period  the lock manager refuses node A's lock calls with ENOLCK
+ *              for 1.5 s (lockd's answer in a grace period): A's agent
+ *              says so in one line naming the file, A's writer and B's
+ *              reader go on afterwards without an error and torn-free.
+ *              Control: lost_lock, the same rig with EIO.
  *  process_killed  SIGKILL of A's writer mid-stream: B sees no race, and
  *              no read of B waits over 1 s.
+ *  locks_lists_cluster  `rangeshim locks` of node A, while A's writer runs,
+ *              shows A's agent's cluster grant on the file (MODE CLUSTER,
+ *              the agent's pid, the file's DEV:INO) next to the writer's
+ *              node grant, in the table, --raw and --json; -p of the
+ *              writer keeps its row and drops the agent's.  Control: node
+ *              B, in node scope at the same time, has a node grant and no
+ *              cluster row, and `locks` says in one line that no agent
+ *              serves it (exit 0).
  */
 #include "common.h"
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/sysmacros.h>
 
 #define PROBE RS_HELPER("clu_probe")
 
@@ -63,6 +77,15 @@ static void unlink_tables(const char *test)
 		snprintf(p, sizeof p, "/dev/shm/rs-clu-%s-%c.%d", test, node, (int)getpid());
 		unlink(p);
 	}
+}
+
+static int count_lines(const char *s, const char *key)
+{
+	int n = 0;
+
+	for (const char *p = s; (p = strstr(p, key)); p += strlen(key))
+		n++;
+	return n;
 }
 
 /* Start argv with n's environment and the shim, in the background. */
@@ -263,42 +286,71 @@ Test(cluster, agent_killed, .timeout = 120)
 }
 
 /*
- * The lock manager loses node A's locks (libfault_fcntl.so, preloaded
- * into A's agent, makes every OFD lock call fail with ENOLCK once the
- * trigger file exists): A's writer gets EIO instead of writing
- * unprotected, B's reader stays torn-free and goes on once A's agent has
- * let the file go.  Control: before the trigger, the same writer writes.
+ * Node A's agent with libfault_fcntl.so preloaded: while the trigger
+ * file exists, every OFD lock call of it fails with errno err.  A 1 MiB
+ * writer on A and a reader on B for 4 s; the trigger is made after 1 s
+ * and, with lift_ms, removed that much later.  *st is the writer's exit
+ * status; the outputs are in w, r and ag.
+ */
+static void fault_rig(const char *test, int err, int lift_ms, int *st, struct rs_bg *w,
+		      struct rs_bg *r, struct rs_bg *ag)
+{
+	char path[PATH_MAX], trig[PATH_MAX], shm_arg[96], pre[PATH_MAX + 16];
+	static char fenv[PATH_MAX + 16], eenv[32];
+	struct node_env na, nb;
+	int rst;
+
+	snprintf(path, sizeof path, "/dev/shm/rs-clu-%s.%d", test, (int)getpid());
+	snprintf(trig, sizeof trig, "/dev/shm/rs-clu-%s-trigger.%d", test, (int)getpid());
+	snprintf(shm_arg, sizeof shm_arg, "/rs-clu-%s-a.%d", test, (int)getpid());
+	snprintf(pre, sizeof pre, "LD_PRELOAD=%s", RS_BUILD_DIR "/tests/helpers/libfault_fcntl.so");
+	snprintf(fenv, sizeof fenv, "RS_FAULT_FILE=%s", trig);
+	snprintf(eenv, sizeof eenv, "RS_FAULT_ERRNO=%d", err);
+	unlink(trig);
+	putenv(fenv);
+	putenv(eenv);
+	/* A grace period refuses requests; unlocks are retried by the kernel. */
+	if (lift_ms)
+		putenv("RS_FAULT_REQUESTS=1");
+	/* Node A's agent, started first in the foreground: the one A uses. */
+	rs_bg_start(ag, pre, 0, (char *[]){ RS_BUILD_DIR "/rangeshim", "agent", "--foreground",
+					    "--shm", shm_arg, NULL });
+	cr_assert(rs_bg_wait_for(ag, "serving node table", 5000), "agent: %s", ag->out);
+	node_env(&na, test, 'a', "cluster", NULL);
+	node_env(&nb, test, 'b', "cluster", NULL);
+	start(w, &na, (char *[]){ PROBE, "write", path, "4", NULL });
+	start(r, &nb, (char *[]){ PROBE, "read", path, "4", NULL });
+	usleep(1000000);
+	close(open(trig, O_CREAT | O_WRONLY, 0600));
+	if (lift_ms) {
+		usleep((useconds_t)lift_ms * 1000);
+		unlink(trig);
+	}
+	*st = rs_bg_finish(w, 20000);
+	rst = rs_bg_finish(r, 20000);
+	cr_assert_eq(rst, 0, "reader (status %d): %s", rst, r->out);
+	rs_bg_wait_for(ag, "given back", 5000);
+	kill(ag->pid, SIGKILL);
+	waitpid(ag->pid, NULL, 0);
+	close(ag->fd);
+	unlink(trig);
+	unlink(path);
+	unlink_tables(test);
+}
+
+/*
+ * The lock manager loses node A's locks (every OFD lock call of A's agent
+ * fails with EIO once the trigger file exists): A's writer gets EIO
+ * instead of writing unprotected, B's reader stays torn-free and goes on
+ * once A's agent has let the file go.  Control: before the trigger, the
+ * same writer writes.
  */
 Test(cluster, lost_lock, .timeout = 120)
 {
-	char path[PATH_MAX], trig[PATH_MAX], shm_arg[96], pre[PATH_MAX + 16], fenv[PATH_MAX + 16];
-	struct node_env na, nb;
 	static struct rs_bg ag, w, r;
 	int st;
 
-	snprintf(path, sizeof path, "/dev/shm/rs-clu-ll.%d", (int)getpid());
-	snprintf(trig, sizeof trig, "/dev/shm/rs-clu-ll-trigger.%d", (int)getpid());
-	snprintf(shm_arg, sizeof shm_arg, "/rs-clu-lost_lock-a.%d", (int)getpid());
-	snprintf(pre, sizeof pre, "LD_PRELOAD=%s", RS_BUILD_DIR "/tests/helpers/libfault_fcntl.so");
-	snprintf(fenv, sizeof fenv, "RS_FAULT_FILE=%s", trig);
-	unlink(trig);
-	putenv(fenv);
-	/* Node A's agent, started first in the foreground: the one A uses. */
-	rs_bg_start(&ag, pre, 0, (char *[]){ RS_BUILD_DIR "/rangeshim", "agent", "--foreground",
-					     "--shm", shm_arg, NULL });
-	cr_assert(rs_bg_wait_for(&ag, "serving node table", 5000), "agent: %s", ag.out);
-	node_env(&na, "lost_lock", 'a', "cluster", NULL);
-	node_env(&nb, "lost_lock", 'b', "cluster", NULL);
-	start(&w, &na, (char *[]){ PROBE, "write", path, "4", NULL });
-	start(&r, &nb, (char *[]){ PROBE, "read", path, "4", NULL });
-	usleep(1000000);
-	close(open(trig, O_CREAT | O_WRONLY, 0600));
-	st = rs_bg_finish(&w, 20000);
-	cr_assert_eq(rs_bg_finish(&r, 20000), 0, "reader: %s", r.out);
-	rs_bg_wait_for(&ag, "given back", 5000);
-	kill(ag.pid, SIGKILL);
-	waitpid(ag.pid, NULL, 0);
-	close(ag.fd);
+	fault_rig("lost_lock", EIO, 0, &st, &w, &r, &ag);
 	cr_log_info("lost_lock: writer %s; reader %s", w.out, r.out);
 	cr_expect_eq(st, 1, "writer: %s", w.out);
 	cr_expect(strstr(w.out, "Input/output error"), "the writer did not get EIO: %s", w.out);
@@ -306,9 +358,33 @@ Test(cluster, lost_lock, .timeout = 120)
 	cr_expect(strstr(ag.out, "lost the cluster locks"), "agent: %s", ag.out);
 	cr_expect_eq(rs_field(r.out, "torn"), 0, "%s", r.out);
 	cr_expect_geq(rs_field(r.out, "reads"), 5, "%s", r.out);
-	unlink(trig);
-	unlink(path);
-	unlink_tables("lost_lock");
+}
+
+/*
+ * A grace period: node A's agent's lock calls are refused with ENOLCK
+ * for 1.5 s (what lockd returns for DENIED_GRACE_PERIOD when it does not
+ * retry by itself).  Nothing is lost: the agent says so in one line that
+ * names the file, A's writer ends without an error (it waited), B's
+ * reader stays torn-free and reads afterwards.  Control: lost_lock, the
+ * same rig with EIO, fails A's writer with EIO.
+ */
+Test(cluster, grace_period, .timeout = 120)
+{
+	static struct rs_bg ag, w, r;
+	char name[64];
+	int st;
+
+	fault_rig("grace", ENOLCK, 1500, &st, &w, &r, &ag);
+	cr_log_info("grace_period: writer %s; reader %s; agent %s", w.out, r.out, ag.out);
+	cr_expect_eq(st, 0, "writer: %s", w.out);
+	cr_expect_null(strstr(ag.out, "lost the cluster locks"), "agent: %s", ag.out);
+	snprintf(name, sizeof name, "rs-clu-grace.%d (file", (int)getpid());
+	cr_expect(strstr(ag.out, "refuses lock requests on") && strstr(ag.out, name),
+		  "no line naming the file: %s", ag.out);
+	cr_expect_eq(count_lines(ag.out, "refuses lock requests"), 1, "agent: %s", ag.out);
+	cr_expect_eq(rs_field(r.out, "torn"), 0, "%s", r.out);
+	cr_expect_geq(rs_field(r.out, "reads"), 5, "%s", r.out);
+	cr_expect_geq(rs_field(w.out, "writes"), 10, "%s", w.out);
 }
 
 /*
@@ -342,4 +418,84 @@ Test(cluster, process_killed, .timeout = 120)
 	kill_agents("process_killed");
 	unlink(path);
 	unlink_tables("process_killed");
+}
+
+/* `rangeshim locks --shm` of node `node` of test, with extra args. */
+static void locks_of(struct rs_run *r, const char *test, char node, const char *a1,
+		     const char *a2)
+{
+	char shm[96];
+	char *argv[] = { RS_BUILD_DIR "/rangeshim", "locks", "--shm", shm, (char *)a1, (char *)a2,
+			 NULL };
+
+	snprintf(shm, sizeof shm, "/rs-clu-%s-%c.%d", test, node, (int)getpid());
+	rs_run(r, argv, NULL, 0, 20);
+	cr_log_info("locks %c %s %s: status %d\n%s", node, a1 ? a1 : "", a2 ? a2 : "", r->status,
+		    r->out);
+}
+
+Test(cluster, locks_lists_cluster, .timeout = 120)
+{
+	char path[PATH_MAX], pathb[PATH_MAX], want[128], wpid[16];
+	struct node_env na, nb;
+	static struct rs_bg w, wb;
+	static struct rs_run r;
+	struct stat st;
+	pid_t ag[8];
+	int n;
+
+	snprintf(path, sizeof path, "/dev/shm/rs-clu-ll2.%d", (int)getpid());
+	snprintf(pathb, sizeof pathb, "/dev/shm/rs-clu-ll2b.%d", (int)getpid());
+	node_env(&na, "locks", 'a', "cluster", NULL);
+	node_env(&nb, "locks", 'b', "node", NULL);
+	start(&w, &na, (char *[]){ PROBE, "write", path, "4", NULL });
+	start(&wb, &nb, (char *[]){ PROBE, "write", pathb, "4", NULL });
+	usleep(1000000);
+	n = agents_of("locks", 'a', ag, 8);
+	cr_assert_eq(n, 1, "node A has %d agents", n);
+	cr_assert_eq(stat(path, &st), 0);
+	snprintf(wpid, sizeof wpid, "%d", (int)w.pid);
+
+	locks_of(&r, "locks", 'a', NULL, NULL);
+	cr_expect_eq(r.status, 0);
+	snprintf(want, sizeof want, " %d ", (int)ag[0]);
+	cr_expect(strstr(r.out, " CLUSTER ") && strstr(r.out, want),
+		  "no CLUSTER row of agent %d:\n%s", (int)ag[0], r.out);
+	snprintf(want, sizeof want, "%u:%u:%llu", major(st.st_dev), minor(st.st_dev),
+		 (unsigned long long)st.st_ino);
+	cr_expect(strstr(r.out, want), "no row names %s", want);
+	cr_expect(strstr(r.out, " EXSH ") && strstr(r.out, wpid), "no node grant of the writer");
+	cr_expect(strstr(r.out, "holds 1 grants through the lock manager") ||
+		  strstr(r.out, "holds 2 grants through the lock manager"), "no agent line");
+
+	snprintf(want, sizeof want, "%d CLUSTER 0-", (int)ag[0]);
+	locks_of(&r, "locks", 'a', "-oPID,MODE,RANGE", "--raw");
+	cr_expect(strstr(r.out, want), "--raw: no '%s'", want);
+	cr_expect_null(strstr(r.out, "cluster:"), "--raw printed more than rows");
+
+	locks_of(&r, "locks", 'a', "--json", NULL);
+	cr_expect(strstr(r.out, "\"cluster\": {\"agent\": \"running\""), "--json: no agent");
+	cr_expect(strstr(r.out, "\"mode\": \"CLUSTER\""), "--json: no cluster grant");
+
+	/* -p: the writer's rows only, not the agent's. */
+	locks_of(&r, "locks", 'a', "-p", wpid);
+	cr_expect(strstr(r.out, " EXSH "), "-p %s lost the writer's row", wpid);
+	cr_expect_null(strstr(r.out, " CLUSTER "), "-p %s shows the agent's grant", wpid);
+
+	/* Control: node B is in node scope: a node grant, no agent. */
+	locks_of(&r, "locks", 'b', NULL, NULL);
+	cr_expect_eq(r.status, 0);
+	cr_expect(strstr(r.out, " EXSH "), "node B shows no node grant (rig)");
+	cr_expect_null(strstr(r.out, "CLUSTER"), "node B shows a cluster row");
+	cr_expect(strstr(r.out, "cluster: no agent serves node table"), "no line about the agent");
+	locks_of(&r, "locks", 'b', "--json", NULL);
+	cr_expect(strstr(r.out, "\"cluster\": {\"agent\": \"none\", \"pid\": null, "
+			 "\"grants\": []"), "--json of node B");
+
+	cr_assert_eq(rs_bg_finish(&w, 20000), 0, "writer: %s", w.out);
+	cr_assert_eq(rs_bg_finish(&wb, 20000), 0, "writer B: %s", wb.out);
+	kill_agents("locks");
+	unlink(path);
+	unlink(pathb);
+	unlink_tables("locks");
 }

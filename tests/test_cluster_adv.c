@@ -43,6 +43,12 @@
  *              call on file X must not keep A from giving back other
  *              files: node B's write of an idle file Y returns (it hung
  *              while one poller thread served every file).
+ *  locks_while_draining  `rangeshim locks` of node A while A's agent is
+ *              giving file X back and waits for a process stopped inside
+ *              a call on X: the listing returns, says X is busy, and a new
+ *              process of A is served a pin on file Z meanwhile (the
+ *              listing held the agent's file table while it waited for
+ *              X: it hung, and every pin of the node with it).
  *  squatted_socket     another user binds the agent's abstract socket name
  *              first: our cluster calls wait (fail safe), and now say
  *              so, naming the squatter's uid and pid (it was silent).
@@ -757,6 +763,77 @@ Test(cluster_adv, stopped_holder_other_file, .timeout = 120)
 		  "B's write of an idle file Y of node A hung while a process of A is stopped "
 		  "inside a call on another file");
 	cr_expect(!bx, "the streamer was not stopped inside its grant (rig): B wrote X");
+}
+
+/*
+ * DEFECT (fixed: agent.c, list_grants copies, lets go, then sends, and
+ * waits for a busy file's cache only until a deadline).  The listing of
+ * the agent's cluster grants (`rangeshim locks`, `agent --grants`) held
+ * the agent's file table lock while it read each file's cache and while
+ * it sent.  A give-back holds a file's cache while it drains the node,
+ * which waits for the calls inside the range: with a process of node A
+ * stopped inside a call on X and node B asking for X, the listing waited
+ * for X for as long as the process was stopped, and every new pin of
+ * node A waited for the file table behind it.  Rig check: B's write of X
+ * stays blocked (the drain really waits); control: Z's pin before the
+ * listing is served.
+ */
+Test(cluster_adv, locks_while_draining, .timeout = 120)
+{
+	char dir[PATH_MAX], x[PATH_MAX + 8], z[PATH_MAX + 8], shm[96];
+	static struct rs_bg w, b;
+	static struct rs_run r, lz;
+	struct cenv ca, cb;
+	uint64_t t0, t1;
+
+	snprintf(dir, sizeof dir, "/dev/shm/rs-cadv-ld.%d", (int)getpid());
+	snprintf(x, sizeof x, "%s/x", dir);
+	snprintf(z, sizeof z, "%s/z", dir);
+	snprintf(shm, sizeof shm, "/rs-cadv-ld-a.%d", (int)getpid());
+	cr_assert_eq(mkdir(dir, 0700), 0);
+	make_file(x, 1 << 20);
+	make_file(z, 4096);
+	node_of(&ca, "ld", 'a');
+	node_of(&cb, "ld", 'b');
+	start(&w, ca.env, (char *[]){ PROBE, "stream", x, "64", "30", NULL });
+	usleep(1000000);
+	/* Control: node A serves a pin on Z while nothing is stopped. */
+	rs_run(&lz, (char *[]){ PROBE, "pwrite", z, "0", "100", NULL }, ca.env, 1, 10);
+	cr_assert_eq(rs_field(lz.out, "rc"), 100, "control: A's write of Z: %s", lz.out);
+	cr_assert_eq(kill(w.pid, SIGSTOP), 0);
+	start(&b, cb.env, (char *[]){ PROBE, "pwrite", x, "0", "100", NULL });
+	usleep(500000);
+	cr_assert(!rs_bg_wait_for(&b, "verdict=", 500),
+		  "rig: B wrote X while A's streamer is stopped inside it: %s", b.out);
+	t0 = rs_bg_now_ns();
+	rs_run(&r, (char *[]){ RS_BUILD_DIR "/rangeshim", "locks", "--shm", shm, NULL }, NULL, 0,
+	       15);
+	t1 = rs_bg_now_ns();
+	cr_log_info("locks while draining: status %d in %.0f ms:\n%s", r.status,
+		    (double)(t1 - t0) / 1e6, r.out);
+	cr_expect_eq(r.status, 0, "`rangeshim locks` of node A did not return: %s", r.out);
+	cr_expect(strstr(r.out, "is giving one back"), "no line says X is busy:\n%s", r.out);
+	cr_expect(strstr(r.out, " CLUSTER "), "the other file's grant is not listed:\n%s", r.out);
+	/* Node A serves a new pin on Z meanwhile (with a listing running
+	 * too, as the defect needed it). */
+	{
+		static struct rs_bg l2;
+
+		rs_bg_start_env(&l2, (const char *const[]){ NULL }, 0, (char *[]){ RS_BUILD_DIR "/rangeshim", "agent",
+							  "--grants", "--shm", shm, NULL });
+		rs_run(&lz, (char *[]){ PROBE, "pwrite", z, "0", "100", NULL }, ca.env, 1, 10);
+		cr_log_info("A's write of Z while draining X: status %d %s", lz.status, lz.out);
+		cr_expect(lz.status == 0 && rs_field(lz.out, "rc") == 100,
+			  "node A's write of Z hung behind the listing: %s", lz.out);
+		rs_bg_finish(&l2, 10000);
+	}
+	kill(w.pid, SIGCONT);
+	kill(w.pid, SIGKILL);
+	rs_bg_finish(&b, 10000);
+	rs_bg_finish(&w, 1000);
+	kill_agents("ld");
+	rs_rm_rf(dir);
+	unlink_tables("ld");
 }
 
 /*

@@ -20,7 +20,12 @@
  *              for exactly that range and gets it.
  *  fail_safe   an injected ENOLCK/EIO/ESTALE from the lock manager loses
  *              every grant: acquire (even a cache hit), poll and check
- *              return -EIO, never an unprotected success.
+ *              return -EIO, never an unprotected success (ENOLCK once it
+ *              outlasts the grace bound, 0 here).
+ *  grace       ENOLCK within the grace bound (a lock manager's grace
+ *              period) loses nothing: the poll skips, a new acquisition
+ *              waits and succeeds once the refusals stop, the held grant
+ *              stays valid, and the warning is given once.
  *  torn        a 1 MiB writer node and a reader node (two processes): with
  *              the cache no read is torn and the reader sees the writes;
  *              the control without it tears (buffered; O_DIRECT too on the
@@ -411,6 +416,7 @@ static void check_fail_safe(int err)
 	int fa;
 
 	p.lock_fn = failing_fcntl;
+	p.grace_max_ns = 0;	/* ENOLCK: beyond any grace period at once */
 	mkpaths(false, "failsafe");
 	fa = xopen(path_a, O_RDWR);
 	rs_cl_init(&a, fa, &p);
@@ -442,6 +448,68 @@ static void check_fail_safe(int err)
 }
 
 Test(clusterlock, fail_safe_enolck) { check_fail_safe(ENOLCK); }
+
+static atomic_int grace_warnings;
+
+static void count_warning(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&grace_warnings, 1);
+}
+
+static void *clear_injection_later(void *arg)
+{
+	(void)arg;
+	usleep(400000);
+	atomic_store(&inject_errno, 0);
+	return NULL;
+}
+
+Test(clusterlock, grace)
+{
+	struct rs_cl_params p = fast_params();
+	struct rs_cl a;
+	pthread_t th;
+	uint64_t t0;
+	int fa;
+
+	p.lock_fn = failing_fcntl;
+	p.grace_max_ns = 10ULL * 1000000000;
+	p.warn_fn = count_warning;
+	mkpaths(false, "grace");
+	fa = xopen(path_a, O_RDWR);
+	rs_cl_init(&a, fa, &p);
+	atomic_store(&inject_errno, 0);
+	atomic_store(&grace_warnings, 0);
+	cr_assert_eq(rs_cl_acquire(&a, 0, 1), 0);
+	/* A poll refused: nothing lost, the held grant still a hit. */
+	atomic_store(&inject_errno, ENOLCK);
+	cr_assert_eq(rs_cl_poll(&a), 0, "a poll refused with ENOLCK lost the cache");
+	cr_assert_eq(rs_cl_check(&a), 0);
+	cr_assert_eq(rs_cl_acquire(&a, 0, 1), 0, "the held grant is no longer a hit");
+	cr_expect_eq(atomic_load(&grace_warnings), 1);
+	rs_cl_release(&a, 0, 1);
+	rs_cl_release(&a, 0, 1);
+	atomic_store(&inject_errno, 0);
+	rs_cl_fini(&a);
+	/* A request refused: it waits the refusals out, then is granted. */
+	rs_cl_init(&a, fa, &p);
+	atomic_store(&grace_warnings, 0);
+	atomic_store(&inject_errno, ENOLCK);
+	cr_assert_eq(pthread_create(&th, NULL, clear_injection_later, NULL), 0);
+	t0 = rs_bg_now_ns();
+	cr_assert_eq(rs_cl_acquire(&a, 8192, 12288), 0, "refused for good in a grace period");
+	cr_expect_geq(rs_bg_now_ns() - t0, 300000000ULL, "did not wait for the refusals to end");
+	cr_assert_eq(rs_cl_check(&a), 0);
+	rs_cl_release(&a, 8192, 12288);
+	pthread_join(th, NULL);
+	cr_expect_eq(atomic_load(&grace_warnings), 1, "warned %d times",
+		     atomic_load(&grace_warnings));
+	rs_cl_fini(&a);
+	close(fa);
+	unlink(path_a);
+}
+
 Test(clusterlock, fail_safe_eio) { check_fail_safe(EIO); }
 Test(clusterlock, fail_safe_estale) { check_fail_safe(ESTALE); }
 

@@ -74,6 +74,7 @@ struct afile {
 	int has_poller;         /* 0: tick polls it (no thread could start) */
 	int ro;                 /* a read-only description: read locks only */
 	int evicting;           /* being forgotten to make room (files_mu) */
+	int listers;            /* listings reading it: not to be forgotten (files_mu) */
 	uint64_t last_use_ns;   /* last pin in or out (files_mu) */
 	_Atomic int stop;       /* tells the file's poller to end */
 	struct rs_cl cl;
@@ -259,6 +260,25 @@ static int carried(int pfd)
 	return fd;
 }
 
+/* The lock manager refuses the file's lock requests for now (clusterlock.c,
+ * "Grace periods"): nothing new is granted on it meanwhile; what the node
+ * holds stays.  Once per run of refusals. */
+static void grace_warn(void *arg)
+{
+	struct afile *f = arg;
+	char link[64], name[PATH_MAX];
+	ssize_t n;
+
+	snprintf(link, sizeof link, "/proc/self/fd/%d", f->fd);
+	n = readlink(link, name, sizeof name - 1);
+	name[n > 0 ? n : 0] = '\0';
+	fprintf(stderr, "rangeshim agent[%d]: the lock manager refuses lock requests on %s "
+		"(file %llu:%llu) for now (ENOLCK: a grace period after a server restart?); "
+		"waiting it out for up to %llu s before its calls fail with EIO\n", (int)getpid(),
+		n > 0 ? name : "?", (unsigned long long)f->dev, (unsigned long long)f->ino,
+		(unsigned long long)(f->cl.p.grace_max_ns / 1000000000ULL));
+}
+
 /* Pre: no pin uses f, and none can start (f->evicting, or files_mu
  * held with f idle).  Post: f's grants are given back, each drained of
  * the node's node grants first (give_back's drain_fn: cached ones are
@@ -293,7 +313,7 @@ static int make_room(void)
 		struct afile *f = &files[i];
 		int busy;
 
-		if (!f->used || f->evicting || f->pins || !f->has_poller)
+		if (!f->used || f->evicting || f->pins || f->listers || !f->has_poller)
 			continue;
 		busy = node_busy(f);
 		if (!v || busy < v_busy || (busy == v_busy && f->last_use_ns < v->last_use_ns)) {
@@ -381,6 +401,7 @@ again:
 			p.drain_fn = drain;
 			p.undrain_fn = undrain;
 			p.drain_arg = f;
+			p.warn_fn = grace_warn;
 			rs_cl_init(&f->cl, own, &p);
 			f->has_poller = pthread_create(&f->poller, NULL, file_poller, f) == 0;
 			say("file %llu:%llu opened%s", (unsigned long long)dev, (unsigned long long)ino,
@@ -436,70 +457,124 @@ static void adopt(struct afile *f, int old)
 	    (unsigned long long)f->ino);
 }
 
-/* Every cluster grant of the node, for `rangeshim agent --grants`. */
+/* How long one listing waits for the caches of all files together. */
+#define LIST_WAIT_NS (500ULL * 1000000)
+
+static int list_msg(struct rs_ag_msg **v, size_t *n, size_t *cap, const struct afile *f)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? 2 * *cap : 64;
+		struct rs_ag_msg *t = realloc(*v, c * sizeof *t);
+
+		if (!t)
+			return -1;
+		*v = t;
+		*cap = c;
+	}
+	memset(&(*v)[*n], 0, sizeof **v);
+	(*v)[*n].op = RS_AG_REPLY;
+	(*v)[*n].dev = f->dev;
+	(*v)[*n].ino = f->ino;
+	(*v)[*n].flags = f->ro ? RS_AG_L_RDLCK : 0;
+	return 0;
+}
+
+/*
+ * Every cluster grant of the node, for `rangeshim locks` and `agent
+ * --grants`: copy, let go, then send.  files_mu is held only to take the
+ * files (listers keeps each from being forgotten meanwhile, without
+ * counting as a use); a file's cache is waited for only until a common
+ * deadline, since a give-back holds it while it drains the node, which
+ * waits for calls inside the range (a stopped process holds it for as
+ * long as it is stopped), and such a file is listed as busy; nothing is
+ * sent while a lock is held, so a client that stops reading holds up
+ * this thread alone.  Before, the listing ran under files_mu and sent
+ * under it: a stalled client or a draining file stopped every pin.
+ */
 static void list_grants(int s)
 {
 	struct rs_cl_grant g[RS_CL_MAX_GRANTS];
-	struct rs_ag_msg r;
+	struct afile *v[MAX_FILES];
+	struct rs_ag_msg *out = NULL, r;
+	size_t nout = 0, cap = 0;
+	struct timespec dl;
+	int nv = 0;
 
 	pthread_mutex_lock(&files_mu);
-	for (int i = 0; i < MAX_FILES; i++) {
-		int n;
+	for (int i = 0; i < MAX_FILES; i++)
+		if (files[i].used && !files[i].evicting) {
+			files[i].listers++;
+			v[nv++] = &files[i];
+		}
+	pthread_mutex_unlock(&files_mu);
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_nsec += (long)LIST_WAIT_NS;
+	dl.tv_sec += dl.tv_nsec / 1000000000L;
+	dl.tv_nsec %= 1000000000L;
+	for (int k = 0; k < nv; k++) {
+		int n = rs_cl_grants_until(&v[k]->cl, g, RS_CL_MAX_GRANTS, &dl);
+		uint64_t now = now_ns();
 
-		if (!files[i].used || files[i].evicting)
-			continue;
-		n = rs_cl_grants(&files[i].cl, g, RS_CL_MAX_GRANTS);
-		for (int k = 0; k < n && k < RS_CL_MAX_GRANTS; k++) {
-			memset(&r, 0, sizeof r);
-			r.op = RS_AG_REPLY;
-			r.dev = files[i].dev;
-			r.ino = files[i].ino;
-			r.gs = g[k].start;
-			r.ge = g[k].end;
-			r.locks = g[k].users;
-			r.wait_ns = now_ns() - g[k].since_ns;
-			r.flags = g[k].wanted;
-			rs_ag_send(s, &r, -1);
+		if (n < 0 && list_msg(&out, &nout, &cap, v[k]) == 0)
+			out[nout++].flags |= RS_AG_L_BUSY;
+		for (int j = 0; j < n && j < RS_CL_MAX_GRANTS; j++) {
+			if (list_msg(&out, &nout, &cap, v[k]) < 0)
+				break;
+			out[nout].gs = g[j].start;
+			out[nout].ge = g[j].end;
+			out[nout].locks = g[j].users;
+			out[nout].wait_ns = now - g[j].since_ns;
+			out[nout].flags |= g[j].wanted ? RS_AG_L_WANTED : 0;
+			nout++;
 		}
 	}
+	pthread_mutex_lock(&files_mu);
+	for (int k = 0; k < nv; k++)
+		v[k]->listers--;
 	pthread_mutex_unlock(&files_mu);
+	for (size_t k = 0; k < nout; k++)
+		if (rs_ag_send(s, &out[k], -1) < 0)
+			break;
+	free(out);
 	memset(&r, 0, sizeof r);
 	r.op = RS_AG_REPLY;
 	r.rc = 1;
+	r.desc_id = (uint64_t)getpid();
 	rs_ag_send(s, &r, -1);
 }
 
 /* `rangeshim agent --grants`: ask the running agent. */
 static int print_grants(const char *shm)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	int len = rs_ag_name(a.sun_path, sizeof a.sun_path, (unsigned)getuid(), shm);
-	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), fd;
-	struct rs_ag_msg m = { .op = RS_AG_LIST }, r;
+	struct agent_grants a;
+	char line[512];
 
-	if (s < 0 || connect(s, (struct sockaddr *)&a,
-			     (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)len)) < 0) {
-		printf("no agent serves node table '%s' (nothing held through the lock manager)\n",
-		       shm[0] ? shm : "(default)");
+	if (agent_grants(shm, &a) != AGENT_OK) {
+		agent_grants_why(line, sizeof line, &a, shm);
+		puts(line);
 		return 0;
 	}
-	rs_ag_send(s, &m, -1);
 	printf("%-20s %20s %20s %6s %6s %10s\n", "FILE(DEV:INO)", "START", "END", "USERS",
 	       "WANTED", "HELD_MS");
-	while (rs_ag_recv(s, &r, &fd) == (ssize_t)sizeof r && r.rc == 0) {
+	for (size_t k = 0; k < a.n; k++) {
+		const struct agent_grant *g = &a.v[k];
 		char file[64], end[24];
 
-		snprintf(file, sizeof file, "%llu:%llu", (unsigned long long)r.dev,
-			 (unsigned long long)r.ino);
-		if (r.ge >= RS_CL_EOF)
+		snprintf(file, sizeof file, "%llu:%llu", (unsigned long long)g->dev,
+			 (unsigned long long)g->ino);
+		if (g->flags & RS_AG_L_BUSY) {
+			printf("%-20s busy: a grant is being given back (the node drains)\n", file);
+			continue;
+		}
+		if (g->end >= RS_CL_EOF)
 			snprintf(end, sizeof end, "EOF");
 		else
-			snprintf(end, sizeof end, "%llu", (unsigned long long)r.ge);
-		printf("%-20s %20llu %20s %6llu %6s %10llu\n", file, (unsigned long long)r.gs, end,
-		       (unsigned long long)r.locks, r.flags ? "yes" : "no",
-		       (unsigned long long)(r.wait_ns / 1000000));
+			snprintf(end, sizeof end, "%llu", (unsigned long long)g->end);
+		printf("%-20s %20llu %20s %6llu %6s %10llu\n", file, (unsigned long long)g->start,
+		       end, (unsigned long long)g->users, g->flags & RS_AG_L_WANTED ? "yes" : "no",
+		       (unsigned long long)(g->held_ns / 1000000));
 	}
-	close(s);
+	agent_grants_free(&a);
 	return 0;
 }
 
@@ -508,6 +583,7 @@ static void *serve(void *arg)
 	int s = (int)(intptr_t)arg, pfd, pfd_old = -1;
 	struct rs_ag_msg m, r;
 	struct afile *f = NULL;
+	uint64_t graces;
 	int err;
 
 	for (;;) {
@@ -573,8 +649,13 @@ static void *serve(void *arg)
 		put_file(f);
 		goto out;
 	}
+	pthread_mutex_lock(&f->cl.mu);
+	graces = f->cl.st.graces;
+	pthread_mutex_unlock(&f->cl.mu);
 	r.rc = rs_cl_acquire_ex(&f->cl, m.start, m.end, &r.gs, &r.ge, &r.locks, &r.wait_ns);
 	pthread_mutex_lock(&f->cl.mu);
+	if (f->cl.st.graces != graces && r.rc == 0)
+		r.flags |= RS_AG_GRACE;
 	r.revokes = f->cl.st.revokes - f->reported_revokes;
 	f->reported_revokes = f->cl.st.revokes;
 	pthread_mutex_unlock(&f->cl.mu);
@@ -648,7 +729,7 @@ static int tick(void)
 			f->idle_since_ns = 0;
 		} else if (!f->idle_since_ns) {
 			f->idle_since_ns = now;
-		} else if (now - f->idle_since_ns > IDLE_FILE_NS) {
+		} else if (now - f->idle_since_ns > IDLE_FILE_NS && !f->listers) {
 			/* Nobody on the node uses it: give everything back
 			 * (drained, as always) and forget it.  Its poller
 			 * cannot be stuck in a drain: no process holds a node

@@ -6,6 +6,7 @@
  *   run.c env.c locks.c clean.c stats.c check.c    the subcommands
  *   table.c     the one reader of the node lock table (locks, clean)
  *   text.c      escaping for terminals and JSON
+ *   agent.c     the node's cluster agent; agentq.c asks it for its grants
  *
  * The command only prepares an environment and execs; it never loads the
  * library itself, so nothing here runs inside the application.
@@ -63,6 +64,26 @@ void usage(FILE *out);
 int usage_error(const char *fmt, const char *arg);
 bool is_one_of(const char *s, const char *const *allowed);
 int getopt_error(int c, char **argv);
+
+/* agentq.c: the cluster grants of the node's agent for node table shm
+ * ("" the default), as the library finds that agent. */
+struct agent_grant {
+	uint64_t dev, ino, start, end;   /* end RS_CL_EOF: to the end */
+	uint64_t users, held_ns;
+	unsigned flags;                  /* RS_AG_L_* (clusteragent.h) */
+};
+enum { AGENT_NONE, AGENT_OK, AGENT_SILENT, AGENT_FOREIGN };
+struct agent_grants {
+	int state;                       /* AGENT_*; only AGENT_OK has grants */
+	int32_t pid;                     /* the agent's (FOREIGN: the squatter's); 0 unknown */
+	uint32_t uid;                    /* FOREIGN: the squatter's */
+	size_t n;
+	struct agent_grant *v;
+};
+int agent_grants(const char *shm, struct agent_grants *a);
+void agent_grants_free(struct agent_grants *a);
+/* One line (no newline) saying what a listing found. */
+void agent_grants_why(char *buf, size_t len, const struct agent_grants *a, const char *shm);
 
 /* text.c */
 uint64_t realtime_now_ns(void);

@@ -1,5 +1,13 @@
-/* rangeshim locks: list the node lock table's grants, like lslocks. */
+/*
+ * rangeshim locks: list the node lock table's grants, like lslocks, and
+ * next to them the cluster grants the node's agent holds through the
+ * file system's lock manager (cluster scope, agentq.c): one row each, by
+ * file and offset, before the node grants that lie inside it.
+ */
 #include "table.h"
+
+#include "clusteragent.h"
+#include "clusterlock.h"
 
 #define MAX_BLOCKERS 32
 
@@ -7,6 +15,10 @@
 struct row {
 	uint32_t idx, owner, state, mode, users, ticket;
 	bool wanted, alive;
+	/* A cluster grant of the node's agent (owner: the agent's slot, or
+	 * RS_NPROC if it has none); busy: its file's grants are unknown (the
+	 * agent is giving one back), a line, not a row of the table. */
+	bool cluster, busy, rdlck;
 	int32_t pid;
 	uint64_t dev, ino, start, end, since_ns;
 	char *path;                   /* malloc'd, or NULL if not found */
@@ -65,6 +77,8 @@ static int row_cmp(const void *a, const void *b)
 		return x->ino < y->ino ? -1 : 1;
 	if (x->start != y->start)
 		return x->start < y->start ? -1 : 1;
+	if (x->cluster != y->cluster)	/* the cluster grant, then those inside */
+		return x->cluster ? -1 : 1;
 	return (int)x->state - (int)y->state;
 }
 
@@ -76,7 +90,8 @@ static bool conflict(const struct row *a, const struct row *b)
 {
 	bool a_all = a->start >= a->end, b_all = b->start >= b->end;
 
-	if (a->owner == b->owner || a->dev != b->dev || a->ino != b->ino)
+	if (a->cluster || b->cluster || a->owner == b->owner || a->dev != b->dev ||
+	    a->ino != b->ino)
 		return false;
 	if (a->mode == b->mode && (a->mode == RS_G_SHARED || a->mode == RS_G_APPEND))
 		return false;
@@ -112,11 +127,25 @@ static void find_blockers(const struct row *rows, size_t n, struct row *w)
 	}
 }
 
-/* The HELD and WAIT grants of the copy, sorted by file and offset. */
-static struct row *collect_rows(const struct table *t, size_t *nrows)
+/* The process slot of the agent (pid), or RS_NPROC. */
+static uint32_t agent_slot(const struct table *t, int32_t pid)
+{
+	for (uint32_t p = 0; pid > 0 && p < RS_NPROC; p++)
+		if (atomic_load(&t->seg->procs[p].state) == RS_PROC_LIVE &&
+		    t->seg->procs[p].pid == pid)
+			return p;
+	return RS_NPROC;
+}
+
+/* The HELD and WAIT grants of the copy and the agent's cluster grants,
+ * sorted by file and offset. */
+static struct row *collect_rows(const struct table *t, const struct agent_grants *a,
+				size_t *nrows)
 {
 	struct fd_list *fds = calloc(RS_NPROC, sizeof(*fds));
-	struct row *rows = calloc(RS_NGRANT, sizeof(*rows));
+	struct row *rows = calloc(RS_NGRANT + a->n, sizeof(*rows));
+	uint32_t aslot = agent_slot(t, a->pid);
+	uint64_t now = realtime_now_ns();
 	size_t n = 0;
 
 	if (!fds || !rows) {
@@ -147,6 +176,21 @@ static struct row *collect_rows(const struct table *t, size_t *nrows)
 		r->path = find_path(t, fds, r);
 		n++;
 	}
+	for (size_t i = 0; i < a->n; i++) {
+		const struct agent_grant *g = &a->v[i];
+		struct row *r = &rows[n++];
+
+		*r = (struct row){
+			.idx = (uint32_t)i, .owner = aslot, .state = RS_G_HELD, .mode = RS_G_EXSH,
+			.users = (uint32_t)g->users, .wanted = g->flags & RS_AG_L_WANTED,
+			.alive = aslot < RS_NPROC && t->alive[aslot], .pid = a->pid,
+			.dev = g->dev, .ino = g->ino, .start = g->start,
+			.end = g->end >= RS_CL_EOF ? RS_RANGE_EOF : g->end,
+			.since_ns = now - g->held_ns, .cluster = true,
+			.busy = g->flags & RS_AG_L_BUSY, .rdlck = g->flags & RS_AG_L_RDLCK,
+		};
+		r->path = find_path(t, fds, r);
+	}
 	for (uint32_t p = 0; p < RS_NPROC; p++)
 		free(fds[p].v);
 	free(fds);
@@ -158,9 +202,20 @@ static struct row *collect_rows(const struct table *t, size_t *nrows)
 	return rows;
 }
 
-static const char *mode_name(uint32_t mode)
+static const char *mode_name(const struct row *r)
 {
-	return mode == RS_G_EXSH ? "EXSH" : mode == RS_G_APPEND ? "APPEND" : "SHARED";
+	if (r->cluster)	/* an OFD lock of the node's: write, or read on a
+			 * file the user may not write */
+		return r->rdlck ? "CLUSTER-RD" : "CLUSTER";
+	return r->mode == RS_G_EXSH ? "EXSH" : r->mode == RS_G_APPEND ? "APPEND" : "SHARED";
+}
+
+/* What /proc says about the row's holder (the agent may have no slot). */
+static const struct proc_info *row_proc(const struct table *t, const struct row *r)
+{
+	static const struct proc_info unknown = { "?", "?" };
+
+	return r->owner < RS_NPROC ? &t->proc[r->owner] : &unknown;
 }
 
 static const char *state_name(uint32_t state)
@@ -230,7 +285,7 @@ static void print_waiters(const struct table *t, const struct row *rows, size_t 
 		else
 			snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, r->start, r->end);
 		printf("waiting: pid %d (%s) for %s %s, %s so far, ", (int)r->pid,
-		       t->proc[r->owner].comm, mode_name(r->mode), range, age);
+		       t->proc[r->owner].comm, mode_name(r), range, age);
 		if (!nwho) {
 			puts("on nobody now (about to be granted)");
 			continue;
@@ -299,7 +354,7 @@ static int parse_columns(const char *spec, int *sel)
 static void format_cell(char *buf, size_t len, const struct table *t, const struct row *r,
 			int c, uint64_t now, bool raw)
 {
-	const struct proc_info *pi = &t->proc[r->owner];
+	const struct proc_info *pi = row_proc(t, r);
 	char tmp[PATH_MAX * 4 + 1];
 	const char *text = tmp;
 
@@ -313,7 +368,7 @@ static void format_cell(char *buf, size_t len, const struct table *t, const stru
 		break;
 	case C_PSTATE: text = r->alive ? pi->state : "dead"; break;
 	case C_STATE: text = state_name(r->state); break;
-	case C_MODE: text = mode_name(r->mode); break;
+	case C_MODE: text = mode_name(r); break;
 	case C_USERS: snprintf(tmp, sizeof(tmp), "%u", r->users); break;
 	case C_WANTED: text = r->state == RS_G_WAIT ? "-" : r->wanted ? "yes" : "no"; break;
 	case C_AGE: format_age(tmp, sizeof(tmp), now, r->since_ns); break;
@@ -363,6 +418,8 @@ static void print_table(const struct table *t, const struct row *rows, size_t n,
 	for (int k = 0; k < nsel; k++) {
 		width[k] = o->raw ? 0 : columns[sel[k]].width;
 		for (size_t i = 0; i < n && !o->raw && k < nsel - 1; i++) {
+			if (rows[i].busy)
+				continue;
 			format_cell(cell, sizeof(cell), t, &rows[i], sel[k], now, false);
 			if ((int)strlen(cell) > width[k])
 				width[k] = (int)strlen(cell);
@@ -371,7 +428,7 @@ static void print_table(const struct table *t, const struct row *rows, size_t n,
 			width[k] = 0;
 	}
 	for (size_t i = 0; n && i <= n; i++) {
-		if (i == 0 && o->noheadings)
+		if ((i == 0 && o->noheadings) || (i && rows[i - 1].busy))
 			continue;
 		for (int k = 0; k < nsel; k++) {
 			const struct column *c = &columns[sel[k]];
@@ -386,8 +443,40 @@ static void print_table(const struct table *t, const struct row *rows, size_t n,
 	}
 }
 
+/* After the node table's summary: the files whose cluster grants the
+ * agent could not read (it is giving one back, waiting for the calls
+ * inside: the WAIT lines say whom for), and one line about the agent. */
+static void print_cluster(const struct row *rows, size_t n, const struct table_opts *o,
+			  const struct agent_grants *a)
+{
+	char line[512];
+	unsigned shown = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct row *r = &rows[i];
+
+		if (!r->cluster)
+			continue;
+		if (!r->busy) {
+			shown++;
+			continue;
+		}
+		printf("cluster: %u:%u:%" PRIu64 " %s: grants not read, the agent is giving one "
+		       "back (it waits for the calls inside)\n", major((dev_t)r->dev),
+		       minor((dev_t)r->dev), r->ino, r->path ? r->path : "?");
+	}
+	if (a->state == AGENT_OK && (o->pid || o->npaths) && shown != a->n)
+		printf("cluster: %u of the agent's %zu grants shown (pid %d holds them)\n", shown,
+		       a->n, (int)a->pid);
+	else {
+		agent_grants_why(line, sizeof(line), a, o->name);
+		printf("cluster: %s\n", line);
+	}
+}
+
 static void print_rows_text(const struct table *t, const struct row *rows, size_t n,
-			    const int *sel, int nsel, const struct table_opts *o)
+			    const int *sel, int nsel, const struct table_opts *o,
+			    const struct agent_grants *a)
 {
 	uint64_t now = realtime_now_ns();
 	unsigned held = 0, waiting = 0, live = 0, dead = 0;
@@ -398,6 +487,8 @@ static void print_rows_text(const struct table *t, const struct row *rows, size_
 	if (o->raw)
 		return;
 	for (size_t i = 0; i < n; i++) {
+		if (rows[i].cluster)
+			continue;
 		if (rows[i].state == RS_G_WAIT)
 			waiting++;
 		else
@@ -418,6 +509,7 @@ static void print_rows_text(const struct table *t, const struct row *rows, size_
 	if (dead)
 		printf(", %u dead (not yet reclaimed)", dead);
 	putchar('\n');
+	print_cluster(rows, n, o, a);
 }
 
 /* A slot that never recorded a pid says 0 or garbage: null, not a pid. */
@@ -452,10 +544,81 @@ static void json_pids(const struct table *t, const uint32_t *slots, uint32_t n)
 	putchar(']');
 }
 
+/* "dev": "M:m", "ino": N, "path": P (a row's file). */
+static void json_file(const struct row *r)
+{
+	printf("\"dev\": \"%u:%u\", \"ino\": %" PRIu64 ", \"path\": ", major((dev_t)r->dev),
+	       minor((dev_t)r->dev), r->ino);
+	json_string(r->path);
+}
+
+/* The file and range of a row, then its mode. */
+static void json_range(const struct row *r)
+{
+	json_file(r);
+	printf(", \"start\": %" PRIu64 ", \"end\": ", r->start);
+	if (r->end == RS_RANGE_EOF)
+		fputs("null", stdout);
+	else
+		printf("%" PRIu64, r->end);
+	printf(", \"mode\": \"%s\"", mode_name(r));
+}
+
+/* The row's holder and use: pid to process_state. */
+static void json_holder(const struct table *t, const struct row *r, uint64_t now)
+{
+	fputs(", \"pid\": ", stdout);
+	json_pid(r->pid);
+	printf(", \"alive\": %s, \"users\": %u, \"wanted\": %s, \"age_ns\": ",
+	       r->alive ? "true" : "false", r->users, r->wanted ? "true" : "false");
+	if (r->since_ns == 0 || r->since_ns > now)
+		fputs("null", stdout);
+	else
+		printf("%" PRIu64, now - r->since_ns);
+	fputs(", \"command\": ", stdout);
+	json_proc(row_proc(t, r), r->alive);
+}
+
+/* "cluster": the node's agent and its grants (rows with cluster set). */
+static void json_cluster(const struct table *t, const struct row *rows, size_t n,
+			 const struct agent_grants *a, uint64_t now)
+{
+	static const char *const states[] = { [AGENT_NONE] = "none", [AGENT_OK] = "running",
+		[AGENT_SILENT] = "no answer", [AGENT_FOREIGN] = "another user" };
+	const char *sep = "";
+
+	fputs(", \"cluster\": {\"agent\": ", stdout);
+	json_string(states[a->state]);
+	fputs(", \"pid\": ", stdout);
+	json_pid(a->state == AGENT_NONE ? 0 : a->pid);
+	fputs(", \"grants\": [", stdout);
+	for (size_t i = 0; i < n; i++) {
+		if (!rows[i].cluster || rows[i].busy)
+			continue;
+		printf("%s{", sep);
+		json_range(&rows[i]);
+		json_holder(t, &rows[i], now);
+		putchar('}');
+		sep = ", ";
+	}
+	fputs("], \"busy\": [", stdout);
+	sep = "";
+	for (size_t i = 0; i < n; i++) {
+		if (!rows[i].busy)
+			continue;
+		printf("%s{", sep);
+		json_file(&rows[i]);
+		putchar('}');
+		sep = ", ";
+	}
+	fputs("]}", stdout);
+}
+
 /* t may be NULL: no table, so nothing in it.  pid: only that process
  * (-p), or 0. */
 static void print_rows_json(const char *path, const struct table *t,
-			    const struct row *rows, size_t n, long pid)
+			    const struct row *rows, size_t n, long pid,
+			    const struct agent_grants *a)
 {
 	uint64_t now = realtime_now_ns();
 	const char *sep = "";
@@ -475,28 +638,17 @@ static void print_rows_json(const char *path, const struct table *t,
 		sep = ", ";
 	}
 	fputs("], \"grants\": [", stdout);
+	sep = "";
 	for (size_t i = 0; i < n; i++) {
 		const struct row *r = &rows[i];
 
-		printf("%s{\"slot\": %u, \"dev\": \"%u:%u\", \"ino\": %" PRIu64 ", \"path\": ",
-		       i ? ", " : "", r->idx, major((dev_t)r->dev), minor((dev_t)r->dev), r->ino);
-		json_string(r->path);
-		printf(", \"start\": %" PRIu64 ", \"end\": ", r->start);
-		if (r->end == RS_RANGE_EOF)
-			fputs("null", stdout);
-		else
-			printf("%" PRIu64, r->end);
-		printf(", \"mode\": \"%s\", \"state\": \"%s\", \"owner\": %u, \"pid\": ",
-		       mode_name(r->mode), state_name(r->state), r->owner);
-		json_pid(r->pid);
-		printf(", \"alive\": %s, \"users\": %u, \"wanted\": %s, \"age_ns\": ",
-		       r->alive ? "true" : "false", r->users, r->wanted ? "true" : "false");
-		if (r->since_ns == 0 || r->since_ns > now)
-			fputs("null", stdout);
-		else
-			printf("%" PRIu64, now - r->since_ns);
-		fputs(", \"command\": ", stdout);
-		json_proc(&t->proc[r->owner], r->alive);
+		if (r->cluster)
+			continue;
+		printf("%s{\"slot\": %u, ", sep, r->idx);
+		sep = ", ";
+		json_range(r);
+		printf(", \"state\": \"%s\", \"owner\": %u", state_name(r->state), r->owner);
+		json_holder(t, r, now);
 		/* A WAIT entry: how long it has waited, and for whom. */
 		fputs(", \"waited_ns\": ", stdout);
 		if (r->state != RS_G_WAIT || r->since_ns == 0 || r->since_ns > now)
@@ -509,7 +661,9 @@ static void print_rows_json(const char *path, const struct table *t,
 		json_pids(t, r->ahead, r->nahead);
 		putchar('}');
 	}
-	fputs("]}\n", stdout);
+	putchar(']');
+	json_cluster(t, rows, n, a, now);
+	fputs("}\n", stdout);
 }
 
 /*
@@ -544,6 +698,7 @@ static int list_once(const struct table_opts *o, const struct stat *files, const
 	struct table t;
 	struct stat st;
 	struct row *rows;
+	struct agent_grants a = { .state = AGENT_NONE };
 	char why[256];
 	size_t n = 0;
 	int rc = load_table(o->path, &t, why, sizeof(why));
@@ -551,7 +706,7 @@ static int list_once(const struct table_opts *o, const struct stat *files, const
 	if (rc == 1) {
 		/* No table, no locks: not an error. */
 		if (o->json)
-			print_rows_json(o->path, NULL, NULL, 0, o->pid);
+			print_rows_json(o->path, NULL, NULL, 0, o->pid, &a);
 		else if (!o->raw)
 			printf("no node lock table at %s\n", o->path);
 		free_table(&t);
@@ -566,20 +721,24 @@ static int list_once(const struct table_opts *o, const struct stat *files, const
 		free_table(&t);
 		return 1;
 	}
-	rows = collect_rows(&t, &n);
+	/* The node's cluster grants, from its agent (none: not an error). */
+	agent_grants(o->name, &a);
+	rows = collect_rows(&t, &a, &n);
 	if (!rows) {
 		perror("rangeshim");
+		agent_grants_free(&a);
 		free_table(&t);
 		return 1;
 	}
 	n = filter_rows(rows, n, o->pid, files, o->npaths);
 	if (o->json)
-		print_rows_json(o->path, &t, rows, n, o->pid);
+		print_rows_json(o->path, &t, rows, n, o->pid, &a);
 	else
-		print_rows_text(&t, rows, n, sel, nsel, o);
+		print_rows_text(&t, rows, n, sel, nsel, o, &a);
 	for (size_t i = 0; i < n; i++)
 		free(rows[i].path);
 	free(rows);
+	agent_grants_free(&a);
 	free_table(&t);
 	return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -107,6 +107,7 @@ int parse_table_opts(const struct command *cmd, int argc, char **argv,
 		name = "";	/* the library's default table (segment.c) */
 	if ((*name && !shm_name_ok(name)) || rs_seg_path(name, o->path, sizeof(o->path)) < 0)
 		return usage_error("bad --shm '%s' (use a name like /rangeshim-1000)", name);
+	snprintf(o->name, sizeof(o->name), "%s", name);
 	return -1;
 }
 

@@ -23,6 +23,8 @@ enum { OPT_SHM = 0x200, OPT_JSON, OPT_FORCE, OPT_NOHEAD, OPT_RAW, OPT_WATCH };
 
 struct table_opts {
 	char path[300];        /* /dev/shm/NAME */
+	char name[256];        /* NAME as RANGESHIM_SHM says it ("" the default), which
+				* also names the node's cluster agent */
 	bool json, force;
 	/* locks only: */
 	bool noheadings, raw;

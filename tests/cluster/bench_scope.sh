@@ -5,10 +5,13 @@
 # through the file system around every call, ROMIO's atomic mode), node
 # (the shim, one node table per node: no protection across nodes), and
 # cluster (RANGESHIM_SCOPE=cluster, one table and agent per node).
-# Prints every round's figures, then the medians, as Markdown.
+# Prints every round's figures, then the medians, as Markdown; then the
+# revocation of an idle cached grant (REVOKES hand-overs, default 40).
+# ROUNDS=0 measures the revocation alone.
 set -u
 build=$1 A=$2 B=$3
 rounds=${ROUNDS:-3}
+revokes=${REVOKES:-40}
 p=$build/tests/helpers/clu_probe
 lib=$(cd "$build" && pwd)/librangeshim.so
 tmp=$(mktemp -d)
@@ -79,6 +82,29 @@ contended() {
 	    'BEGIN { printf "%.0f %.0f", (a + b) / 5, 100 * a / (a + b) }'
 }
 
+# revoke: each node pwrites 4 KiB at 0 every 200 ms, node B 100 ms out of
+# phase with node A, so that every write takes the grant the other node
+# has held idle for about 100 ms.  REVOKES/2 + 1 writes each; the first of
+# each node (it starts the node's agent) is left out.  Prints the times
+# of the hand-overs in us, one a line.
+revoke() {
+	f=rv.$$ n=$((revokes / 2 + 1))
+	rm -f "$A/$f"
+	: >"$A/$f"
+	# shellcheck disable=SC2046
+	env $(envof cluster $shmA) "$p" timed "$A/$f" $n 200 >"$tmp/ta" &
+	sleep 0.1
+	# shellcheck disable=SC2046
+	env $(envof cluster $shmB) "$p" timed "$B/$f" $n 200 >"$tmp/tb"
+	wait
+	rm -f "$A/$f"
+	for t in ta tb; do
+		grep -q verdict=PASS "$tmp/$t" || { echo "revoke: $(cat "$tmp/$t")" >&2; return 1; }
+		sed -n 's/.*us=\([0-9,]*\).*/\1/p' "$tmp/$t" | tr ',' '\n' | tail -n +2
+	done
+}
+
+[ "$rounds" -gt 0 ] && {
 echo "#### Cluster scope: disjoint writers, reader/writer, contended writers"
 echo
 echo "Rounds (modes interleaved in each):"
@@ -104,6 +130,16 @@ for m in $modes; do
 	cs=$(awk '{print $2}' "$tmp/ct.$m" | median)
 	echo "| $m | $d | $(awk -v a="$d" -v b="$u" 'BEGIN { printf "%.2f", a / b }') | $reads, $torn torn | $cw, $cs% |"
 done
+echo
+}
+echo "#### Cluster scope: revocation of an idle cached grant"
+echo
+revoke >"$tmp/rv" || exit 1
+echo "$(wc -l <"$tmp/rv") hand-overs (4 KiB pwrite at 0, each node every 200 ms, 100 ms apart):" \
+     "median $(median <"$tmp/rv" | awk '{printf "%.1f", $1 / 1000}') ms," \
+     "max $(sort -g "$tmp/rv" | tail -1 | awk '{printf "%.1f", $1 / 1000}') ms" \
+     "(issue 11: median <= 30 ms, max <= 100 ms)"
+echo "- times, ms: $(awk '{printf "%s%.1f", (NR > 1 ? ", " : ""), $1 / 1000}' "$tmp/rv")"
 # The agents hold descriptions on the mounts: wait for them to exit.
 for i in $(seq 50); do
 	pgrep -f "rangeshim agent --shm ($shmA|$shmB)\$" >/dev/null || break
