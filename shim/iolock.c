@@ -2,7 +2,7 @@
  * Turning a call into locks.
  *
  * The common case, a data call on one tracked fd, is inlined into its
- * wrapper (rs_io_fast in iolock.h): one load of the fd entry, two of the
+ * wrapper (RS_FAST in iolock.h): one load of the fd entry, two of the
  * description, [the offset lock and an lseek, or an append's fstat], the
  * node grant, one range lock, one re-check of the entry.  Everything
  * else (contention, end of file moved, two files, flags) is here, so
@@ -492,7 +492,6 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 /* Nothing held: what the wrappers need to see for a call passed through. */
 static void io_clear(struct rs_io *io)
 {
-	io->fast = 0;
 	io->entered = 0;
 	io->nholds = 0;
 	io->npos = 0;
