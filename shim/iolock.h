@@ -248,12 +248,16 @@ static inline __attribute__((always_inline)) int64_t rs_lseek_cur(int fd)
 }
 
 /* Where this thread's stack is known to be mapped, for rs_iov_len_stack:
- * [lo, lo + span), found once per thread by rs_iov_len; span 0 until
- * then. */
+ * [lo - RS_IOV_ROOM, lo + span), from a frame of the careful path
+ * (rs_iov_len) to the stack's top, found once per thread (iolock.c,
+ * find_stack); span 0 until then.  The room below lo is as long as the
+ * longest array read inline, so that only an array's end is checked. */
 struct rs_stk {
 	uintptr_t lo, span;
 };
 extern __thread struct rs_stk rs_stk __attribute__((tls_model("initial-exec")));
+#define RS_IOV_FAST 64
+#define RS_IOV_ROOM (RS_IOV_FAST * sizeof(struct iovec))
 
 /*
  * The sum of an iovec array read directly, without a system call, when
@@ -266,38 +270,39 @@ extern __thread struct rs_stk rs_stk __attribute__((tls_model("initial-exec")));
  * thread descriptor sits at the top of their stack mapping) and
  * __libc_stack_end for the main thread, whose thread pointer lies below
  * its stack.  An array anywhere else (the heap, a coroutine stack,
- * sigaltstack) is read with process_vm_readv (rs_iov_len), so that a bad
- * pointer still gives EFAULT.  Returns the sum, or 0 for an array to
- * read the careful way: one elsewhere, one with an iov_len or a sum at
- * or above RS_MAX_RW
- * (rs_iov_len saturates its sum; the caller clamps it), one of empty
- * buffers.
+ * sigaltstack), or of more than RS_IOV_FAST entries, is read with
+ * process_vm_readv (rs_iov_len), so that a bad pointer still gives
+ * EFAULT.  Returns 1 with the sum in *len, or 0 for an array to read the
+ * careful way: one of those, one with an iov_len or a sum at or above
+ * RS_MAX_RW (rs_iov_len saturates its sum; the caller clamps it), one of
+ * empty buffers.
  */
-static inline __attribute__((always_inline)) uint64_t
-rs_iov_len_stack(const struct iovec *iov, int cnt)
+static inline __attribute__((always_inline)) int
+rs_iov_len_stack(const struct iovec *iov, int cnt, uint64_t *len)
 {
 	uint64_t sum = 0, any = 0;
 	uintptr_t stop = (uintptr_t)iov + (uintptr_t)cnt * sizeof(*iov);
-	uintptr_t lo = RS_LOAD(rs_stk.lo), span = RS_LOAD(rs_stk.span);
+	const struct iovec *v = iov;
 
-	/* The array starts in the window, at < span (span 0, unknown,
-	 * admits nothing: test_adv_proc, fast_iov_first), and ends in it:
-	 * with at most 1024 entries its end lies less than 16 KiB past the
-	 * top, so the difference cannot wrap. */
-	if (!((unsigned)(cnt - 1) < 1024u && (uintptr_t)iov - lo < span && stop - lo <= span))
+	/* 1 to RS_IOV_FAST entries, and one compare: the array's end, less
+	 * lo, below span.  Then the end lies in [lo, lo + span), and the
+	 * start at most RS_IOV_ROOM below lo, which the window holds too.
+	 * An end below lo wraps the difference far above span; span 0,
+	 * unknown, admits nothing (test_adv_proc, fast_iov_first). */
+	if (!((unsigned)(cnt - 1) < RS_IOV_FAST &&
+	      stop - RS_LOAD(rs_stk.lo) < RS_LOAD(rs_stk.span)))
 		return 0;
-	for (const struct iovec *v = iov; v != (const struct iovec *)stop; v++) {
+	do {
 		uint64_t n = v->iov_len;
 
 		sum += n;
 		any |= n;
-	}
+	} while ((uintptr_t)++v != stop);
 	/* One compare: every length below RS_MAX_RW (then a sum of at most
-	 * 1024 of them cannot wrap), and sum - 1 below it too: a sum
+	 * RS_IOV_FAST of them cannot wrap), and sum - 1 below it too: a sum
 	 * in [1, RS_MAX_RW], which needs no clamp (all 0 wraps sum - 1). */
-	if ((any | (sum - 1)) >= RS_MAX_RW)
-		return 0;
-	return sum;
+	*len = sum;
+	return (any | (sum - 1)) < RS_MAX_RW;
 }
 
 /* What the inline path did (rs_io_fast_body); the wrapper acts on it. */
@@ -332,8 +337,7 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 		/* Once, for the lock; the kernel reads the array again.  The
 		 * careful path's result goes through memory, so it has a
 		 * variable of its own and len stays in a register. */
-		len = rs_iov_len_stack(iov, cnt);
-		if (__builtin_expect(len == 0, 0)) {
+		if (__builtin_expect(!rs_iov_len_stack(iov, cnt, &len), 0)) {
 			uint64_t n;
 
 			/* A failed read: the kernel fails the call; an empty
