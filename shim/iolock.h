@@ -316,7 +316,8 @@ rs_iov_len_stack(const struct iovec *iov, int cnt, uint64_t *len)
  * and the description are read: append is a constant in each copy, so
  * that a call pays for the append steps only when it is one.
  * Pre:  rs_depth raised; e the tracked entry read from ep, desc and file
- *       its description and file, fl the description's flags (writes).
+ *       its description and file; append: a write that found O_APPEND
+ *       set in the description's flags (not append: found it clear).
  * Post: RS_FAST_LOCKED or RS_FAST_APPEND with everything held and
  *       recorded in io; or RS_FAST_GENERAL with nothing held and rs_depth
  *       back at 0.
@@ -324,7 +325,7 @@ rs_iov_len_stack(const struct iovec *iov, int cnt, uint64_t *len)
 static inline __attribute__((always_inline)) int
 rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, uint64_t len,
 		const struct iovec *iov, int cnt, const int solo, const int lean,
-		const int append, _Atomic uint64_t *ep, uint64_t e, struct rs_desc *desc, uint32_t fl,
+		const int append, _Atomic uint64_t *ep, uint64_t e, struct rs_desc *desc,
 		struct rs_file *file)
 {
 	uint64_t start, end;
@@ -373,7 +374,8 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 				rs_mutex_unlock(&desc->pos_mtx);
 			goto general;
 		}
-		io->fdesc = desc;
+		if (!solo)	/* the offset lock to let go of at the end */
+			io->fdesc = desc;
 	}
 	start = (uint64_t)off;
 	/* off < 2^63 and the clamped len < 2^31: no overflow.  A vector
@@ -410,12 +412,14 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	 * lock, and only the entry tells (interpose.c, dup_begin).  The
 	 * entry suffices for that: one equal to e is the same incarnation of
 	 * the description, so of the file too (new_entry, fdtable.c). */
-	/* A write also re-reads O_APPEND, which decided where it writes: an
-	 * fcntl(F_SETFL) that changed it waited for calls in flight and set
-	 * it before we locked (interpose.c, setfl_begin). */
+	/* A write also re-reads O_APPEND, which decided where it writes (and
+	 * is all of the flags that does: append is the bit as read before):
+	 * an fcntl(F_SETFL) that changed it waited for calls in flight and
+	 * set it before we locked (interpose.c, setfl_begin). */
 	if (__builtin_expect((atomic_load_explicit(ep, memory_order_acquire) != e) |
 			     (mode == RS_RL_WRITE &&
-			      atomic_load_explicit(&desc->flags, memory_order_relaxed) != fl), 0))
+			      (atomic_load_explicit(&desc->flags, memory_order_relaxed) &
+			       RS_DESC_APPEND) != (append ? RS_DESC_APPEND : 0)), 0))
 		goto undo;
 	io->hold[0].file = file;
 	return append ? RS_FAST_APPEND : RS_FAST_LOCKED;
@@ -494,11 +498,11 @@ rs_io_fast_body(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 			if (!(how & RS_HOW_CURSOR))
 				goto general;
 			return rs_io_fast_lock(io, fd, mode, how, off, len, iov, cnt, solo, lean,
-					       1, ep, e, desc, fl, rs_fdt_file(fidx));
+					       1, ep, e, desc, rs_fdt_file(fidx));
 		}
 	}
 	return rs_io_fast_lock(io, fd, mode, how, off, len, iov, cnt, solo, lean, 0, ep, e, desc,
-			       fl, rs_fdt_file(fidx));
+			       rs_fdt_file(fidx));
 general:
 	RS_STORE(rs_depth, 0);
 	return RS_FAST_GENERAL;
