@@ -98,25 +98,23 @@ static inline __attribute__((always_inline)) void count_bytes(unsigned kind, lon
  * name_general for what it leaves: the full copies again (RS_FAST), then
  * the general path.
  */
+/* One of a wrapper's copies: body, then what it left, in name_general. */
+#define RS_WRAP_COPY(ret, name, fn, params, args, body)                     \
+	static __attribute__((noinline)) ret fn params                       \
+	{                                                                    \
+		struct rs_io io;                                             \
+		ret r;                                                       \
+		body;                                                        \
+		return name##_general args;                                  \
+	}
+
 #define RS_WRAP_FAST3(ret, name, params, args, general, mt, lean)            \
 	static __attribute__((noinline)) ret name##_general params           \
 	{                                                                    \
 		general                                                      \
 	}                                                                    \
-	static __attribute__((noinline)) ret name##_mt params                \
-	{                                                                    \
-		struct rs_io io;                                             \
-		ret r;                                                       \
-		mt;                                                          \
-		return name##_general args;                                  \
-	}                                                                    \
-	static __attribute__((noinline)) ret name##_solo params              \
-	{                                                                    \
-		struct rs_io io;                                             \
-		ret r;                                                       \
-		lean;                                                        \
-		return name##_general args;                                  \
-	}                                                                    \
+	RS_WRAP_COPY(ret, name, name##_mt, params, args, mt)                 \
+	RS_WRAP_COPY(ret, name, name##_solo, params, args, lean)             \
 	RS_EXPORT ret name params                                            \
 	{                                                                    \
 		if (__builtin_expect(rs_solo(), 1))                          \
