@@ -119,6 +119,24 @@ rs_grant_enter_cached(struct rs_segment *seg, struct rs_file *f, uint64_t start,
 	return 0;
 }
 
+/* The cached half of rs_grant_enter, which makes no call: 1 if ref->g
+ * is a grant covering [start, end) now entered, or 0 with node scope off
+ * (ref->g 0); 0 if only rs_grant_enter_slow can tell (nothing entered). */
+static inline __attribute__((always_inline)) int
+rs_grant_enter_fast(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
+		    struct rs_gref *ref)
+{
+	struct rs_segment *seg = __atomic_load_n(&rs_node_seg, __ATOMIC_RELAXED);
+
+	if (__builtin_expect(seg != 0, 1))
+		return rs_grant_enter_cached(seg, f, start, end, rlmode, ref);
+	if (!__atomic_load_n(&rs_node_on, __ATOMIC_RELAXED)) {
+		ref->g = 0;
+		return 1;
+	}
+	return 0;
+}
+
 /* Enter a grant covering [start, end) if node scope is on; ref->g says
  * whether one was entered.  Returns 1 if it took the slow path (and may
  * have waited), 0 otherwise. */
@@ -126,15 +144,8 @@ static inline __attribute__((always_inline)) int
 rs_grant_enter(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
 	       struct rs_gref *ref)
 {
-	struct rs_segment *seg = __atomic_load_n(&rs_node_seg, __ATOMIC_RELAXED);
-
-	if (__builtin_expect(seg != 0, 1)) {
-		if (__builtin_expect(rs_grant_enter_cached(seg, f, start, end, rlmode, ref), 1))
-			return 0;
-	} else if (!__atomic_load_n(&rs_node_on, __ATOMIC_RELAXED)) {
-		ref->g = 0;
+	if (__builtin_expect(rs_grant_enter_fast(f, start, end, rlmode, ref), 1))
 		return 0;
-	}
 	rs_grant_enter_slow(f, start, end, rlmode, ref);	/* sets ref->g */
 	return 1;
 }

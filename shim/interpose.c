@@ -63,42 +63,76 @@ static inline __attribute__((always_inline)) void count_bytes(unsigned kind, lon
 		RS_COUNT_BYTES(1, r);
 }
 
-/* The fast path gets a copy of its own, so that nothing has to be
- * reloaded and tested after the real call (io escapes to the slow path).
- * mode and how say which inline path begin took, if any. */
-#define RS_WRAP_K(ret, name, params, args, begin, bytes, mode, how)          \
+/* The general path of a call the inline path may take, and of every other
+ * call: begin describes the call to iolock.c (io and r declared). */
+#define RS_WRAP_BODY(ret, name, args, begin, bytes)                          \
+	begin;                                                               \
+	if (__builtin_expect(io.entered < 0, 0)) {                           \
+		errno = EIO;	/* cluster lock lost (cluster.c) */          \
+		return (ret)-1;                                              \
+	}                                                                    \
+	r = REAL(ret, name, args);                                           \
+	if (io.entered) {                                                    \
+		rs_io_end_slow(&io);                                         \
+		count_bytes(bytes, (long long)r);                            \
+	}                                                                    \
+	return r;
+
+/* Calls that never take the inline path. */
+#define RS_WRAP(ret, name, params, args, begin, bytes)                       \
 	RS_EXPORT ret name params                                            \
 	{                                                                    \
 		struct rs_io io;                                             \
 		ret r;                                                       \
-		begin;                                                       \
-		if (__builtin_expect(io.fast, 1)) {                          \
-			/* Everything is resolved already. */                \
-			r = rs_real.name args;                               \
-			rs_io_end_fast(&io, mode, how, (long long)r);        \
-			return r;                                            \
-		}                                                            \
-		if (__builtin_expect(io.entered < 0, 0)) {                   \
-			errno = EIO;	/* cluster lock lost (cluster.c) */  \
-			return (ret)-1;                                      \
-		}                                                            \
-		r = REAL(ret, name, args);                                   \
-		if (io.entered) {                                            \
-			rs_io_end_slow(&io);                                 \
-			count_bytes(bytes, (long long)r);                    \
-		}                                                            \
-		return r;                                                    \
+		RS_WRAP_BODY(ret, name, args, begin, bytes)                  \
 	}
 
-/* Calls that never take the inline path. */
-#define RS_WRAP(ret, name, params, args, begin, bytes)                       \
-	RS_WRAP_K(ret, name, params, args, begin, bytes, RS_RL_READ, RS_HOW_OFF)
+/*
+ * Calls on one fd that do: how is RS_HOW_*, len or (iov, cnt).  The
+ * wrapper only picks one of two functions by whether the process is
+ * single-threaded (rs_solo), and jumps there with its own arguments:
+ * name_solo holds the lean copy (RS_FAST_CALL), which makes no call but
+ * the real one and so saves almost no registers; name_mt the full copy
+ * of a threaded process, whose range and offset locks may wait.  A
+ * wrapper that held either copy itself would make the other pay for its
+ * prologue (gcc saves registers before the test).  Each jumps to
+ * name_general for what it leaves: the full copies again (RS_FAST), then
+ * the general path.
+ */
+/* One of a wrapper's copies: body, then what it left, in name_general. */
+#define RS_WRAP_COPY(ret, name, fn, params, args, body)                     \
+	static __attribute__((noinline)) ret fn params                       \
+	{                                                                    \
+		struct rs_io io;                                             \
+		ret r;                                                       \
+		body;                                                        \
+		return name##_general args;                                  \
+	}
 
-/* Calls on one fd that do: how is RS_HOW_*, len or (iov, cnt). */
+#define RS_WRAP_FAST3(ret, name, params, args, general, mt, lean)            \
+	static __attribute__((noinline)) ret name##_general params           \
+	{                                                                    \
+		general                                                      \
+	}                                                                    \
+	RS_WRAP_COPY(ret, name, name##_mt, params, args, mt)                 \
+	RS_WRAP_COPY(ret, name, name##_solo, params, args, lean)             \
+	RS_EXPORT ret name params                                            \
+	{                                                                    \
+		if (__builtin_expect(rs_solo(), 1))                          \
+			return name##_solo args;                             \
+		return name##_mt args;                                       \
+	}
+
 #define RS_WRAP_FAST(ret, name, params, args, fd, mode, how, off, len, iov, cnt) \
-	RS_WRAP_K(ret, name, params, args,                                   \
-		  rs_io_fast(&io, fd, mode, how, off, len, iov, cnt),        \
-		  (mode) == RS_RL_WRITE ? RS_B_WRITE : RS_B_READ, mode, how)
+	RS_WRAP_FAST3(ret, name, params, args,                               \
+		struct rs_io io;                                             \
+		ret r;                                                       \
+		RS_FAST(io, r, fd, mode, how, off, len, iov, cnt, rs_real.name args); \
+		RS_WRAP_BODY(ret, name, args,                                \
+			     rs_io_fast_slow(&io, fd, mode, how, off, len, iov, cnt), \
+			     (mode) == RS_RL_WRITE ? RS_B_WRITE : RS_B_READ),  \
+		RS_FAST_CALL(io, r, 0, 0, fd, mode, how, off, len, iov, cnt, rs_real.name args), \
+		RS_FAST_CALL(io, r, 1, 1, fd, mode, how, off, len, iov, cnt, rs_real.name args))
 
 #define RS_PREAD(name)                                                        \
 	RS_WRAP_FAST(ssize_t, name, (int fd, void *buf, size_t n, off_t off),\
@@ -175,43 +209,41 @@ static inline unsigned rwf_place(unsigned mode, int flags)
 	return (flags & RWF_APPEND) ? RS_T_APPEND : 0;
 }
 
-/* One inline shape of a *v2 call: how is a constant in each copy. */
-#define RS_V2_FAST(name, mode, how)                                           \
-	do {                                                                  \
-		rs_io_fast(&io, fd, mode, how, off, 0, iov, cnt);             \
-		if (__builtin_expect(io.fast, 1)) {                           \
-			r = rs_real.name(fd, iov, cnt, off, flags);           \
-			rs_io_end_fast(&io, mode, how, (long long)r);         \
-			return r;                                             \
-		}                                                             \
-	} while (0)
-
 /* Flags that leave the range where it is (RWF_HIPRI, RWF_DSYNC,
  * RWF_SYNC, RWF_NOWAIT, unknown ones the kernel refuses, and any flag on
  * a read) take the inline path as preadv/pwritev and readv/writev do, at
  * the offset or, for -1, at the file offset.  RWF_APPEND and RWF_NOAPPEND
  * on a write move it: the general path. */
+/* One copy of a *v2 call's inline path (f: RS_FAST, or RS_FAST_CALL with
+ * its constants), at the offset or at the file offset. */
+#define RS_V2(name, mode, f, ...)                                             \
+	do {                                                                  \
+		if (__builtin_expect(!rwf_place(mode, flags), 1)) {           \
+			if (__builtin_expect(off != -1, 1))                   \
+				f(io, r, __VA_ARGS__ fd, mode, RS_HOW_IOV, off, 0, iov, cnt, \
+				  rs_real.name(fd, iov, cnt, off, flags));    \
+			else                                                  \
+				f(io, r, __VA_ARGS__ fd, mode, RS_HOW_CURSOR | RS_HOW_IOV, off, \
+				  0, iov, cnt, rs_real.name(fd, iov, cnt, off, flags)); \
+		}                                                             \
+	} while (0)
+
 #define RS_PREADV2(name, mode)                                                \
-	RS_EXPORT ssize_t name(int fd, const struct iovec *iov, int cnt, off_t off, int flags) \
-	{                                                                     \
+	RS_WRAP_FAST3(ssize_t, name,                                          \
+		(int fd, const struct iovec *iov, int cnt, off_t off, int flags), \
+		(fd, iov, cnt, off, flags),                                   \
 		struct rs_io io;                                              \
 		ssize_t r;                                                    \
-		if (__builtin_expect(!rwf_place(mode, flags), 1)) {           \
-			if (off == -1)                                        \
-				RS_V2_FAST(name, mode, RS_HOW_CURSOR | RS_HOW_IOV); \
-			else                                                  \
-				RS_V2_FAST(name, mode, RS_HOW_IOV);           \
-		} else {                                                      \
-			rs_io_iov(&io, fd, mode, off == -1 ? RS_AT_CURSOR : RS_AT_OFFSET, off, \
-				  iov, cnt, rwf_place(mode, flags));          \
-		}                                                             \
-		r = REAL(ssize_t, name, (fd, iov, cnt, off, flags));          \
-		if (io.entered) {                                             \
-			rs_io_end_slow(&io);                                  \
-			count_bytes((mode) == RS_RL_WRITE ? RS_B_WRITE : RS_B_READ, (long long)r); \
-		}                                                             \
-		return r;                                                     \
-	}
+		RS_V2(name, mode, RS_FAST);                                   \
+		RS_WRAP_BODY(ssize_t, name, (fd, iov, cnt, off, flags),       \
+			     rwf_place(mode, flags)                           \
+			     ? rs_io_iov(&io, fd, mode, off == -1 ? RS_AT_CURSOR : RS_AT_OFFSET, \
+					 off, iov, cnt, rwf_place(mode, flags)) \
+			     : rs_io_fast_slow(&io, fd, mode, (off == -1 ? RS_HOW_CURSOR : 0) | \
+					       RS_HOW_IOV, off, 0, iov, cnt),  \
+			     (mode) == RS_RL_WRITE ? RS_B_WRITE : RS_B_READ), \
+		RS_V2(name, mode, RS_FAST_CALL, 0, 0,),                        \
+		RS_V2(name, mode, RS_FAST_CALL, 1, 1,))
 
 RS_PREADV2(preadv2, RS_RL_READ)
 RS_PREADV2(preadv64v2, RS_RL_READ)

@@ -2,7 +2,7 @@
  * Turning a call into locks.
  *
  * The common case, a data call on one tracked fd, is inlined into its
- * wrapper (rs_io_fast in iolock.h): one load of the fd entry, two of the
+ * wrapper (RS_FAST in iolock.h): one load of the fd entry, two of the
  * description, [the offset lock and an lseek, or an append's fstat], the
  * node grant, one range lock, one re-check of the entry.  Everything
  * else (contention, end of file moved, two files, flags) is here, so
@@ -152,16 +152,24 @@ extern void *__libc_stack_end;
  * pointer on a thread glibc made, above it on the main thread.  Left
  * unknown on a stack we cannot place: a top more than 64 MiB away (a
  * coroutine or signal stack, where the frame is not on the thread's own
- * stack).  Any room will do: rs_iov_len_stack's test cannot wrap. */
-static void find_stack(void)
+ * stack).  The window starts at room, an array of our own frame as long
+ * as the longest array read inline: stored as lo = its end, so that
+ * rs_iov_len_stack checks only where an array ends.  Writing its first
+ * byte makes sure it is mapped (the main thread's stack grows on that
+ * fault); the calls below push their return addresses lower still.
+ * noinline: the room is needed once per thread, not on every careful
+ * read. */
+static __attribute__((noinline)) void find_stack(void)
 {
-	uintptr_t l = (uintptr_t)__builtin_frame_address(0);
+	volatile char room[RS_IOV_ROOM];
+	uintptr_t l = (uintptr_t)room;
 	uintptr_t tp = (uintptr_t)__builtin_thread_pointer();
 	uintptr_t top = tp > l ? tp : (uintptr_t)__libc_stack_end;
 	uintptr_t max = 64u << 20;
 	struct rlimit rl;
 	stack_t ss;
 
+	room[0] = 0;
 	/* The kernel places no mapping of its choosing within the stack
 	 * size limit (plus a guard gap) below the main thread's stack top
 	 * (mmap_base in mm/util.c), so a frame that close is on that stack,
@@ -174,9 +182,9 @@ static void find_stack(void)
 	if (tp <= l && getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
 	    rl.rlim_cur < max)
 		max = (uintptr_t)rl.rlim_cur;
-	if (top > l && top - l <= max) {
-		RS_STORE(rs_stk.lo, l);
-		RS_STORE(rs_stk.span, top - l);
+	if (top > l + RS_IOV_ROOM && top - l <= max) {
+		RS_STORE(rs_stk.lo, l + RS_IOV_ROOM);
+		RS_STORE(rs_stk.span, top - l - RS_IOV_ROOM);
 	}
 }
 
@@ -500,7 +508,6 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 /* Nothing held: what the wrappers need to see for a call passed through. */
 static void io_clear(struct rs_io *io)
 {
-	io->fast = 0;
 	io->entered = 0;
 	io->nholds = 0;
 	io->npos = 0;

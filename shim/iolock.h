@@ -80,8 +80,6 @@ struct rs_hold {
 };
 
 struct rs_io {
-	int fast;               /* taken by the inline path: 1, or 2 for an append */
-	int solo;               /* the inline path took no lock of this process */
 	struct rs_desc *fdesc;  /* the inline path holds its offset lock */
 	uint64_t eof;           /* an inline append: end of file under the lock */
 	int cancel_off;         /* we disabled cancellation; the old state */
@@ -255,12 +253,16 @@ static inline __attribute__((always_inline)) int64_t rs_lseek_cur(int fd)
 }
 
 /* Where this thread's stack is known to be mapped, for rs_iov_len_stack:
- * [lo, lo + span), found once per thread by rs_iov_len; span 0 until
- * then. */
+ * [lo - RS_IOV_ROOM, lo + span), from a frame of the careful path
+ * (rs_iov_len) to the stack's top, found once per thread (iolock.c,
+ * find_stack); span 0 until then.  The room below lo is as long as the
+ * longest array read inline, so that only an array's end is checked. */
 struct rs_stk {
 	uintptr_t lo, span;
 };
 extern __thread struct rs_stk rs_stk __attribute__((tls_model("initial-exec")));
+#define RS_IOV_FAST 64
+#define RS_IOV_ROOM (RS_IOV_FAST * sizeof(struct iovec))
 
 /*
  * The sum of an iovec array read directly, without a system call, when
@@ -273,130 +275,82 @@ extern __thread struct rs_stk rs_stk __attribute__((tls_model("initial-exec")));
  * thread descriptor sits at the top of their stack mapping) and
  * __libc_stack_end for the main thread, whose thread pointer lies below
  * its stack.  An array anywhere else (the heap, a coroutine stack,
- * sigaltstack) is read with process_vm_readv (rs_iov_len), so that a bad
- * pointer still gives EFAULT.  Returns the sum, or 0 for an array to
- * read the careful way: one elsewhere, one with an iov_len or a sum above
+ * sigaltstack), or of more than RS_IOV_FAST entries, is read with
+ * process_vm_readv (rs_iov_len), so that a bad pointer still gives
+ * EFAULT.  Returns 1 with the sum in *len, or 0 for an array to read the
+ * careful way: one of those, one with an iov_len or a sum at or above
  * RS_MAX_RW (rs_iov_len saturates its sum; the caller clamps it), one of
  * empty buffers.
  */
-static inline __attribute__((always_inline)) uint64_t
-rs_iov_len_stack(const struct iovec *iov, int cnt)
+static inline __attribute__((always_inline)) int
+rs_iov_len_stack(const struct iovec *iov, int cnt, uint64_t *len)
 {
 	uint64_t sum = 0, any = 0;
+	uintptr_t stop = (uintptr_t)iov + (uintptr_t)cnt * sizeof(*iov);
+	const struct iovec *v = iov;
 
-	uintptr_t at = (uintptr_t)iov - RS_LOAD(rs_stk.lo), span = RS_LOAD(rs_stk.span);
-
-	/* at < span: the array starts inside the window (span 0, unknown,
-	 * admits nothing); then span - at cannot wrap.  An unsigned compare
-	 * of (iov - lo) against (span - 16 * cnt) alone would let span 0
-	 * wrap to "everything" (test_adv_proc, fast_iov_first). */
-	if (!((unsigned)(cnt - 1) < 1024u && at < span &&
-	      (uintptr_t)cnt * sizeof(*iov) <= span - at))
+	/* 1 to RS_IOV_FAST entries, and one compare: the array's end, less
+	 * lo, below span.  Then the end lies in [lo, lo + span), and the
+	 * start at most RS_IOV_ROOM below lo, which the window holds too.
+	 * An end below lo wraps the difference far above span; span 0,
+	 * unknown, admits nothing (test_adv_proc, fast_iov_first). */
+	if (!((unsigned)(cnt - 1) < RS_IOV_FAST &&
+	      stop - RS_LOAD(rs_stk.lo) < RS_LOAD(rs_stk.span)))
 		return 0;
-	for (int i = 0; i < cnt; i++) {
-		uint64_t n = iov[i].iov_len;
+	do {
+		uint64_t n = v->iov_len;
 
 		sum += n;
 		any |= n;
-	}
-	/* Every length <= RS_MAX_RW, and not all 0 (then sum is not 0
-	 * either): one compare for both; then the sum cannot have wrapped
-	 * (1024 * 2^31), and within RS_MAX_RW it needs no clamp. */
-	if (any - 1 >= RS_MAX_RW || sum > RS_MAX_RW)
-		return 0;
-	return sum;
+	} while ((uintptr_t)++v != stop);
+	/* One compare: every length below RS_MAX_RW (then a sum of at most
+	 * RS_IOV_FAST of them cannot wrap), and sum - 1 below it too: a sum
+	 * in [1, RS_MAX_RW], which needs no clamp (all 0 wraps sum - 1). */
+	*len = sum;
+	return (any | (sum - 1)) < RS_MAX_RW;
 }
 
-/*
- * The inline path of every data call on one fd: pread/pwrite (RS_HOW_OFF),
- * read/write (RS_HOW_CURSOR), the vector calls (| RS_HOW_IOV), and
- * writes on an O_APPEND description.  A tracked fd and no contention:
- * one load of the fd entry, two of the description, [the offset lock and
- * one lseek for the file offset], the node grant, the range lock, one
- * re-check of the entry.  Anything else, including a failed re-check,
- * goes the general way (iolock.c).  how is a constant in every caller.
- */
-static inline __attribute__((always_inline)) void
-rs_io_fast_body(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, uint64_t len,
-		const struct iovec *iov, int cnt, const int solo)
-{
-	_Atomic uint64_t *ep;
-	struct rs_desc *desc;
-	struct rs_file *file;
-	uint64_t e, start, end;
-	uint32_t fidx, fl = 0;
-	int d, append = 0;
-	unsigned lmode;
+/* What the inline path did (rs_io_fast_body); the wrapper acts on it. */
+#define RS_FAST_PASS    (-1) /* not ours to lock: the real call alone */
+#define RS_FAST_GENERAL 0    /* nothing held: the general path, from the start */
+#define RS_FAST_LOCKED  1    /* locked: the real call, then rs_io_end_fast */
+#define RS_FAST_APPEND  2    /* the same, for an append at end of file */
 
-	/* Count ourselves in before reading rs_fast: rs_cancel_wait()
-	 * depends on that order (iolock.c).  From inside the shim (d != 0)
-	 * the call passes through, without reading rs_fast, so only depth 0
-	 * needs the store, and it stores a constant. */
-	d = RS_LOAD(rs_depth);
-	if (__builtin_expect(d == 0, 1))
-		RS_STORE(rs_depth, 1);
-	atomic_signal_fence(memory_order_seq_cst);
-	/* One test for all the reasons to take the general path.  For an
-	 * offset call, (off | (len - 1)) < 0: a negative offset or a zero
-	 * length; a vector call's length is known only below. */
-	if (__builtin_expect(d != 0 || !RS_LOAD(rs_fast) ||
-			     (((how & RS_HOW_CURSOR) ? 0 : (int64_t)off) |
-			      ((how & RS_HOW_IOV) ? 0 : (int64_t)(len - 1))) < 0, 0)) {
-		RS_STORE(rs_depth, d);
-		if (rs_state == RS_DISABLED) {
-			io->fast = 0;
-			io->entered = 0;
-			return;
-		}
-		goto general;
-	}
-	/* A negative fd or one beyond the table: the general path says
-	 * which (rs_fdt_get). */
-	if (__builtin_expect((unsigned)fd >= RS_FD_CAP, 0)) {
-		RS_STORE(rs_depth, 0);
-		goto general;
-	}
-	/* Kept for the re-check below, which then costs one load. */
-	ep = &rs_fd_entries[fd];
-	e = atomic_load_explicit(ep, memory_order_acquire);
-	if (__builtin_expect((e & 3) != RS_FD_TRACKED, 0)) {
-		RS_STORE(rs_depth, 0);
-		if (e != RS_FD_PASS)
-			goto general;
-		RS_COUNT(passthrough, 1);
-		io->fast = 0;
-		io->entered = 0;
-		return;
-	}
-	desc = rs_fdt_desc(e);
-	fidx = atomic_load_explicit(&desc->file, memory_order_acquire);
-	if (mode == RS_RL_WRITE)
-		fl = atomic_load_explicit(&desc->flags, memory_order_relaxed);
-	if (mode == RS_RL_WRITE && __builtin_expect(fl & RS_DESC_APPEND, 0)) {
-		/* pwrite on O_APPEND appends too (pwrite(2), BUGS): rare,
-		 * left to the general path. */
-		if (!(how & RS_HOW_CURSOR)) {
-			RS_STORE(rs_depth, 0);
-			goto general;
-		}
-		append = 1;
-	}
-	file = rs_fdt_file(fidx);
+/*
+ * The locking half of the inline path (rs_io_fast_body), once the entry
+ * and the description are read: append is a constant in each copy, so
+ * that a call pays for the append steps only when it is one.
+ * Pre:  rs_depth raised; e the tracked entry read from ep, desc and file
+ *       its description and file; append: a write that found O_APPEND
+ *       set in the description's flags (not append: found it clear).
+ * Post: RS_FAST_LOCKED or RS_FAST_APPEND with everything held and
+ *       recorded in io; or RS_FAST_GENERAL with nothing held and rs_depth
+ *       back at 0.
+ */
+static inline __attribute__((always_inline)) int
+rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, uint64_t len,
+		const struct iovec *iov, int cnt, const int solo, const int lean,
+		const int append, _Atomic uint64_t *ep, uint64_t e, struct rs_desc *desc,
+		struct rs_file *file)
+{
+	uint64_t start, end;
+	/* Appenders share the tail with appenders, in both locks
+	 * (rangelock.c and nodelock.c, "Appenders"); one mode for both
+	 * locks: the values agree (below). */
+	const unsigned lmode = append ? RS_RL_APPEND : mode;
+
 	if (how & RS_HOW_IOV) {
 		/* Once, for the lock; the kernel reads the array again.  The
 		 * careful path's result goes through memory, so it has a
 		 * variable of its own and len stays in a register. */
-		len = rs_iov_len_stack(iov, cnt);
-		if (__builtin_expect(len == 0, 0)) {
+		if (__builtin_expect(!rs_iov_len_stack(iov, cnt, &len), 0)) {
 			uint64_t n;
 
 			/* A failed read: the kernel fails the call; an empty
 			 * array: nothing to lock.  The general path passes
 			 * both through. */
-			if (rs_iov_len(iov, cnt, &n) < 0 || n == 0) {
-				RS_STORE(rs_depth, 0);
+			if (lean || rs_iov_len(iov, cnt, &n) < 0 || n == 0)
 				goto general;
-			}
 			len = n > RS_MAX_RW ? RS_MAX_RW : n;
 		}
 	}
@@ -423,10 +377,10 @@ rs_io_fast_body(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 		if (__builtin_expect(off < 0, 0)) {
 			if (!solo)
 				rs_mutex_unlock(&desc->pos_mtx);
-			RS_STORE(rs_depth, 0);
 			goto general;
 		}
-		io->fdesc = desc;
+		if (!solo)	/* the offset lock to let go of at the end */
+			io->fdesc = desc;
 	}
 	start = (uint64_t)off;
 	/* off < 2^63 and the clamped len < 2^31: no overflow.  A vector
@@ -434,16 +388,13 @@ rs_io_fast_body(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	end = append ? RS_RANGE_EOF
 		     : start + ((how & RS_HOW_IOV) || len <= RS_MAX_RW ? len : RS_MAX_RW);
 	/* Other processes first, then the other threads (grants.h). */
-	/* Appenders share the tail with appenders, in both locks
-	 * (rangelock.c and nodelock.c, "Appenders"); one mode for both
-	 * locks: the values agree (below). */
-	lmode = append ? RS_RL_APPEND : mode;
-	if (__builtin_expect(rs_grant_enter(file, start, end, lmode, &io->gref[0]), 0) &&
-	    __builtin_expect(!io->gref[0].g && RS_LOAD(rs_cl_eio), 0)) {
-		/* Cluster lock lost: the general path fails the call. */
+	if (lean ? !__builtin_expect(rs_grant_enter_fast(file, start, end, lmode, &io->gref[0]), 1)
+		 : __builtin_expect(rs_grant_enter(file, start, end, lmode, &io->gref[0]), 0) &&
+		   __builtin_expect(!io->gref[0].g && RS_LOAD(rs_cl_eio), 0)) {
+		/* Not cached (lean: the full copy enters it), or the cluster
+		 * lock lost (the general path fails the call). */
 		if ((how & RS_HOW_CURSOR) && !solo)
 			rs_mutex_unlock(&desc->pos_mtx);
-		RS_STORE(rs_depth, 0);
 		goto general;
 	}
 	if (!solo && __builtin_expect(rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start,
@@ -466,17 +417,17 @@ rs_io_fast_body(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	 * lock, and only the entry tells (interpose.c, dup_begin).  The
 	 * entry suffices for that: one equal to e is the same incarnation of
 	 * the description, so of the file too (new_entry, fdtable.c). */
-	/* A write also re-reads O_APPEND, which decided where it writes: an
-	 * fcntl(F_SETFL) that changed it waited for calls in flight and set
-	 * it before we locked (interpose.c, setfl_begin). */
+	/* A write also re-reads O_APPEND, which decided where it writes (and
+	 * is all of the flags that does: append is the bit as read before):
+	 * an fcntl(F_SETFL) that changed it waited for calls in flight and
+	 * set it before we locked (interpose.c, setfl_begin). */
 	if (__builtin_expect((atomic_load_explicit(ep, memory_order_acquire) != e) |
 			     (mode == RS_RL_WRITE &&
-			      atomic_load_explicit(&desc->flags, memory_order_relaxed) != fl), 0))
+			      (atomic_load_explicit(&desc->flags, memory_order_relaxed) &
+			       RS_DESC_APPEND) != (append ? RS_DESC_APPEND : 0)), 0))
 		goto undo;
 	io->hold[0].file = file;
-	io->solo = solo;
-	io->fast = 1 + append;
-	return;
+	return append ? RS_FAST_APPEND : RS_FAST_LOCKED;
 undo:
 	if (!solo)
 		rs_rangelock_unlock(&file->rl, &io->hold[0].node);
@@ -485,47 +436,102 @@ undo:
 		rs_mutex_unlock(&desc->pos_mtx);
 	if (append)
 		RS_STORE(rs_ap.file, NULL);
-	RS_STORE(rs_depth, 0);
 general:
-	rs_io_fast_slow(io, fd, mode, how, off, len, iov, cnt);
+	RS_STORE(rs_depth, 0);
+	return RS_FAST_GENERAL;
+}
+
+/*
+ * The inline path of every data call on one fd: pread/pwrite (RS_HOW_OFF),
+ * read/write (RS_HOW_CURSOR), the vector calls (| RS_HOW_IOV), and
+ * writes on an O_APPEND description.  A tracked fd and no contention:
+ * one load of the fd entry, two of the description, [the offset lock and
+ * one lseek for the file offset], the node grant, the range lock, one
+ * re-check of the entry.  Anything else, including a failed re-check,
+ * returns RS_FAST_GENERAL with nothing held, and the wrapper goes the
+ * general way (iolock.c); RS_FAST_PASS for a call not to lock at all.
+ * how and solo are constants in every copy.
+ */
+static inline __attribute__((always_inline)) int
+rs_io_fast_body(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, uint64_t len,
+		const struct iovec *iov, int cnt, const int solo, const int lean)
+{
+	_Atomic uint64_t *ep;
+	struct rs_desc *desc;
+	uint64_t e;
+	uint32_t fidx, fl = 0;
+	int d;
+
+	/* Count ourselves in before reading rs_fast: rs_cancel_wait()
+	 * depends on that order (iolock.c).  From inside the shim (d != 0)
+	 * the call passes through, without reading rs_fast, so only depth 0
+	 * needs the store, and it stores a constant. */
+	d = RS_LOAD(rs_depth);
+	if (__builtin_expect(d == 0, 1))
+		RS_STORE(rs_depth, 1);
+	atomic_signal_fence(memory_order_seq_cst);
+	/* One test for all the reasons to take the general path.  For an
+	 * offset call, (off | (len - 1)) < 0: a negative offset or a zero
+	 * length; a vector call's length is known only below. */
+	if (__builtin_expect(d != 0 || !RS_LOAD(rs_fast) ||
+			     (((how & RS_HOW_CURSOR) ? 0 : (int64_t)off) |
+			      ((how & RS_HOW_IOV) ? 0 : (int64_t)(len - 1))) < 0, 0)) {
+		RS_STORE(rs_depth, d);
+		return rs_state == RS_DISABLED ? RS_FAST_PASS : RS_FAST_GENERAL;
+	}
+	/* A negative fd or one beyond the table: the general path says
+	 * which (rs_fdt_get). */
+	if (__builtin_expect((unsigned)fd >= RS_FD_CAP, 0))
+		goto general;
+	/* Kept for the re-check, which then costs one load. */
+	ep = &rs_fd_entries[fd];
+	e = atomic_load_explicit(ep, memory_order_acquire);
+	if (__builtin_expect((e & 3) != RS_FD_TRACKED, 0)) {
+		if (e != RS_FD_PASS)
+			goto general;
+		RS_STORE(rs_depth, 0);
+		RS_COUNT(passthrough, 1);
+		return RS_FAST_PASS;
+	}
+	desc = rs_fdt_desc(e);
+	fidx = atomic_load_explicit(&desc->file, memory_order_acquire);
+	if (mode == RS_RL_WRITE) {
+		fl = atomic_load_explicit(&desc->flags, memory_order_relaxed);
+		if (__builtin_expect(fl & RS_DESC_APPEND, 0)) {
+			/* pwrite on O_APPEND appends too (pwrite(2), BUGS): rare,
+			 * left to the general path. */
+			if (!(how & RS_HOW_CURSOR))
+				goto general;
+			return rs_io_fast_lock(io, fd, mode, how, off, len, iov, cnt, solo, lean,
+					       1, ep, e, desc, rs_fdt_file(fidx));
+		}
+	}
+	return rs_io_fast_lock(io, fd, mode, how, off, len, iov, cnt, solo, lean, 0, ep, e, desc,
+			       rs_fdt_file(fidx));
+general:
+	RS_STORE(rs_depth, 0);
+	return RS_FAST_GENERAL;
 }
 
 _Static_assert(RS_RL_APPEND == RS_GRANT_APPEND && RS_RL_READ == 1 && RS_RL_WRITE == 2,
 	       "the range lock's modes are the node grant's call modes");
 
-/* The body in two copies, solo a constant in each: a threaded process
- * pays one test here for the locks a single-threaded one leaves out, not
- * one at each lock. */
-static inline __attribute__((always_inline)) void
-rs_io_fast(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, uint64_t len,
-	   const struct iovec *iov, int cnt)
-{
-	if (rs_solo())
-		rs_io_fast_body(io, fd, mode, how, off, len, iov, cnt, 1);
-	else
-		rs_io_fast_body(io, fd, mode, how, off, len, iov, cnt, 0);
-}
-
-/* pread/pwrite and friends, [off, off + len) of one fd. */
-static inline __attribute__((always_inline)) void
-rs_io_at(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len)
-{
-	rs_io_fast(io, fd, mode, RS_HOW_OFF, off, len, NULL, 0);
-}
-
 /*
- * After a call the inline path took (io->fast), with its result r.
- * Stats, when on, cost a few adds to this thread's own counters.
+ * After a call the inline path took (RS_FAST_LOCKED, or RS_FAST_APPEND:
+ * append), with its result r; solo and append are the constants the
+ * wrapper's copy began with.  Stats, when on, cost a few adds to this
+ * thread's own counters.
  */
 static inline __attribute__((always_inline)) void
-rs_io_end_fast_body(struct rs_io *io, unsigned mode, unsigned how, long long r, const int solo)
+rs_io_end_fast(struct rs_io *io, unsigned mode, unsigned how, long long r, const int solo,
+	       const int append)
 {
 	/* unlock saves errno itself on its (contended) wake path. */
 	if (!solo)
 		rs_rangelock_unlock_fast(&io->hold[0].file->rl, &io->hold[0].node);
 	rs_grant_leave(&io->gref[0], io->hold[0].file);
 	if (how & RS_HOW_CURSOR) {
-		if (mode == RS_RL_WRITE && io->fast == 2) {
+		if (append) {
 			/* End of file now, unless the write failed. */
 			RS_STORE(rs_ap.file, io->hold[0].file);
 			RS_STORE(rs_ap.eof, io->eof + (r > 0 ? (uint64_t)r : 0));
@@ -537,37 +543,72 @@ rs_io_end_fast_body(struct rs_io *io, unsigned mode, unsigned how, long long r, 
 	if (__builtin_expect(rs_stats_on, 0)) {
 		RS_COUNT(io_calls, 1);
 		RS_COUNT_BYTES(mode == RS_RL_WRITE, r);
-		if (mode == RS_RL_WRITE && (how & RS_HOW_CURSOR) && io->fast == 2)
+		if (append)
 			RS_COUNT(appends, 1);
 	}
 }
 
-/* Two copies again, so that the call's end tests io->solo once. */
-static inline __attribute__((always_inline)) void
-rs_io_end_fast(struct rs_io *io, unsigned mode, unsigned how, long long r)
-{
-	if (io->solo)
-		rs_io_end_fast_body(io, mode, how, r, 1);
-	else
-		rs_io_end_fast_body(io, mode, how, r, 0);
-}
+/*
+ * A whole intercepted call on its inline path, solo and lean constants:
+ * begin, the real call (call, an expression of r's type), end.  Falls
+ * through, with nothing held, when the call is the general path's
+ * (RS_FAST_GENERAL); returns from the wrapper otherwise.  The locking
+ * half hands back a value, not a field of io, so that each outcome is
+ * its own straight path and nothing is re-read after the real call to
+ * find which one it was.
+ * lean: a copy that makes no call besides the real one, so that nothing
+ * it keeps needs a register saved across a call (the prologue of the
+ * wrapper is then a few instructions); it leaves the cases that would
+ * call (an iovec array off the stack, a grant not cached, and, not solo,
+ * a busy range lock) to the full copy, from the start.
+ */
+#define RS_FAST_CALL(io, r, solo, lean, fd, mode, how, off, len, iov, cnt, call)    \
+	do {                                                                         \
+		int k_ = rs_io_fast_body(&(io), fd, mode, how, off, len, iov, cnt,   \
+					 solo, lean);                                \
+		if (__builtin_expect(k_ == RS_FAST_LOCKED, 1)) {                     \
+			r = call;                                                    \
+			rs_io_end_fast(&(io), mode, how, (long long)r, solo, 0);     \
+			return r;                                                    \
+		}                                                                    \
+		if ((mode) == RS_RL_WRITE && ((how) & RS_HOW_CURSOR) &&              \
+		    k_ == RS_FAST_APPEND) {                                          \
+			r = call;                                                    \
+			rs_io_end_fast(&(io), mode, how, (long long)r, solo, 1);     \
+			return r;                                                    \
+		}                                                                    \
+		if (k_ == RS_FAST_PASS)                                              \
+			return call;                                                 \
+	} while (0)
 
-/* One fd, one range: the general path for all but pread/pwrite. */
+/*
+ * The full inline path in two copies, one for a single-threaded process
+ * (see rs_solo), each whole from begin to end: a threaded process pays
+ * one test for the locks a single-threaded one leaves out, not one at
+ * each lock and again after the call.  Falls through to the general
+ * path.
+ */
+#define RS_FAST(io, r, fd, mode, how, off, len, iov, cnt, call)                     \
+	do {                                                                         \
+		if (rs_solo())                                                       \
+			RS_FAST_CALL(io, r, 1, 0, fd, mode, how, off, len, iov, cnt, call); \
+		else                                                                 \
+			RS_FAST_CALL(io, r, 0, 0, fd, mode, how, off, len, iov, cnt, call); \
+	} while (0)
+
+/* One fd, one range, not at an explicit offset: the general path. */
 static inline __attribute__((always_inline)) void
 rs_io_one(struct rs_io *io, int fd, unsigned mode,
 			     enum rs_where where, int64_t off, uint64_t len)
 {
 	struct rs_target t = { fd, mode, where, 0, off, len, 0, 0 };
 
-	if (where == RS_AT_OFFSET)
-		rs_io_at(io, fd, mode, off, len);
-	else
-		rs_io_begin(io, &t, 1);
+	rs_io_begin(io, &t, 1);
 }
 
-/* The vector calls with flags (preadv2, pwritev2): the general path.  The
- * length is read from the array only once the fd is known to be tracked
- * (rs_iov_len). */
+/* The vector calls with flags that move the range (pwritev2 with
+ * RWF_APPEND or RWF_NOAPPEND): the general path.  The length is read
+ * from the array only once the fd is known to be tracked (rs_iov_len). */
 static inline void rs_io_iov(struct rs_io *io, int fd, unsigned mode, enum rs_where where,
 			     int64_t off, const struct iovec *iov, int cnt, unsigned flags)
 {

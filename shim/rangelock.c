@@ -17,8 +17,22 @@
  * request in a queue of a few entries, appends its node and drops the
  * mutex.  Unlock takes the mutex, unlinks the node and finds nobody
  * waiting.  Four atomic read-modify-writes per lock/unlock pair, no
- * syscall; the shim inlines the empty-queue case (rangelock_fast.h), and
- * its unlock, when others are queued, goes on under the mutex it took.
+ * syscall.
+ *
+ * A lone holder.  When nobody else holds or wants any range of the file,
+ * the inline path (rangelock_fast.h) takes the lock with one CAS of head
+ * from NULL to its node tagged RL_ALONE, and gives it back with one CAS
+ * of head from that back to NULL, never touching the mutex: FreeBSD's
+ * "cheat mode" (kern_rangelock.c) for the uncontended case.  The tag
+ * means: the queue is that one granted node, and tail is not kept.  Only
+ * those two transitions happen without the mutex, and only from and to
+ * NULL, so a queue that is not empty cannot change under a mutex holder.
+ * Everything else first settles the word, under the mutex: a tagged head
+ * becomes the node itself, a queue of one granted node (a CAS, which the
+ * holder's unlock CAS then fails, so that the holder unlocks under the
+ * mutex too); and a node queued into an empty lock goes in by a CAS
+ * from NULL, which fails, and makes the request look again, if an inline
+ * holder got there first.
  *
  * Overlaps.  A request conflicts with another when the ranges overlap and
  * at least one of them is a writer, or one reads and the other appends;
@@ -147,6 +161,44 @@
 #include "futex.h"
 #include "rangelock_fast.h"
 
+/* The head of a queue that is not empty (it holds a waiter, or the
+ * caller's node), read under the mutex: stable then, since the inline
+ * path changes head only from or to NULL or a tagged value; read
+ * atomically all the same, as the inline path CASes it. */
+static inline struct rs_rl_node *qhead(const struct rs_rangelock *rl)
+{
+	return __atomic_load_n(&rl->head, __ATOMIC_RELAXED);
+}
+
+/*
+ * Pre:  the queue mutex is held.
+ * Post: head is NULL or an untagged queue whose tail is rl->tail; a lone
+ *       inline holder found here is now that queue's only, granted node
+ *       (its unlock CAS fails from now on, and it unlocks under the
+ *       mutex).  Returns head.  Only an inline lock can change head
+ *       after this, and only while it is NULL.
+ */
+static struct rs_rl_node *settle(struct rs_rangelock *rl)
+{
+	uintptr_t h = (uintptr_t)__atomic_load_n(&rl->head, __ATOMIC_ACQUIRE);
+
+	while (h & RS_RL_ALONE) {
+		struct rs_rl_node *n = (struct rs_rl_node *)(h & ~(uintptr_t)RS_RL_ALONE);
+
+		/* Acquire: its start, end and mode were stored before its
+		 * lock CAS released them.  The node stays alive: its holder
+		 * can no longer unlock without this mutex. */
+		if (__atomic_compare_exchange_n(&rl->head, (struct rs_rl_node **)&h, n, 0,
+						__ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE)) {
+			n->prev = NULL;
+			n->next = NULL;
+			rl->tail = n;
+			return n;
+		}
+	}
+	return (struct rs_rl_node *)h;
+}
+
 /* Internal flags in node->mode, only on nodes that are waiting. */
 #define RL_MODE     7u
 #define RL_WAITING  0x100u
@@ -204,6 +256,7 @@ static inline int conflicts(const struct rs_rl_node *a, uint64_t start,
 }
 _Static_assert(RS_RL_READ == 1 && RS_RL_WRITE == 2 && RS_RL_APPEND == 4 && (RL_MODE & 0x300u) == 0,
 	       "mode bits and waiting flags overlap");
+_Static_assert(_Alignof(struct rs_rl_node) > RS_RL_ALONE, "no room for the lone-holder tag");
 
 void rs_rangelock_init(struct rs_rangelock *rl)
 {
@@ -219,19 +272,22 @@ void rs_rangelock_reset(struct rs_rangelock *rl)
 }
 
 /*
- * Pre:  the queue mutex is held; self is NULL (a new request) or queued
- *       and waiting.
+ * Pre:  the queue mutex is held; head is the queue's head as settle
+ *       returned it (not re-read here: an empty head may turn into an
+ *       inline holder's tagged one at any moment, which only settle may
+ *       look at), or, for a queue that is not empty, as it stands; self
+ *       is NULL (a new request) or queued and waiting.
  * Post: returns 1 if [start, end) in mode may not be granted now: a
  *       granted node conflicts, or a starved waiter does that self must
  *       not overtake (any, unless self is starved too; then only earlier
  *       ones, so that starved waiters are served in arrival order).
  */
-static int is_blocked(const struct rs_rangelock *rl, const struct rs_rl_node *self,
+static int is_blocked(const struct rs_rl_node *head, const struct rs_rl_node *self,
 		      uint64_t start, uint64_t end, unsigned mode)
 {
 	int before = 1, starved = self && (self->mode & RL_HANDOFF);
 
-	for (const struct rs_rl_node *q = rl->head; q; q = q->next) {
+	for (const struct rs_rl_node *q = head; q; q = q->next) {
 		if (q == self) {
 			before = 0;
 			continue;
@@ -249,7 +305,7 @@ static int is_blocked(const struct rs_rangelock *rl, const struct rs_rl_node *se
 /* An earlier waiter conflicting with w is already WOKEN: it goes first. */
 static int woken_ahead(const struct rs_rangelock *rl, const struct rs_rl_node *w)
 {
-	for (const struct rs_rl_node *q = rl->head; q != w; q = q->next)
+	for (const struct rs_rl_node *q = qhead(rl); q != w; q = q->next)
 		if ((q->mode & RL_WAITING) && conflicts(q, w->start, w->end, w->mode) &&
 		    atomic_load_explicit(&q->blocked, memory_order_relaxed) == RL_WOKEN)
 			return 1;
@@ -279,12 +335,12 @@ static void pay_wakes(const struct wakes *wk)
  */
 static void wake_pass(struct rs_rangelock *rl, struct wakes *wk)
 {
-	for (struct rs_rl_node *w = rl->head; w && rl->nwait; w = w->next) {
+	for (struct rs_rl_node *w = qhead(rl); w && rl->nwait; w = w->next) {
 		uint32_t old;
 
 		if (!(w->mode & RL_WAITING) ||
 		    atomic_load_explicit(&w->blocked, memory_order_relaxed) == RL_WOKEN ||
-		    is_blocked(rl, w, w->start, w->end, w->mode & RL_MODE))
+		    is_blocked(qhead(rl), w, w->start, w->end, w->mode & RL_MODE))
 			continue;
 		if (w->mode & RL_HANDOFF) {
 			/* Direct hand-off: granted before it even runs. */
@@ -303,9 +359,17 @@ static void wake_pass(struct rs_rangelock *rl, struct wakes *wk)
 	}
 }
 
-static void enqueue(struct rs_rangelock *rl, struct rs_rl_node *node,
-		    uint64_t start, uint64_t end, unsigned mode)
+/*
+ * Pre:  the queue mutex is held, head settled.
+ * Post: 0, node queued last; or -1 with nothing changed, when the queue
+ *       was empty and an inline lock took head first (settle again and
+ *       look again: there is a holder now).
+ */
+static int enqueue(struct rs_rangelock *rl, struct rs_rl_node *node,
+		   uint64_t start, uint64_t end, unsigned mode)
 {
+	struct rs_rl_node *empty = NULL;
+
 	node->start = start;
 	node->end = end;
 	node->mode = mode;
@@ -313,9 +377,24 @@ static void enqueue(struct rs_rangelock *rl, struct rs_rl_node *node,
 	node->prev = rl->tail;
 	if (rl->tail)
 		rl->tail->next = node;
-	else
-		rl->head = node;
+	else if (!__atomic_compare_exchange_n(&rl->head, &empty, node, 0, __ATOMIC_RELAXED,
+					      __ATOMIC_RELAXED))
+		return -1;
 	rl->tail = node;
+	return 0;
+}
+
+/* Queue a new request granted, if nothing blocks it: 0; or 1, blocked,
+ * with the queue settled and not empty (so stable under the mutex).
+ * Pre: the queue mutex is held. */
+static int enqueue_granted(struct rs_rangelock *rl, struct rs_rl_node *node,
+			   uint64_t start, uint64_t end, unsigned mode)
+{
+	do {
+		if (is_blocked(settle(rl), NULL, start, end, mode))
+			return 1;
+	} while (enqueue(rl, node, start, end, mode) < 0);
+	return 0;
 }
 
 /*
@@ -374,13 +453,13 @@ int rs_rangelock_lock(struct rs_rangelock *rl, struct rs_rl_node *node,
 	struct wakes wk;
 
 	rs_mutex_lock(&rl->mtx);
-	if (!is_blocked(rl, NULL, start, end, mode)) {
-		enqueue(rl, node, start, end, mode);
+	if (!enqueue_granted(rl, node, start, end, mode)) {
 		rs_mutex_unlock(&rl->mtx);
 		return 0;
 	}
 	atomic_store_explicit(&node->blocked, RL_SPIN, memory_order_relaxed);
-	enqueue(rl, node, start, end, mode | RL_WAITING);
+	/* Blocked, so the queue is not empty: this cannot fail. */
+	(void)enqueue(rl, node, start, end, mode | RL_WAITING);
 	rl->nwait++;
 	rs_mutex_unlock(&rl->mtx);
 
@@ -401,7 +480,7 @@ int rs_rangelock_lock(struct rs_rangelock *rl, struct rs_rl_node *node,
 			rs_mutex_unlock(&rl->mtx);
 			break;
 		}
-		if (!is_blocked(rl, node, start, end, mode)) {
+		if (!is_blocked(qhead(rl), node, start, end, mode)) {
 			node->mode = mode;
 			rl->nwait--;
 			atomic_store_explicit(&node->blocked, 0, memory_order_relaxed);
@@ -437,27 +516,22 @@ int rs_rangelock_trylock(struct rs_rangelock *rl, struct rs_rl_node *node,
 	int ok;
 
 	rs_mutex_lock(&rl->mtx);
-	ok = !is_blocked(rl, NULL, start, end, mode);
-	if (ok)
-		enqueue(rl, node, start, end, mode);
+	ok = !enqueue_granted(rl, node, start, end, mode);
 	rs_mutex_unlock(&rl->mtx);
 	return ok ? 0 : -1;
 }
 
 void rs_rangelock_unlock(struct rs_rangelock *rl, struct rs_rl_node *node)
 {
-	rs_mutex_lock(&rl->mtx);
-	rs_rangelock_unlock_locked(rl, node);
-}
-
-void rs_rangelock_unlock_locked(struct rs_rangelock *rl, struct rs_rl_node *node)
-{
 	struct wakes wk = { .n = 0 };
 
+	rs_mutex_lock(&rl->mtx);
+	/* A node the inline path locked alone is queued from here on. */
+	settle(rl);
 	if (node->prev)
 		node->prev->next = node->next;
-	else
-		rl->head = node->next;
+	else	/* Release: to the next inline lock, once it is NULL. */
+		__atomic_store_n(&rl->head, node->next, __ATOMIC_RELEASE);
 	if (node->next)
 		node->next->prev = node->prev;
 	else

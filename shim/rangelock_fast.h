@@ -1,10 +1,10 @@
 /*
- * Inline fast paths of the range lock for the shim's per-call path: when
- * the file's queue is empty (lock) or holds only the caller (unlock), the
- * queue mutex is taken and dropped around a handful of stores and nothing
- * else.  Every other case is the out-of-line code in rangelock.c, entered
- * with the mutex still held, so the two paths cannot disagree and a
- * contended call takes the mutex once.
+ * Inline fast paths of the range lock for the shim's per-call path: a
+ * lock that nobody else holds or wants is taken with one CAS of its head
+ * and given back with one more, without the queue mutex (rangelock.c,
+ * "A lone holder").  Every other case is the out-of-line code in
+ * rangelock.c, which settles the head under the mutex first, so the two
+ * paths cannot disagree.
  */
 #ifndef RS_RANGELOCK_FAST_H
 #define RS_RANGELOCK_FAST_H
@@ -21,63 +21,40 @@
 extern uint64_t rs_rl_spin_ns;
 extern uint64_t rs_rl_handoff_ns;
 
-/*
- * rs_rangelock_unlock entered with the queue mutex already held, for
- * unlock_fast when the caller is not alone in the queue: a contended
- * unlock takes the mutex once, not twice.  (lock_fast does not do the
- * same: every way of writing its fallback so cost 2 more instructions on
- * its hot path, measured with tests/callgrind.sh.)
- * Pre:  as rs_rangelock_unlock, and the caller holds rl->mtx.
- * Post: as rs_rangelock_unlock; rl->mtx has been released.
- */
-void rs_rangelock_unlock_locked(struct rs_rangelock *rl, struct rs_rl_node *node);
+/* head tagged with this bit: the node is the lock's lone holder, taken
+ * inline (rangelock.c, "A lone holder"). */
+#define RS_RL_ALONE 1u
 
+/* Pre:  as rs_rangelock_lock.  Post: as rs_rangelock_lock; a lock that
+ * was empty is now held by node alone, through head. */
 static inline __attribute__((always_inline)) int
 rs_rangelock_lock_fast(struct rs_rangelock *rl, struct rs_rl_node *node,
 		       uint64_t start, uint64_t end, unsigned mode)
 {
-	uint32_t c = 0;
+	struct rs_rl_node *empty = NULL;
 
-	if (__builtin_expect(atomic_compare_exchange_strong_explicit(&rl->mtx, &c, 1,
-			memory_order_acquire, memory_order_relaxed), 1)) {
-		if (__builtin_expect(rl->head == NULL, 1)) {
-			rs_tsan_acquire(&rl->mtx);
-			node->start = start;
-			node->end = end;
-			node->mode = mode;
-			/* mode without flags: granted.  blocked and since are
-			 * read only on waiting nodes. */
-			node->prev = NULL;
-			node->next = NULL;
-			rl->head = node;
-			rl->tail = node;
-			rs_mutex_unlock(&rl->mtx);
-			return 0;
-		}
-		/* Let the general path queue behind whoever is there. */
-		rs_tsan_acquire(&rl->mtx);
-		rs_mutex_unlock(&rl->mtx);
-	}
+	/* Read by whoever settles the head (acquire), never by us. */
+	node->start = start;
+	node->end = end;
+	node->mode = mode;
+	if (__builtin_expect(__atomic_compare_exchange_n(
+		    &rl->head, &empty, (struct rs_rl_node *)((uintptr_t)node | RS_RL_ALONE), 0,
+		    __ATOMIC_ACQ_REL, __ATOMIC_RELAXED), 1))
+		return 0;
 	return rs_rangelock_lock(rl, node, start, end, mode);
 }
 
+/* Pre:  as rs_rangelock_unlock.  Post: as rs_rangelock_unlock.  The CAS
+ * fails once anyone else has settled the head: then node is queued, and
+ * the general unlock takes it out and wakes whom it should. */
 static inline __attribute__((always_inline)) void
 rs_rangelock_unlock_fast(struct rs_rangelock *rl, struct rs_rl_node *node)
 {
-	uint32_t c = 0;
+	struct rs_rl_node *alone = (struct rs_rl_node *)((uintptr_t)node | RS_RL_ALONE);
 
-	if (__builtin_expect(atomic_compare_exchange_strong_explicit(&rl->mtx, &c, 1,
-			memory_order_acquire, memory_order_relaxed), 1)) {
-		rs_tsan_acquire(&rl->mtx);
-		if (__builtin_expect(rl->head == node && node->next == NULL, 1)) {
-			rl->head = NULL;
-			rl->tail = NULL;
-			rs_mutex_unlock(&rl->mtx);
-			return;
-		}
-		rs_rangelock_unlock_locked(rl, node);
+	if (__builtin_expect(__atomic_compare_exchange_n(&rl->head, &alone, NULL, 0,
+							 __ATOMIC_RELEASE, __ATOMIC_RELAXED), 1))
 		return;
-	}
 	rs_rangelock_unlock(rl, node);
 }
 

@@ -47,7 +47,9 @@ struct rs_rl_node {
 struct rs_rangelock {
 	_Atomic uint32_t mtx;      /* guards the queue below; see futex.h */
 	uint32_t nwait;            /* queued requests not yet granted */
-	struct rs_rl_node *head;   /* in arrival order */
+	/* In arrival order; or tagged with bit 0, the lone holder the
+	 * shim's inline path took (shim/rangelock_fast.h). */
+	struct rs_rl_node *head;
 	struct rs_rl_node *tail;
 };
 
