@@ -66,7 +66,7 @@ row "read/write at the file offset" 137 rw
 row "pwritev/preadv, 2 iovecs" 166 vec
 row "writev at the file offset, 2 iovecs" 193 writev
 row "pwritev2/preadv2, 2 iovecs, RWF_HIPRI" 170 vec2
-row "write on an O_APPEND descriptor" 167 append
+row "write on an O_APPEND descriptor" 180 append
 row "pwrite/pread, a second thread" 158 "pwrite thread"
 row "read/write at the file offset, a second thread" 182 "rw thread"
 row "pwritev/preadv, 2 iovecs, a second thread" 193 "vec thread"
