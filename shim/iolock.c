@@ -3,7 +3,7 @@
  *
  * The common case, a data call on one tracked fd, is inlined into its
  * wrapper (rs_io_fast in iolock.h): one load of the fd entry, two of the
- * description, [the offset lock and an lseek, or an append's fstat], the
+ * description, [the offset lock and an lseek, or an append's statx], the
  * node grant, one range lock, one re-check of the entry.  Everything
  * else (contention, end of file moved, two files, flags) is here, so
  * that the wrappers in interpose.c stay one line each.

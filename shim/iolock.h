@@ -203,12 +203,13 @@ extern char rs_statx_ok RS_HIDDEN;
  * End of file, for an append, by statx(fd, NULL, AT_EMPTY_PATH,
  * STATX_SIZE): the size as fstat gives it (the same getattr, with
  * AT_STATX_SYNC_AS_STAT), without fstat's cost.  Measured on tmpfs
- * (docs/benchmarks.md, "Appends"): fstat adds 0.8 us to a 0.9 us
- * 100-byte append, statx with a NULL path 0.5 us, a system call that does
- * nothing 0.3 us; fstat fills and converts the whole struct stat (uid and
- * gid mapping, times) and copies 144 bytes out.  A NULL path needs Linux
- * 6.11; older kernels fail it (EFAULT), as seccomp filters may (ENOSYS,
- * EPERM), and then rs_append_size turns statx off and uses fstat.
+ * (docs/benchmarks.md, "Appends"): fstat adds 0.65-0.9 us to a 0.7-1 us
+ * 100-byte append, statx with a NULL path 0.45 us, a system call that
+ * does nothing 0.2-0.25 us; fstat fills and converts the whole struct
+ * stat (uid and gid mapping, times) and copies 144 bytes out.  A NULL
+ * path needs Linux 6.11; older kernels fail it (EFAULT), as seccomp
+ * filters may (ENOSYS, EPERM), and then rs_append_size turns statx off
+ * and uses fstat.
  * lseek(fd, 0, SEEK_END), cheaper still, is not used: it moves the file
  * offset, which a write that then fails would leave moved (design.md (d),
  * "Appends").
@@ -235,8 +236,8 @@ static inline __attribute__((always_inline)) int rs_fstat_size(int fd, uint64_t 
  * An appender's end-of-file hint: the end of file this thread's last
  * append to the file left (the start it locked plus what it wrote), a
  * guess at where the next append will land, so that it can lock
- * [L, infinity) without an fstat first.  Only a guess: it is not trusted
- * to be a lower bound of end of file.  Locking from L is sound only while
+ * [L, infinity) without asking the kernel first.  Only a guess: it is
+ * not trusted to be a lower bound of end of file.  Locking from L is sound only while
  * L <= end of file, and a shrink that no lock of ours sees (a truncation
  * by a process without the shim, by one in another table, or in process
  * scope by any other process; open(O_TRUNC), truncate(path) without the
@@ -244,10 +245,10 @@ static inline __attribute__((always_inline)) int rs_fstat_size(int fd, uint64_t 
  * every thread's hint above end of file, for as many appends as it
  * trusted it: each would write below its lock (tests/test_adv_proc.c,
  * append_cut_*: thousands of torn reads per 3 s with a hint trusted for
- * up to 16 appends, 0 with the fstat).  So the append re-reads end of file with an
- * inline fstat under its lock, which sees every shrink that finished
- * before the lock was granted, and goes the general way when a shrink
- * moved it below L (ZFS's RL_APPEND re-check).
+ * up to 16 appends, 0 with the fstat).  So the append re-reads end of
+ * file under its lock (rs_fstat_size: statx, or fstat), which sees every
+ * shrink that finished before the lock was granted, and goes the general
+ * way when a shrink moved it below L (ZFS's RL_APPEND re-check).
  */
 struct rs_ap_hint {
 	struct rs_file *file;
