@@ -3,7 +3,7 @@
  *
  * The common case, a data call on one tracked fd, is inlined into its
  * wrapper (RS_FAST in iolock.h): one load of the fd entry, two of the
- * description, [the offset lock and an lseek, or an append's fstat], the
+ * description, [the offset lock and an lseek, or an append's statx], the
  * node grant, one range lock, one re-check of the entry.  Everything
  * else (contention, end of file moved, two files, flags) is here, so
  * that the wrappers in interpose.c stay one line each.
@@ -582,14 +582,28 @@ void rs_io_fast_slow(struct rs_io *io, int fd, unsigned mode, unsigned how, int6
 
 __thread struct rs_ap_hint rs_ap __attribute__((tls_model("initial-exec")));
 
+char rs_statx_ok = 1;
+
 /* fstat without leaving errno behind (the inline append path has not
- * saved it). */
-int rs_append_size(int fd, uint64_t *size)
+ * saved it).  A statx that failed for a reason other than the fd (a
+ * kernel before 6.11 rejects the NULL path with EFAULT; seccomp filters
+ * answer ENOSYS or EPERM) is not tried again. */
+int rs_append_size(int fd, uint64_t *size, long ret)
 {
-	int saved = errno, r = file_size(fd, size);
+	int saved, r;
+
+	if (ret == -EFAULT || ret == -ENOSYS || ret == -EPERM || ret == -EINVAL)
+		RS_STORE(rs_statx_ok, 0);
+	saved = errno;
+	r = file_size(fd, size);
 
 	errno = saved;
 	return r;
+}
+
+int rs_append_eof(int fd, uint64_t *size)
+{
+	return rs_fstat_size(fd, size);
 }
 
 void rs_io_end_slow(struct rs_io *io)

@@ -66,7 +66,7 @@ row "read/write at the file offset" 119 rw
 row "pwritev/preadv, 2 iovecs" 143 vec
 row "writev at the file offset, 2 iovecs" 152 writev
 row "pwritev2/preadv2, 2 iovecs, RWF_HIPRI" 152 vec2
-row "write on an O_APPEND descriptor" 140 append
+row "write on an O_APPEND descriptor" 154 append
 row "pwrite/pread, a second thread" 131 "pwrite thread"
 row "read/write at the file offset, a second thread" 148 "rw thread"
 row "pwritev/preadv, 2 iovecs, a second thread" 162 "vec thread"

@@ -25,6 +25,12 @@
  *               truncate(PATH, 0) without having the file open.
  *   cut_otrunc  another process under the shim opens PATH with O_TRUNC.
  *
+ * With ADV_NO_STATX=1 in the environment a seccomp filter fails statx
+ * with ENOSYS first, as on a kernel or in a container without it: the
+ * shim's append re-check then falls back to fstat (iolock.h,
+ * rs_fstat_size), which must guard the appends as well.  It adds
+ * "nostatx=1" once the filter is seen to work.
+ *
  * Prints "reads=R torn=T writes=W cuts=C".
  *
  * adv_proc_probe cut HOW PATH: the other process of the cut_* modes.
@@ -36,8 +42,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -195,8 +207,41 @@ static int cut_main(const char *how, const char *p)
 	return 2;
 }
 
+#if defined(__x86_64__)
+#define PROBE_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define PROBE_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+/* statx fails with ENOSYS from now on, in this process and its children:
+ * 1 if it does. */
+static int no_statx(void)
+{
+#ifdef PROBE_AUDIT_ARCH
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PROBE_AUDIT_ARCH, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_statx, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { sizeof(f) / sizeof(f[0]), f };
+	struct statx sx;
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+		return 0;
+	return syscall(SYS_statx, AT_FDCWD, "/", 0, STATX_SIZE, &sx) < 0 && errno == ENOSYS;
+#else
+	return 0;
+#endif
+}
+
 int main(int argc, char **argv)
 {
+	int nostatx = 0;
 	pthread_t t[NAPPEND + NREAD];
 	pthread_rwlockattr_t a;
 	double t0, ms;
@@ -217,6 +262,8 @@ int main(int argc, char **argv)
 	pthread_rwlockattr_init(&a);
 	pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
 	pthread_rwlock_init(&quiet, &a);
+	if (getenv("ADV_NO_STATX"))
+		nostatx = no_statx();
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	if (fd < 0)
 		abort();
@@ -239,7 +286,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < NAPPEND + NREAD; i++)
 		pthread_join(t[i], NULL);
 	unlink(path);
-	printf("reads=%ld torn=%ld writes=%ld cuts=%ld\n", atomic_load(&reads), atomic_load(&torn),
-	       atomic_load(&writes), atomic_load(&cuts));
+	printf("reads=%ld torn=%ld writes=%ld cuts=%ld%s\n", atomic_load(&reads), atomic_load(&torn),
+	       atomic_load(&writes), atomic_load(&cuts), nostatx ? " nostatx=1" : "");
 	return 0;
 }
