@@ -590,9 +590,11 @@ void rs_cluster_fork_child(void)
  * the agent waited for the application (cluster_adv::own_fcntl_lock).
  * So every lock call on a cluster file that starts below RS_CL_EOF and
  * reaches past it (l_len 0, "to the end", above all) is made on [start,
- * RS_CL_EOF) instead; since all of them are, unlocking to RS_CL_EOF
- * unlocks everything, and an F_GETLK answer ending exactly there is given
- * back as "to the end".  Nothing else changes: the lock goes to the same
+ * RS_CL_EOF) instead, and an F_GETLK answer ending exactly there is given
+ * back as "to the end".  Unlocks are made as they are: they meet no other
+ * owner's lock, and an unlock "to the end" must also drop locks the
+ * application placed wholly past 2^61 (clamped, it left them there, in
+ * the grant space, where they made the agent wait for the application).  Nothing else changes: the lock goes to the same
  * lock manager on the same bytes, between the same owners, with the
  * call's own result and errno.  Files in node or process scope, and
  * calls in other scopes, pass untouched.  A range wholly at or past
@@ -642,6 +644,11 @@ static int lock_prep(int fd, int cmd, struct flock *fl)
 	int64_t base = 0;
 	int flock_posix;
 
+	/* An unlock meets no other owner's lock: made as it is, "to the end"
+	 * also drops what the application locked wholly past 2^61 (passed
+	 * unclamped), as the real call does (cluster_adv::own_unlock_all). */
+	if (fl->l_type == F_UNLCK && !getlk_cmd(cmd))
+		return 0;
 	if (!lock_file(fd, &st, &flock_posix))
 		return 0;
 	if (fl->l_whence == SEEK_CUR)

@@ -24,6 +24,9 @@
  *  own_locks_shared    a whole-file lock keeps its meaning: F_GETLK says
  *              len 0, other processes of the node and of another node
  *              are refused, other nodes' I/O runs, a second pin keeps it.
+ *  own_unlock_all      an unlock "to the end" also drops a lock the
+ *              process placed past 2^61 (it was cut at 2^61 and left it,
+ *              and the next write deadlocked with the agent).
  *  own_lock_bad_args   lock calls with bad pointers return the real
  *              calls' EFAULT, in cluster scope too.
  *  sqlite      three sqlite3 writers on two nodes finish, 150 rows, ok.
@@ -283,6 +286,43 @@ Test(cluster_adv, own_whole_file_locks, .timeout = 120)
 	kill_agents("wl");
 	unlink(path);
 	unlink_tables("wl");
+}
+
+/*
+ * DEFECT (fixed: unlocks are made as they are, cluster.c lock_prep): a
+ * process that locked a byte wholly past 2^61 (passed unclamped, into the
+ * grant space) and then unlocked "to the end" from 0, as the kernel lets
+ * it drop everything, kept the high lock: the library had cut the unlock
+ * at 2^61 too.  The lock then sat on the grant of data byte 10, so the
+ * process's next write there waited for the agent, whose F_OFD_SETLKW
+ * waited for the process.  Observed on 915143f: left=1 (F_WRLCK), and the
+ * pwrite never returned (killed after 10 s).  Control: without the shim,
+ * left=2 (F_UNLCK) and the write returns 100.
+ */
+Test(cluster_adv, own_unlock_all, .timeout = 60)
+{
+	char path[PATH_MAX];
+	static struct rs_run r0, r1;
+	struct cenv c;
+
+	snprintf(path, sizeof path, "/dev/shm/rs-cadv-ua.%d", (int)getpid());
+	make_file(path, 4096);
+	cenv(&c, "ua", 'a', "cluster");
+	rs_run(&r0, (char *[]){ PROBE, "unlockall", path, NULL }, c.env, 0, 10);
+	cr_log_info("unlockall: real %d %s", r0.status, r0.out);
+	cr_assert_eq(r0.status, 0, "%s", r0.out);
+	cr_assert_eq(rs_field(r0.out, "left"), F_UNLCK, "control: %s", r0.out);
+	cr_assert_eq(rs_field(r0.out, "rc"), 100, "control: %s", r0.out);
+	rs_run(&r1, (char *[]){ PROBE, "unlockall", path, NULL }, c.env, 1, 10);
+	cr_log_info("unlockall: shim %d %s", r1.status, r1.out);
+	cr_expect_eq(r1.status, 0, "cluster scope: the write after the unlock did not return in "
+		     "10 s: %s", r1.out);
+	cr_expect_eq(rs_field(r1.out, "left"), F_UNLCK, "the unlock \"to the end\" left the lock "
+		     "past 2^61: %s", r1.out);
+	cr_expect_eq(rs_field(r1.out, "rc"), 100, "%s", r1.out);
+	kill_agents("ua");
+	unlink(path);
+	unlink_tables("ua");
 }
 
 /*

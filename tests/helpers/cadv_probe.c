@@ -19,6 +19,11 @@
  *   cadv_probe fcntllock FILE         take a POSIX write lock on [0, 100)
  *                                     of FILE (as SQLite or ROMIO do), then
  *                                     pwrite 100 bytes at 0 under it
+ *   cadv_probe unlockall FILE         lock byte 2^61 + 10 (F_SETLK), unlock
+ *                                     "to the end" from 0, print whether
+ *                                     another process still finds the byte
+ *                                     locked (left=l_type), then pwrite 100
+ *                                     bytes at 0
  *   cadv_probe ownlock FILE HOW [SECS]
  *                                     take the process's own lock on FILE
  *                                     (HOW: whole = F_SETLKW l_len 0, lockf
@@ -53,6 +58,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <grp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -211,6 +217,38 @@ int main(int argc, char **argv)
 			while (access(stop, F_OK) != 0 && now_ms() < end)
 				usleep(10000);
 		}
+		report(rc, err, t0);
+		return 0;
+	}
+	if (strcmp(argv[1], "unlockall") == 0) {
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
+				    .l_start = (off_t)((1LL << 61) + 10), .l_len = 1 };
+		struct flock un = { .l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 0,
+				    .l_len = 0 };
+		int st;
+		pid_t c;
+
+		fd = open(argv[2], O_RDWR);
+		if (fd < 0 || fcntl(fd, F_SETLK, &fl) < 0 || fcntl(fd, F_SETLK, &un) < 0) {
+			printf("verdict=FAIL open/lock/unlock %s: %s\n", argv[2], strerror(errno));
+			return 1;
+		}
+		/* Is the high byte still locked?  Ask from another process. */
+		c = fork();
+		if (c == 0) {
+			int f2 = open(argv[2], O_RDWR);
+
+			fl.l_type = F_WRLCK;
+			_exit(f2 < 0 || fcntl(f2, F_GETLK, &fl) < 0 ? 255 : fl.l_type);
+		}
+		if (c < 0 || waitpid(c, &st, 0) != c || !WIFEXITED(st)) {
+			printf("verdict=FAIL fork/wait\n");
+			return 1;
+		}
+		printf("left=%d ", WEXITSTATUS(st));
+		t0 = now_ms();
+		rc = pwrite(fd, buf, 100, 0);
+		err = rc < 0 ? errno : 0;
 		report(rc, err, t0);
 		return 0;
 	}
