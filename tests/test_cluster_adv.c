@@ -27,6 +27,10 @@
  *  own_unlock_all      an unlock "to the end" also drops a lock the
  *              process placed past 2^61 (it was cut at 2^61 and left it,
  *              and the next write deadlocked with the agent).
+ *  cluster_adv_nodes::flock_unlock_readonly  (two mounts of a cluster
+ *              file system, RS_CLUSTER_DIRS) flock(LOCK_UN) after a
+ *              LOCK_EX on a read-only descriptor lets the lock go (the
+ *              real flock stayed held, and writes waited for ever).
  *  own_lock_bad_args   lock calls with bad pointers return the real
  *              calls' EFAULT, in cluster scope too.
  *  sqlite      three sqlite3 writers on two nodes finish, 150 rows, ok.
@@ -323,6 +327,53 @@ Test(cluster_adv, own_unlock_all, .timeout = 60)
 	kill_agents("ua");
 	unlink(path);
 	unlink_tables("ua");
+}
+
+/*
+ * DEFECT (fixed: flock's LOCK_UN is made both ways, interpose.c flock),
+ * on file systems that make flock a whole-file lock of the lock manager
+ * (GlusterFS here; NFS, Lustre flock): flock(LOCK_EX) on a read-only
+ * descriptor is made as the real flock (the OFD write lock would be
+ * refused for the mode), but its LOCK_UN was made as an OFD unlock only,
+ * so the real flock stayed held, on every byte, until the last close:
+ * another description's LOCK_EX|LOCK_NB failed with EWOULDBLOCK after the
+ * unlock, and a write to the file waited for ever (the node's agent
+ * waited for the lock in the grant space).  Observed on 915143f over two
+ * GlusterFS mounts: nb=-1 nberrno=11, then no answer in 20 s.  Control:
+ * the same without the shim (nb=0, rc=100).  Runs where RS_CLUSTER_DIRS
+ * names two mounts of one cluster file system (make test-cluster).
+ */
+Test(cluster_adv_nodes, flock_unlock_readonly, .timeout = 90)
+{
+	const char *dirs = getenv("RS_CLUSTER_DIRS");
+	char path[PATH_MAX];
+	static struct rs_run r0, r1;
+	struct cenv c;
+	int fd;
+
+	if (!dirs || !strchr(dirs, ':'))
+		cr_skip_test("RS_CLUSTER_DIRS=DIR-A:DIR-B is not set (make test-cluster sets it)");
+	snprintf(path, sizeof path, "%.*s/fu.%d", (int)(strchr(dirs, ':') - dirs), dirs,
+		 (int)getpid());
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+	cr_assert_eq(ftruncate(fd, 4096), 0);
+	close(fd);
+	cenv(&c, "fu", 'a', "cluster");
+	rs_run(&r0, (char *[]){ PROBE, "flockun", path, NULL }, c.env, 0, 20);
+	cr_log_info("flockun: real %d %s", r0.status, r0.out);
+	cr_assert_eq(r0.status, 0, "control: %s", r0.out);
+	cr_assert_eq(rs_field(r0.out, "nb"), 0, "control: %s", r0.out);
+	cr_assert_eq(rs_field(r0.out, "rc"), 100, "control: %s", r0.out);
+	rs_run(&r1, (char *[]){ PROBE, "flockun", path, NULL }, c.env, 1, 20);
+	cr_log_info("flockun: shim %d %s", r1.status, r1.out);
+	cr_expect_eq(rs_field(r1.out, "nb"), 0, "the real flock outlived LOCK_UN: %s", r1.out);
+	cr_expect_eq(r1.status, 0, "cluster scope: the write after LOCK_UN did not return in "
+		     "20 s: %s", r1.out);
+	cr_expect_eq(rs_field(r1.out, "rc"), 100, "%s", r1.out);
+	kill_agents("fu");
+	unlink(path);
+	unlink_tables("fu");
 }
 
 /*

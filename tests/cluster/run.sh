@@ -13,7 +13,8 @@
 #   3b. cluster scope (RANGESHIM_SCOPE=cluster, one table and agent per
 #      node; fuse.glusterfs is trusted): no tears, buffered and O_DIRECT;
 #   4. OFD locks through A and B conflict as on a cluster (ofdprobe check);
-#   5. test_clusterlock's cross-node cases on the two mounts;
+#   5. test_clusterlock's and test_cluster_adv's cross-node cases on the
+#      two mounts;
 #   6. a write under the process's own whole-file fcntl lock and flock, in
 #      cluster scope, returns.
 # Every race must also have seen the writer (changes > 0): a reader that
@@ -152,6 +153,19 @@ if [ -x "$build/tests/test_clusterlock" ]; then
 		pass "test_clusterlock across the two mounts"
 	else
 		fail "test_clusterlock across the two mounts"
+	fi
+fi
+
+if [ -x "$build/tests/test_cluster_adv" ]; then
+	checks=$((checks + 1))
+	RS_CLUSTER_DIRS="$CLU_A:$CLU_B" "$build/tests/test_cluster_adv" --verbose \
+	    --filter 'cluster_adv_nodes/*' --jobs 1 --timeout 120 >"$CLU_DIR/cluster_adv.log" 2>&1
+	rc=$?
+	grep -v 'Test is disabled' "$CLU_DIR/cluster_adv.log"
+	if [ $rc = 0 ]; then
+		pass "test_cluster_adv across the two mounts"
+	else
+		fail "test_cluster_adv across the two mounts"
 	fi
 fi
 

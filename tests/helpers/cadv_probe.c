@@ -24,6 +24,11 @@
  *                                     another process still finds the byte
  *                                     locked (left=l_type), then pwrite 100
  *                                     bytes at 0
+ *   cadv_probe flockun FILE           flock(LOCK_EX) then flock(LOCK_UN) on a
+ *                                     read-only descriptor; then another
+ *                                     description's flock(LOCK_EX|LOCK_NB)
+ *                                     (nb, nberrno) and a pwrite of 100
+ *                                     bytes at 0 through a third
  *   cadv_probe ownlock FILE HOW [SECS]
  *                                     take the process's own lock on FILE
  *                                     (HOW: whole = F_SETLKW l_len 0, lockf
@@ -248,6 +253,27 @@ int main(int argc, char **argv)
 		printf("left=%d ", WEXITSTATUS(st));
 		t0 = now_ms();
 		rc = pwrite(fd, buf, 100, 0);
+		err = rc < 0 ? errno : 0;
+		report(rc, err, t0);
+		return 0;
+	}
+	if (strcmp(argv[1], "flockun") == 0) {
+		int fd2, fd3, nb;
+
+		fd = open(argv[2], O_RDONLY);
+		fd2 = open(argv[2], O_RDONLY);
+		fd3 = open(argv[2], O_RDWR);
+		if (fd < 0 || fd2 < 0 || fd3 < 0 || flock(fd, LOCK_EX) < 0 ||
+		    flock(fd, LOCK_UN) < 0) {
+			printf("verdict=FAIL open/flock %s: %s\n", argv[2], strerror(errno));
+			return 1;
+		}
+		nb = flock(fd2, LOCK_EX | LOCK_NB);
+		printf("nb=%d nberrno=%d ", nb, nb < 0 ? errno : 0);
+		if (nb == 0)
+			flock(fd2, LOCK_UN);
+		t0 = now_ms();
+		rc = pwrite(fd3, buf, 100, 0);
 		err = rc < 0 ? errno : 0;
 		report(rc, err, t0);
 		return 0;
