@@ -31,6 +31,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <spawn.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -336,8 +337,48 @@ static int find_fd(uint64_t dev, uint64_t ino)
 }
 
 
-static int recv_msg(int s, struct rs_ag_msg *m, int *fd)
+/*
+ * A pin waits for as long as a lock in the grant space lasts.  Other
+ * nodes' grants end; a process's own lock there (one the application
+ * placed wholly past 2^61, a whole-file lock of a program without the
+ * shim, a flock the library could not move: limitations.md) may wait for
+ * this very call, and the agent, which runs detached, cannot say so.  So
+ * after PIN_SAY_MS without an answer the process asks the lock manager
+ * once who holds the range's grant (F_OFD_GETLK: its owner is no
+ * process, so this process's own locks show too) and names a process
+ * that does (an agent's OFD lock says pid -1) (cluster_adv::
+ * own_high_lock_says_why).  Once per process: a hint, not a log.
+ */
+#define PIN_SAY_MS 5000
+
+static void await_reply(int s, const struct rs_ag_msg *sent)
 {
+	static _Atomic int said;
+	struct pollfd p = { .fd = s, .events = POLLIN };
+	struct flock q = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
+			   .l_start = (off_t)(RS_CL_GRANTS + sent->start),
+			   .l_len = (off_t)(sent->end - sent->start) };
+	int fd;
+
+	if (atomic_load_explicit(&said, memory_order_relaxed) || poll(&p, 1, PIN_SAY_MS) != 0)
+		return;
+	fd = find_fd(sent->dev, sent->ino);
+	if (fd < 0 || syscall(SYS_fcntl, fd, F_OFD_GETLK, &q) < 0 || q.l_type == F_UNLCK ||
+	    q.l_pid <= 0 || atomic_exchange(&said, 1))
+		return;
+	rs_log(RS_LOG_ERROR, "cluster scope: a call on bytes [%llu, %llu) of file %llu:%llu has "
+	       "waited %d s for its cluster lock, which a lock of process %d%s holds: that lock "
+	       "reaches above 2^61, where cluster scope keeps its own locks (a whole-file lock of "
+	       "a program without the shim, a lock wholly past 2^61, or a flock the library could "
+	       "not move); the call goes on when it goes", (unsigned long long)sent->start,
+	       (unsigned long long)sent->end, (unsigned long long)sent->dev,
+	       (unsigned long long)sent->ino, PIN_SAY_MS / 1000, (int)q.l_pid,
+	       q.l_pid == getpid() ? " (this process: it waits for itself)" : "");
+}
+
+static int recv_msg(int s, const struct rs_ag_msg *sent, struct rs_ag_msg *m, int *fd)
+{
+	await_reply(s, sent);
 	return rs_ag_recv(s, m, fd) == (ssize_t)sizeof *m && m->op == RS_AG_REPLY ? 0 : -1;
 }
 
@@ -476,13 +517,13 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 		pfile_agent(apid);
 		old = pfile_old(dev, ino, &oldslot);
 		m.flags = (old >= 0 ? RS_AG_OLD_FD : 0) | wflag;
-		if (rs_ag_send(sock, &m, old) < 0 || recv_msg(sock, &r, &rfd) < 0)
+		if (rs_ag_send(sock, &m, old) < 0 || recv_msg(sock, &m, &r, &rfd) < 0)
 			goto retry;
 		m.flags = wflag;
 		if (r.rc == -ENOENT) {
 			fd = find_fd(dev, ino);
 			m.flags |= RS_AG_HAS_FD;
-			if (fd < 0 || rs_ag_send(sock, &m, fd) < 0 || recv_msg(sock, &r, &rfd) < 0)
+			if (fd < 0 || rs_ag_send(sock, &m, fd) < 0 || recv_msg(sock, &m, &r, &rfd) < 0)
 				goto retry;
 		}
 		if (r.rc == -EROFS || r.rc == -EPERM) {

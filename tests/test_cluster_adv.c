@@ -31,6 +31,8 @@
  *              file system, RS_CLUSTER_DIRS) flock(LOCK_UN) after a
  *              LOCK_EX on a read-only descriptor lets the lock go (the
  *              real flock stayed held, and writes waited for ever).
+ *  own_high_lock_says_why  a write waiting for the process's own lock
+ *              wholly past 2^61 (a limitation) says why (it was silent).
  *  foreign_whole_lock_under_io  (disabled: not fixed) a process without
  *              the shim gets a whole-file lock while a node writes the
  *              file (it waits until the node goes idle).
@@ -377,6 +379,45 @@ Test(cluster_adv_nodes, flock_unlock_readonly, .timeout = 90)
 	kill_agents("fu");
 	unlink(path);
 	unlink_tables("fu");
+}
+
+/*
+ * DEFECT (half fixed: the wait now says why; the wait itself is a
+ * limitation): a process that holds its own lock wholly past 2^61 (passed
+ * unclamped, into the grant space: here on the mirror of data byte 10)
+ * and writes byte 10 waits for its agent, whose F_OFD_SETLKW waits for
+ * the process (limitations.md).  It waited in silence; "every wait ends
+ * or says why" (the agent runs detached, its stderr is /dev/null).  Now
+ * a call whose pin has no answer in 5 s asks who holds its grant's range
+ * and names the process (cluster.c, await_reply).  Observed on 915143f:
+ * no line in 10 s.
+ * Control: in node scope the same write returns 100 at once.
+ */
+Test(cluster_adv, own_high_lock_says_why, .timeout = 60)
+{
+	char path[PATH_MAX], want[64];
+	static struct rs_run r;
+	struct cenv c;
+	long long pid;
+
+	snprintf(path, sizeof path, "/dev/shm/rs-cadv-hl.%d", (int)getpid());
+	make_file(path, 4096);
+	cenv(&c, "hl", 'a', "node");
+	rs_run(&r, (char *[]){ PROBE, "highlock", path, NULL }, c.env, 1, 10);
+	cr_log_info("highlock, node scope: %d %s", r.status, r.out);
+	cr_assert_eq(r.status, 0, "control: %s", r.out);
+	cr_assert_eq(rs_field(r.out, "rc"), 100, "control: %s", r.out);
+	cenv(&c, "hl", 'a', "cluster");
+	rs_run(&r, (char *[]){ PROBE, "highlock", path, NULL }, c.env, 1, 10);
+	cr_log_info("highlock, cluster scope: %d %s", r.status, r.out);
+	pid = rs_field(r.out, "pid");
+	cr_assert_gt(pid, 0, "%s", r.out);
+	snprintf(want, sizeof want, "lock of process %lld (this process", pid);
+	cr_expect(r.status == 0 || strstr(r.out, want), "the write waits for the process's own "
+		  "lock past 2^61 and nothing says so: %s", r.out);
+	kill_agents("hl");
+	unlink(path);
+	unlink_tables("hl");
 }
 
 /* F_SETLKW of the whole file from a child without the shim, killed by

@@ -24,6 +24,8 @@
  *                                     another process still finds the byte
  *                                     locked (left=l_type), then pwrite 100
  *                                     bytes at 0
+ *   cadv_probe highlock FILE          lock byte 2^61 + 10 (F_SETLK), print
+ *                                     pid=, then pwrite 100 bytes at 0
  *   cadv_probe flockun FILE           flock(LOCK_EX) then flock(LOCK_UN) on a
  *                                     read-only descriptor; then another
  *                                     description's flock(LOCK_EX|LOCK_NB)
@@ -251,6 +253,22 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		printf("left=%d ", WEXITSTATUS(st));
+		t0 = now_ms();
+		rc = pwrite(fd, buf, 100, 0);
+		err = rc < 0 ? errno : 0;
+		report(rc, err, t0);
+		return 0;
+	}
+	if (strcmp(argv[1], "highlock") == 0) {
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
+				    .l_start = (off_t)((1LL << 61) + 10), .l_len = 1 };
+
+		fd = open(argv[2], O_RDWR);
+		if (fd < 0 || fcntl(fd, F_SETLK, &fl) < 0) {
+			printf("verdict=FAIL open/lock %s: %s\n", argv[2], strerror(errno));
+			return 1;
+		}
+		printf("pid=%d locked\n", (int)getpid());
 		t0 = now_ms();
 		rc = pwrite(fd, buf, 100, 0);
 		err = rc < 0 ? errno : 0;
