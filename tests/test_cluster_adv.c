@@ -33,6 +33,8 @@
  *              real flock stayed held, and writes waited for ever).
  *  own_high_lock_says_why  a write waiting for the process's own lock
  *              wholly past 2^61 (a limitation) says why (it was silent).
+ *  exec_keeps_stdin_lock  a program started with a POSIX lock on its
+ *              stdin keeps it (the library's start dropped it).
  *  foreign_whole_lock_under_io  (disabled: not fixed) a process without
  *              the shim gets a whole-file lock while a node writes the
  *              file (it waits until the node goes idle).
@@ -418,6 +420,76 @@ Test(cluster_adv, own_high_lock_says_why, .timeout = 60)
 	kill_agents("hl");
 	unlink(path);
 	unlink_tables("hl");
+}
+
+/* Start PROBE stream PATH with fd 0 an fd of path that holds a POSIX lock
+ * on [0, 10), taken before execve (a process keeps its locks across it);
+ * with the shim when preload.  Returns the child; *type is what F_GETLK
+ * from here says of [0, 10) half a second later. */
+static pid_t exec_locked(const char *path, const struct cenv *c, int preload, short *type)
+{
+	struct flock q = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 10 };
+	int fd;
+	pid_t p = fork();
+
+	cr_assert_geq(p, 0);
+	if (p == 0) {
+		struct flock fl = q;
+
+		fd = open(path, O_RDWR);
+		if (fd < 0 || dup2(fd, 0) < 0 || fcntl(0, F_SETLK, &fl) < 0)
+			_exit(1);
+		fd = open("/dev/null", O_WRONLY);
+		if (fd < 0 || dup2(fd, 1) < 0)
+			_exit(1);
+		for (int i = 0; c->env[i]; i++)
+			putenv((char *)c->env[i]);
+		if (preload)
+			setenv("LD_PRELOAD", RS_LIB, 1);
+		else
+			unsetenv("LD_PRELOAD");
+		execv(PROBE, (char *[]){ PROBE, "stream", (char *)path, "1", "2", NULL });
+		_exit(127);
+	}
+	usleep(500000);
+	fd = open(path, O_RDWR);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(fcntl(fd, F_GETLK, &q), 0);
+	close(fd);
+	*type = q.l_type;
+	return p;
+}
+
+/*
+ * DEFECT (fixed: rs_fd_grow_table dups an eventfd of its own, fdtable.c),
+ * in every scope: a program started with a POSIX lock on its stdin (taken
+ * by a wrapper before execve: a process keeps its locks across it) lost
+ * the lock when the library started, which grew the fd table by dup'ing
+ * fd 0 to a high number and closing the copy; closing any fd of a file
+ * drops the process's POSIX locks on it.  Observed on 915143f: F_GETLK
+ * from another process finds [0, 10) unlocked half a second after exec.
+ * Control: the same without the shim (locked).
+ */
+Test(cluster_adv, exec_keeps_stdin_lock, .timeout = 60)
+{
+	char path[PATH_MAX];
+	struct cenv c;
+	short type;
+	int st;
+	pid_t p;
+
+	snprintf(path, sizeof path, "/dev/shm/rs-cadv-ex.%d", (int)getpid());
+	make_file(path, 1 << 20);
+	cenv(&c, "ex", 'a', "cluster");
+	p = exec_locked(path, &c, 0, &type);
+	cr_assert_eq(waitpid(p, &st, 0), p);
+	cr_assert_eq(type, F_WRLCK, "control: the lock did not survive exec without the shim");
+	p = exec_locked(path, &c, 1, &type);
+	cr_assert_eq(waitpid(p, &st, 0), p);
+	cr_expect_eq(type, F_WRLCK, "the library dropped the lock the program was started with");
+	kill_agents("ex");
+	unlink(path);
+	unlink_tables("ex");
 }
 
 /* F_SETLKW of the whole file from a child without the shim, killed by
