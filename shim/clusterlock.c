@@ -357,7 +357,8 @@ static int wait_exact(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *locks)
 	int rc, rc2;
 
 	for (;;) {
-		struct timespec ts = { 0, (long)c->p.poll_min_ns };
+		struct timespec ts = { (time_t)(c->p.poll_min_ns / 1000000000ULL),
+					(long)(c->p.poll_min_ns % 1000000000ULL) };
 
 		rc = lk(c, F_OFD_SETLK, F_RDLCK, RS_CL_INTENT, s, e, &t, &a, &b);
 		if (rc != -EAGAIN && rc != -EACCES)
