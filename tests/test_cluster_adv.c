@@ -171,6 +171,44 @@ static int probe(const char *test, const char *scope, int preload, int timeout_s
 	return r.status == 0 && strstr(r.out, "verdict=PASS") ? 0 : -1;
 }
 
+/* A new 4 KiB file of test's on tmpfs; its name in path (PATH_MAX). */
+static void shm_file(char *path, const char *test)
+{
+	snprintf(path, PATH_MAX, "/dev/shm/rs-cadv-%s.%d", test, (int)getpid());
+	make_file(path, 4096);
+}
+
+/* The end of test: its agents, its file and its node tables go. */
+static void end_test(const char *test, const char *path)
+{
+	kill_agents(test);
+	unlink(path);
+	unlink_tables(test);
+}
+
+/* PROBE MODE PATH on node A of test in cluster scope, without the shim
+ * (r0, which must exit 0) and with it (r1), each killed after timeout_s. */
+static void real_and_shim(const char *test, const char *mode, const char *path, int timeout_s,
+			  struct rs_run *r0, struct rs_run *r1)
+{
+	struct cenv c;
+
+	cenv(&c, test, 'a', "cluster");
+	rs_run(r0, (char *[]){ PROBE, (char *)mode, (char *)path, NULL }, c.env, 0, timeout_s);
+	rs_run(r1, (char *[]){ PROBE, (char *)mode, (char *)path, NULL }, c.env, 1, timeout_s);
+	cr_log_info("%s: real %d %s / shim %d %s", mode, r0->status, r0->out, r1->status,
+		    r1->out);
+	cr_assert_eq(r0->status, 0, "control: %s", r0->out);
+}
+
+/* real_and_shim on a new 4 KiB file of test's on tmpfs (shm_file). */
+static void shm_real_and_shim(const char *test, const char *mode, char *path,
+			      struct rs_run *r0, struct rs_run *r1)
+{
+	shm_file(path, test);
+	real_and_shim(test, mode, path, 10, r0, r1);
+}
+
 /*
  * Offsets at and beyond 2^62.  The cluster intent space mirrors the data
  * space at 2^62 + offset, so cluster grants covered only [0, 2^62); the pin
@@ -314,26 +352,16 @@ Test(cluster_adv, own_unlock_all, .timeout = 60)
 {
 	char path[PATH_MAX];
 	static struct rs_run r0, r1;
-	struct cenv c;
 
-	snprintf(path, sizeof path, "/dev/shm/rs-cadv-ua.%d", (int)getpid());
-	make_file(path, 4096);
-	cenv(&c, "ua", 'a', "cluster");
-	rs_run(&r0, (char *[]){ PROBE, "unlockall", path, NULL }, c.env, 0, 10);
-	cr_log_info("unlockall: real %d %s", r0.status, r0.out);
-	cr_assert_eq(r0.status, 0, "%s", r0.out);
+	shm_real_and_shim("ua", "unlockall", path, &r0, &r1);
 	cr_assert_eq(rs_field(r0.out, "left"), F_UNLCK, "control: %s", r0.out);
 	cr_assert_eq(rs_field(r0.out, "rc"), 100, "control: %s", r0.out);
-	rs_run(&r1, (char *[]){ PROBE, "unlockall", path, NULL }, c.env, 1, 10);
-	cr_log_info("unlockall: shim %d %s", r1.status, r1.out);
 	cr_expect_eq(r1.status, 0, "cluster scope: the write after the unlock did not return in "
 		     "10 s: %s", r1.out);
 	cr_expect_eq(rs_field(r1.out, "left"), F_UNLCK, "the unlock \"to the end\" left the lock "
 		     "past 2^61: %s", r1.out);
 	cr_expect_eq(rs_field(r1.out, "rc"), 100, "%s", r1.out);
-	kill_agents("ua");
-	unlink(path);
-	unlink_tables("ua");
+	end_test("ua", path);
 }
 
 /*
@@ -355,7 +383,6 @@ Test(cluster_adv_nodes, flock_unlock_readonly, .timeout = 90)
 	const char *dirs = getenv("RS_CLUSTER_DIRS");
 	char path[PATH_MAX];
 	static struct rs_run r0, r1;
-	struct cenv c;
 	int fd;
 
 	if (!dirs || !strchr(dirs, ':'))
@@ -366,21 +393,14 @@ Test(cluster_adv_nodes, flock_unlock_readonly, .timeout = 90)
 	cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
 	cr_assert_eq(ftruncate(fd, 4096), 0);
 	close(fd);
-	cenv(&c, "fu", 'a', "cluster");
-	rs_run(&r0, (char *[]){ PROBE, "flockun", path, NULL }, c.env, 0, 20);
-	cr_log_info("flockun: real %d %s", r0.status, r0.out);
-	cr_assert_eq(r0.status, 0, "control: %s", r0.out);
+	real_and_shim("fu", "flockun", path, 20, &r0, &r1);
 	cr_assert_eq(rs_field(r0.out, "nb"), 0, "control: %s", r0.out);
 	cr_assert_eq(rs_field(r0.out, "rc"), 100, "control: %s", r0.out);
-	rs_run(&r1, (char *[]){ PROBE, "flockun", path, NULL }, c.env, 1, 20);
-	cr_log_info("flockun: shim %d %s", r1.status, r1.out);
 	cr_expect_eq(rs_field(r1.out, "nb"), 0, "the real flock outlived LOCK_UN: %s", r1.out);
 	cr_expect_eq(r1.status, 0, "cluster scope: the write after LOCK_UN did not return in "
 		     "20 s: %s", r1.out);
 	cr_expect_eq(rs_field(r1.out, "rc"), 100, "%s", r1.out);
-	kill_agents("fu");
-	unlink(path);
-	unlink_tables("fu");
+	end_test("fu", path);
 }
 
 /*
@@ -402,8 +422,7 @@ Test(cluster_adv, own_high_lock_says_why, .timeout = 60)
 	struct cenv c;
 	long long pid;
 
-	snprintf(path, sizeof path, "/dev/shm/rs-cadv-hl.%d", (int)getpid());
-	make_file(path, 4096);
+	shm_file(path, "hl");
 	cenv(&c, "hl", 'a', "node");
 	rs_run(&r, (char *[]){ PROBE, "highlock", path, NULL }, c.env, 1, 10);
 	cr_log_info("highlock, node scope: %d %s", r.status, r.out);
@@ -417,9 +436,7 @@ Test(cluster_adv, own_high_lock_says_why, .timeout = 60)
 	snprintf(want, sizeof want, "lock of process %lld (this process", pid);
 	cr_expect(r.status == 0 || strstr(r.out, want), "the write waits for the process's own "
 		  "lock past 2^61 and nothing says so: %s", r.out);
-	kill_agents("hl");
-	unlink(path);
-	unlink_tables("hl");
+	end_test("hl", path);
 }
 
 /* Start PROBE stream PATH with fd 0 an fd of path that holds a POSIX lock
@@ -487,9 +504,7 @@ Test(cluster_adv, exec_keeps_stdin_lock, .timeout = 60)
 	p = exec_locked(path, &c, 1, &type);
 	cr_assert_eq(waitpid(p, &st, 0), p);
 	cr_expect_eq(type, F_WRLCK, "the library dropped the lock the program was started with");
-	kill_agents("ex");
-	unlink(path);
-	unlink_tables("ex");
+	end_test("ex", path);
 }
 
 /* F_SETLKW of the whole file from a child without the shim, killed by
@@ -526,27 +541,22 @@ static int foreign_whole_lock(const char *path, unsigned secs)
  */
 Test(cluster_adv, foreign_whole_lock_under_io, .timeout = 60, .disabled = CADV_DISABLED)
 {
+	static const char *const scopes[] = { "node", "cluster" };	/* control first */
 	char path[PATH_MAX];
 	struct rs_bg w;
 	struct cenv c;
 
 	snprintf(path, sizeof path, "/dev/shm/rs-cadv-fw.%d", (int)getpid());
 	make_file(path, 1 << 20);
-	cenv(&c, "fw", 'a', "node");
-	start(&w, c.env, (char *[]){ PROBE, "stream", path, "1", "6", NULL });
-	usleep(500000);
-	cr_expect(foreign_whole_lock(path, 4), "control: no whole-file lock in 4 s under "
-		  "node-scope writes");
-	rs_bg_finish(&w, 20000);
-	cenv(&c, "fw", 'a', "cluster");
-	start(&w, c.env, (char *[]){ PROBE, "stream", path, "1", "6", NULL });
-	usleep(500000);
-	cr_expect(foreign_whole_lock(path, 4), "cluster scope: a process without the shim got no "
-		  "whole-file lock in 4 s while node A wrote");
-	rs_bg_finish(&w, 20000);
-	kill_agents("fw");
-	unlink(path);
-	unlink_tables("fw");
+	for (int i = 0; i < 2; i++) {
+		cenv(&c, "fw", 'a', scopes[i]);
+		start(&w, c.env, (char *[]){ PROBE, "stream", path, "1", "6", NULL });
+		usleep(500000);
+		cr_expect(foreign_whole_lock(path, 4), "%s scope: a process without the shim got "
+			  "no whole-file lock in 4 s while node A wrote", scopes[i]);
+		rs_bg_finish(&w, 20000);
+	}
+	end_test("fw", path);
 }
 
 /*
@@ -561,23 +571,14 @@ Test(cluster_adv, own_lock_bad_args, .timeout = 60)
 {
 	char path[PATH_MAX];
 	static struct rs_run r0, r1;
-	struct cenv c;
 
-	snprintf(path, sizeof path, "/dev/shm/rs-cadv-bl.%d", (int)getpid());
-	make_file(path, 4096);
-	cenv(&c, "bl", 'a', "cluster");
-	rs_run(&r0, (char *[]){ PROBE, "badlk", path, NULL }, c.env, 0, 10);
-	rs_run(&r1, (char *[]){ PROBE, "badlk", path, NULL }, c.env, 1, 10);
-	cr_log_info("badlk: real %d %s / shim %d %s", r0.status, r0.out, r1.status, r1.out);
-	cr_assert_eq(r0.status, 0, "%s", r0.out);
+	shm_real_and_shim("bl", "badlk", path, &r0, &r1);
 	cr_assert_eq(r1.status, 0, "with the shim: %s", r1.out);
 	cr_expect_eq(rs_field(r1.out, "rc1"), rs_field(r0.out, "rc1"));
 	cr_expect_eq(rs_field(r1.out, "e1"), rs_field(r0.out, "e1"));
 	cr_expect_eq(rs_field(r1.out, "rc"), rs_field(r0.out, "rc"));
 	cr_expect_eq(rs_field(r1.out, "errno"), rs_field(r0.out, "errno"));
-	kill_agents("bl");
-	unlink(path);
-	unlink_tables("bl");
+	end_test("bl", path);
 }
 
 static void touch(const char *path, const char *suffix)

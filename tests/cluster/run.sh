@@ -142,32 +142,23 @@ else
 	fail "ofdprobe check"
 fi
 
-if [ -x "$build/tests/test_clusterlock" ]; then
+# cross_suite TEST SUITE: a Criterion binary's cross-node suite on the two
+# mounts (--verbose for the figures; other suites are filtered out).
+cross_suite() {
+	[ -x "$build/tests/$1" ] || return 0
 	checks=$((checks + 1))
-	RS_CLUSTER_DIRS="$CLU_A:$CLU_B" "$build/tests/test_clusterlock" --verbose \
-	    --filter 'clusterlock_nodes/*' --jobs 1 --timeout 120 >"$CLU_DIR/clusterlock.log" 2>&1
+	RS_CLUSTER_DIRS="$CLU_A:$CLU_B" "$build/tests/$1" --verbose \
+	    --filter "$2/*" --jobs 1 --timeout 120 >"$CLU_DIR/$1.log" 2>&1
 	rc=$?
-	# --verbose for the figures; the other suite's tests are filtered out.
-	grep -v 'Test is disabled' "$CLU_DIR/clusterlock.log"
+	grep -v 'Test is disabled' "$CLU_DIR/$1.log"
 	if [ $rc = 0 ]; then
-		pass "test_clusterlock across the two mounts"
+		pass "$1 across the two mounts"
 	else
-		fail "test_clusterlock across the two mounts"
+		fail "$1 across the two mounts"
 	fi
-fi
-
-if [ -x "$build/tests/test_cluster_adv" ]; then
-	checks=$((checks + 1))
-	RS_CLUSTER_DIRS="$CLU_A:$CLU_B" "$build/tests/test_cluster_adv" --verbose \
-	    --filter 'cluster_adv_nodes/*' --jobs 1 --timeout 120 >"$CLU_DIR/cluster_adv.log" 2>&1
-	rc=$?
-	grep -v 'Test is disabled' "$CLU_DIR/cluster_adv.log"
-	if [ $rc = 0 ]; then
-		pass "test_cluster_adv across the two mounts"
-	else
-		fail "test_cluster_adv across the two mounts"
-	fi
-fi
+}
+cross_suite test_clusterlock clusterlock_nodes
+cross_suite test_cluster_adv cluster_adv_nodes
 
 echo "cluster: $((checks - fails)) of $checks checks passed"
 [ $fails = 0 ]

@@ -90,6 +90,16 @@ static void report(long long rc, int err, double t0)
 	       shim_loaded());
 }
 
+/* pwrite 100 bytes of buf at 0 through fd, and report it. */
+static int write_report(int fd, const char *buf)
+{
+	double t0 = now_ms();
+	long long rc = pwrite(fd, buf, 100, 0);
+
+	report(rc, rc < 0 ? errno : 0, t0);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static char buf[1 << 16];
@@ -253,11 +263,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		printf("left=%d ", WEXITSTATUS(st));
-		t0 = now_ms();
-		rc = pwrite(fd, buf, 100, 0);
-		err = rc < 0 ? errno : 0;
-		report(rc, err, t0);
-		return 0;
+		return write_report(fd, buf);
 	}
 	if (strcmp(argv[1], "highlock") == 0) {
 		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
@@ -269,11 +275,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		printf("pid=%d locked\n", (int)getpid());
-		t0 = now_ms();
-		rc = pwrite(fd, buf, 100, 0);
-		err = rc < 0 ? errno : 0;
-		report(rc, err, t0);
-		return 0;
+		return write_report(fd, buf);
 	}
 	if (strcmp(argv[1], "flockun") == 0) {
 		int fd2, fd3, nb;
@@ -290,11 +292,7 @@ int main(int argc, char **argv)
 		printf("nb=%d nberrno=%d ", nb, nb < 0 ? errno : 0);
 		if (nb == 0)
 			flock(fd2, LOCK_UN);
-		t0 = now_ms();
-		rc = pwrite(fd3, buf, 100, 0);
-		err = rc < 0 ? errno : 0;
-		report(rc, err, t0);
-		return 0;
+		return write_report(fd3, buf);
 	}
 	if (strcmp(argv[1], "trylock") == 0 && argc == 5) {
 		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
