@@ -345,9 +345,11 @@ static int find_fd(uint64_t dev, uint64_t ino)
  * this very call, and the agent, which runs detached, cannot say so.  So
  * after PIN_SAY_MS without an answer the process asks the lock manager
  * once who holds the range's grant (F_OFD_GETLK: its owner is no
- * process, so this process's own locks show too) and names a process
- * that does (an agent's OFD lock says pid -1) (cluster_adv::
- * own_high_lock_says_why).  Once per process: a hint, not a log.
+ * process, so this process's own locks show too) and names the holder
+ * when it is this process or its lock reaches up from the data space
+ * (cluster_adv::own_high_lock_says_why).  Another node's grant lies wholly
+ * in the grant space, and over FUSE or NFS its pid may be a remote one:
+ * that wait ends, and is not named.  Once per process: a hint, not a log.
  */
 #define PIN_SAY_MS 5000
 
@@ -364,7 +366,8 @@ static void await_reply(int s, const struct rs_ag_msg *sent)
 		return;
 	fd = find_fd(sent->dev, sent->ino);
 	if (fd < 0 || syscall(SYS_fcntl, fd, F_OFD_GETLK, &q) < 0 || q.l_type == F_UNLCK ||
-	    q.l_pid <= 0 || atomic_exchange(&said, 1))
+	    q.l_pid <= 0 || (q.l_pid != getpid() && (uint64_t)q.l_start >= RS_CL_GRANTS) ||
+	    atomic_exchange(&said, 1))
 		return;
 	rs_log(RS_LOG_ERROR, "cluster scope: a call on bytes [%llu, %llu) of file %llu:%llu has "
 	       "waited %d s for its cluster lock, which a lock of process %d%s holds: that lock "
