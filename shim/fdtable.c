@@ -75,7 +75,7 @@ void rs_fd_grow_table(void)
 	errno = saved;
 }
 
-int rs_fd_hide(int fd)
+int rs_fd_hidden_copy(int fd)
 {
 	long low = hide_low();
 	int saved = errno, nfd;
@@ -83,6 +83,14 @@ int rs_fd_hide(int fd)
 	nfd = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, low);
 	if (nfd < 0)
 		nfd = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 3);
+	errno = saved;
+	return nfd;
+}
+
+int rs_fd_hide(int fd)
+{
+	int saved = errno, nfd = rs_fd_hidden_copy(fd);
+
 	syscall(SYS_close, fd);
 	errno = saved;
 	return nfd;

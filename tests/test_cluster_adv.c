@@ -34,7 +34,8 @@
  *  own_high_lock_says_why  a write waiting for the process's own lock
  *              wholly past 2^61 (a limitation) says why (it was silent).
  *  exec_keeps_stdin_lock  a program started with a POSIX lock on its
- *              stdin keeps it (the library's start dropped it).
+ *              stdin or (stats on stderr) its stderr keeps it (the
+ *              library's start dropped it).
  *  foreign_whole_lock_under_io  (disabled: not fixed) a process without
  *              the shim gets a whole-file lock while a node writes the
  *              file (it waits until the node goes idle).
@@ -439,11 +440,13 @@ Test(cluster_adv, own_high_lock_says_why, .timeout = 60)
 	end_test("hl", path);
 }
 
-/* Start PROBE stream PATH with fd 0 an fd of path that holds a POSIX lock
- * on [0, 10), taken before execve (a process keeps its locks across it);
+/* Start PROBE stream PATH with fd lfd (0 or 2) an fd of path that holds a
+ * POSIX lock on [0, 10), taken before execve (a process keeps its locks
+ * across it);
  * with the shim when preload.  Returns the child; *type is what F_GETLK
  * from here says of [0, 10) half a second later. */
-static pid_t exec_locked(const char *path, const struct cenv *c, int preload, short *type)
+static pid_t exec_locked(const char *path, const struct cenv *c, int preload, int lfd,
+			 short *type)
 {
 	struct flock q = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 10 };
 	int fd;
@@ -453,11 +456,11 @@ static pid_t exec_locked(const char *path, const struct cenv *c, int preload, sh
 	if (p == 0) {
 		struct flock fl = q;
 
-		fd = open(path, O_RDWR);
-		if (fd < 0 || dup2(fd, 0) < 0 || fcntl(0, F_SETLK, &fl) < 0)
-			_exit(1);
 		fd = open("/dev/null", O_WRONLY);
 		if (fd < 0 || dup2(fd, 1) < 0)
+			_exit(1);
+		fd = open(path, O_RDWR);
+		if (fd < 0 || dup2(fd, lfd) < 0 || fcntl(lfd, F_SETLK, &fl) < 0)
 			_exit(1);
 		for (int i = 0; c->env[i]; i++)
 			putenv((char *)c->env[i]);
@@ -483,9 +486,11 @@ static pid_t exec_locked(const char *path, const struct cenv *c, int preload, sh
  * by a wrapper before execve: a process keeps its locks across it) lost
  * the lock when the library started, which grew the fd table by dup'ing
  * fd 0 to a high number and closing the copy; closing any fd of a file
- * drops the process's POSIX locks on it.  Observed on 915143f: F_GETLK
- * from another process finds [0, 10) unlocked half a second after exec.
- * Control: the same without the shim (locked).
+ * drops the process's POSIX locks on it.  With RANGESHIM_STATS=1 (stderr) a
+ * lock on stderr went the same way (init.c copied fd 2 twice and closed
+ * the first copy).  Observed on 915143f: F_GETLK from another process
+ * finds [0, 10) unlocked half a second after exec.  Control: the same
+ * without the shim (locked).
  */
 Test(cluster_adv, exec_keeps_stdin_lock, .timeout = 60)
 {
@@ -498,12 +503,19 @@ Test(cluster_adv, exec_keeps_stdin_lock, .timeout = 60)
 	snprintf(path, sizeof path, "/dev/shm/rs-cadv-ex.%d", (int)getpid());
 	make_file(path, 1 << 20);
 	cenv(&c, "ex", 'a', "cluster");
-	p = exec_locked(path, &c, 0, &type);
-	cr_assert_eq(waitpid(p, &st, 0), p);
-	cr_assert_eq(type, F_WRLCK, "control: the lock did not survive exec without the shim");
-	p = exec_locked(path, &c, 1, &type);
-	cr_assert_eq(waitpid(p, &st, 0), p);
-	cr_expect_eq(type, F_WRLCK, "the library dropped the lock the program was started with");
+	/* Stats on stderr: the library keeps a copy of fd 2. */
+	c.env[3] = "RANGESHIM_STATS=1";
+	c.env[4] = NULL;
+	for (int lfd = 0; lfd <= 2; lfd += 2) {
+		p = exec_locked(path, &c, 0, lfd, &type);
+		cr_assert_eq(waitpid(p, &st, 0), p);
+		cr_assert_eq(type, F_WRLCK, "control: the lock on fd %d did not survive exec "
+			     "without the shim", lfd);
+		p = exec_locked(path, &c, 1, lfd, &type);
+		cr_assert_eq(waitpid(p, &st, 0), p);
+		cr_expect_eq(type, F_WRLCK, "the library dropped the lock the program was started "
+			     "with on fd %d", lfd);
+	}
 	end_test("ex", path);
 }
 
