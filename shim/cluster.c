@@ -31,6 +31,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <spawn.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -336,8 +337,51 @@ static int find_fd(uint64_t dev, uint64_t ino)
 }
 
 
-static int recv_msg(int s, struct rs_ag_msg *m, int *fd)
+/*
+ * A pin waits for as long as a lock in the grant space lasts.  Other
+ * nodes' grants end; a process's own lock there (one the application
+ * placed wholly past 2^61, a whole-file lock of a program without the
+ * shim, a flock the library could not move: limitations.md) may wait for
+ * this very call, and the agent, which runs detached, cannot say so.  So
+ * after PIN_SAY_MS without an answer the process asks the lock manager
+ * once who holds the range's grant (F_OFD_GETLK: its owner is no
+ * process, so this process's own locks show too) and names the holder
+ * when it is this process or its lock reaches up from the data space
+ * (cluster_adv::own_high_lock_says_why).  Another node's grant lies wholly
+ * in the grant space, and over FUSE or NFS its pid may be a remote one:
+ * that wait ends, and is not named.  Once per process: a hint, not a log.
+ */
+#define PIN_SAY_MS 5000
+
+static void await_reply(int s, const struct rs_ag_msg *sent)
 {
+	static _Atomic int said;
+	struct pollfd p = { .fd = s, .events = POLLIN };
+	struct flock q = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
+			   .l_start = (off_t)(RS_CL_GRANTS + sent->start),
+			   .l_len = (off_t)(sent->end - sent->start) };
+	int fd;
+
+	if (atomic_load_explicit(&said, memory_order_relaxed) || poll(&p, 1, PIN_SAY_MS) != 0)
+		return;
+	fd = find_fd(sent->dev, sent->ino);
+	if (fd < 0 || syscall(SYS_fcntl, fd, F_OFD_GETLK, &q) < 0 || q.l_type == F_UNLCK ||
+	    q.l_pid <= 0 || (q.l_pid != getpid() && (uint64_t)q.l_start >= RS_CL_GRANTS) ||
+	    atomic_exchange(&said, 1))
+		return;
+	rs_log(RS_LOG_ERROR, "cluster scope: a call on bytes [%llu, %llu) of file %llu:%llu has "
+	       "waited %d s for its cluster lock, which a lock of process %d%s holds: that lock "
+	       "reaches above 2^61, where cluster scope keeps its own locks (a whole-file lock of "
+	       "a program without the shim, a lock wholly past 2^61, or a flock the library could "
+	       "not move); the call goes on when it goes", (unsigned long long)sent->start,
+	       (unsigned long long)sent->end, (unsigned long long)sent->dev,
+	       (unsigned long long)sent->ino, PIN_SAY_MS / 1000, (int)q.l_pid,
+	       q.l_pid == getpid() ? " (this process: it waits for itself)" : "");
+}
+
+static int recv_msg(int s, const struct rs_ag_msg *sent, struct rs_ag_msg *m, int *fd)
+{
+	await_reply(s, sent);
 	return rs_ag_recv(s, m, fd) == (ssize_t)sizeof *m && m->op == RS_AG_REPLY ? 0 : -1;
 }
 
@@ -476,13 +520,13 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 		pfile_agent(apid);
 		old = pfile_old(dev, ino, &oldslot);
 		m.flags = (old >= 0 ? RS_AG_OLD_FD : 0) | wflag;
-		if (rs_ag_send(sock, &m, old) < 0 || recv_msg(sock, &r, &rfd) < 0)
+		if (rs_ag_send(sock, &m, old) < 0 || recv_msg(sock, &m, &r, &rfd) < 0)
 			goto retry;
 		m.flags = wflag;
 		if (r.rc == -ENOENT) {
 			fd = find_fd(dev, ino);
 			m.flags |= RS_AG_HAS_FD;
-			if (fd < 0 || rs_ag_send(sock, &m, fd) < 0 || recv_msg(sock, &r, &rfd) < 0)
+			if (fd < 0 || rs_ag_send(sock, &m, fd) < 0 || recv_msg(sock, &m, &r, &rfd) < 0)
 				goto retry;
 		}
 		if (r.rc == -EROFS || r.rc == -EPERM) {
@@ -595,9 +639,11 @@ void rs_cluster_fork_child(void)
  * the agent waited for the application (cluster_adv::own_fcntl_lock).
  * So every lock call on a cluster file that starts below RS_CL_EOF and
  * reaches past it (l_len 0, "to the end", above all) is made on [start,
- * RS_CL_EOF) instead; since all of them are, unlocking to RS_CL_EOF
- * unlocks everything, and an F_GETLK answer ending exactly there is given
- * back as "to the end".  Nothing else changes: the lock goes to the same
+ * RS_CL_EOF) instead, and an F_GETLK answer ending exactly there is given
+ * back as "to the end".  Unlocks are made as they are: they meet no other
+ * owner's lock, and an unlock "to the end" must also drop locks the
+ * application placed wholly past 2^61 (clamped, it left them there, in
+ * the grant space, where they made the agent wait for the application).  Nothing else changes: the lock goes to the same
  * lock manager on the same bytes, between the same owners, with the
  * call's own result and errno.  Files in node or process scope, and
  * calls in other scopes, pass untouched.  A range wholly at or past
@@ -647,6 +693,11 @@ static int lock_prep(int fd, int cmd, struct flock *fl)
 	int64_t base = 0;
 	int flock_posix;
 
+	/* An unlock meets no other owner's lock: made as it is, "to the end"
+	 * also drops what the application locked wholly past 2^61 (passed
+	 * unclamped), as the real call does (cluster_adv::own_unlock_all). */
+	if (fl->l_type == F_UNLCK && !getlk_cmd(cmd))
+		return 0;
 	if (!lock_file(fd, &st, &flock_posix))
 		return 0;
 	if (fl->l_whence == SEEK_CUR)

@@ -378,6 +378,18 @@ static int try_expand(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *lo, uin
  * Pre: c->mu not held; nothing of [s, e) is this node's.
  * Post: 0 with [s, e) write-locked, or -errno.  Announces itself in the
  * intent space for as long as it waits.
+ *
+ * A write lock over the intent space is a whole-file lock of a process
+ * without the shim (the library keeps the application's below
+ * RS_CL_EOF): the intent read lock is refused while it lasts.  It rings
+ * every holder's doorbell as intent would, so that is no reason to call
+ * the cache lost (on e284bb3 it made this node's calls fail with EIO);
+ * but the waiter must not block without intent either.  Once the foreign
+ * lock goes, a node that then holds the range and keeps using it is told
+ * by nothing to give it back, and a SETLKW made without intent waited
+ * for ever behind it (clusterlock::foreign_lock_then_busy_node).  So
+ * without intent the waiter only tries the range, and asks for its
+ * intent again one short poll interval later.
  */
 static int wait_exact(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *locks)
 {
@@ -385,20 +397,24 @@ static int wait_exact(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *locks)
 	uint64_t a, b;
 	int rc, rc2;
 
-	rc = lk(c, F_OFD_SETLK, F_RDLCK, RS_CL_INTENT, s, e, &t, &a, &b);
-	/* A write lock over the intent space is a whole-file lock of a
-	 * process without the shim (the library keeps the application's
-	 * below RS_CL_EOF): it rings every holder's doorbell as intent
-	 * would, so wait without one rather than call the cache lost (on
-	 * e284bb3 such a lock made this node's calls fail with EIO). */
-	if (rc == -EAGAIN || rc == -EACCES)
-		rc = 1;
-	else if (rc)
+	for (;;) {
+		struct timespec ts = { (time_t)(c->p.poll_min_ns / 1000000000ULL),
+					(long)(c->p.poll_min_ns % 1000000000ULL) };
+
+		rc = lk(c, F_OFD_SETLK, F_RDLCK, RS_CL_INTENT, s, e, &t, &a, &b);
+		if (rc != -EAGAIN && rc != -EACCES)
+			break;
+		(*locks)++;
+		rc = lk(c, F_OFD_SETLK, F_WRLCK, RS_CL_GRANTS, s, e, &t, &a, &b);
+		if (rc != -EAGAIN && rc != -EACCES)
+			return rc;
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	}
+	if (rc)
 		return rc;
 	(*locks)++;
 	rc2 = lk(c, F_OFD_SETLKW, F_WRLCK, RS_CL_GRANTS, s, e, &t, &a, &b);
-	if (rc == 1)
-		return rc2;
 	rc = lk(c, F_OFD_SETLK, F_UNLCK, RS_CL_INTENT, s, e, &t, &a, &b);
 	/* A failed unlock is never a grace period's to wait out. */
 	if (rc)

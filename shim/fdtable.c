@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <linux/kcmp.h>
@@ -53,24 +54,28 @@ static long hide_low(void)
  * has threads.  Grow it now, at start-up, while there is usually one
  * thread, so that the later move of the segment fd costs nothing.  The
  * table never shrinks, so the temporary descriptor is closed at once.
+ * It is an eventfd of our own, never a copy of fd 0-2: closing any fd of
+ * a file drops the process's POSIX locks on that file, and a process
+ * keeps its locks across execve, so a copy of a locked stdin closed here
+ * dropped the lock the program was started with
+ * (cluster_adv::exec_keeps_stdin_lock).
  */
 void rs_fd_grow_table(void)
 {
 	int saved = errno;
 	long low = hide_low();
+	long fd = syscall(SYS_eventfd2, 0, EFD_CLOEXEC), nfd;
 
-	for (int fd = 0; fd < 3; fd++) {
-		long nfd = syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, low);
-
-		if (nfd >= 0) {
+	if (fd >= 0) {
+		nfd = syscall(SYS_fcntl, (int)fd, F_DUPFD_CLOEXEC, low);
+		if (nfd >= 0)
 			syscall(SYS_close, nfd);
-			break;
-		}
+		syscall(SYS_close, fd);
 	}
 	errno = saved;
 }
 
-int rs_fd_hide(int fd)
+int rs_fd_hidden_copy(int fd)
 {
 	long low = hide_low();
 	int saved = errno, nfd;
@@ -78,6 +83,14 @@ int rs_fd_hide(int fd)
 	nfd = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, low);
 	if (nfd < 0)
 		nfd = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 3);
+	errno = saved;
+	return nfd;
+}
+
+int rs_fd_hide(int fd)
+{
+	int saved = errno, nfd = rs_fd_hidden_copy(fd);
+
 	syscall(SYS_close, fd);
 	errno = saved;
 	return nfd;

@@ -73,6 +73,10 @@ extern _Atomic int rs_private_fd[RS_NPRIVATE];
 void rs_fd_grow_table(void);
 /* Duplicate fd to a high number (close-on-exec) and close fd; -1 on error. */
 int rs_fd_hide(int fd);
+/* The same duplicate, with fd left open: a copy of an application's fd
+ * must never be closed again (that drops the process's POSIX locks on
+ * its file). */
+int rs_fd_hidden_copy(int fd);
 static inline int rs_fd_private(int fd)
 {
 	for (int i = 0; i < RS_NPRIVATE; i++)

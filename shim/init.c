@@ -101,9 +101,9 @@ void rs_init_slow(void)
 			rs_fd_grow_table();
 	}
 	if (rs_cfg.stats == RS_STATS_STDERR) {
-		stats_fd = (int)syscall(SYS_fcntl, 2, F_DUPFD_CLOEXEC, 3);
-		if (stats_fd >= 0)
-			stats_fd = rs_fd_hide(stats_fd);
+		/* One copy, never closed: closing a copy of a locked stderr
+		 * file would drop the process's POSIX lock on it. */
+		stats_fd = rs_fd_hidden_copy(2);
 		if (stats_fd >= 0 && fstat(stats_fd, &stats_st) < 0)
 			stats_fd = -1;
 		atomic_store(&rs_private_fd[1], stats_fd);

@@ -790,15 +790,24 @@ RS_LOCKF(lockf)
 RS_LOCKF(lockf64)
 
 /* flock where the file system makes it a whole-file lock of the lock
- * manager: the same lock on the data space (rs_cluster_flock_args). */
+ * manager: the same lock on the data space (rs_cluster_flock_args).  An
+ * unlock is made both ways: the description may hold a real flock (taken
+ * where the mode refuses the OFD lock, LOCK_EX on a read-only descriptor),
+ * which the OFD unlock alone left held, on every byte, until the last
+ * close (cluster_adv_nodes::flock_unlock_readonly).  The answer is the real
+ * call's. */
 RS_EXPORT int flock(int fd, int op)
 {
 	struct flock fl;
 	int cmd;
 
 	rs_ready();
-	if (__builtin_expect(rs_cluster_flock_args(fd, op, &cmd, &fl), 0))
-		return REAL(int, fcntl, (fd, cmd, &fl));
+	if (__builtin_expect(rs_cluster_flock_args(fd, op, &cmd, &fl), 0)) {
+		int r = REAL(int, fcntl, (fd, cmd, &fl));
+
+		if (fl.l_type != F_UNLCK)
+			return r;
+	}
 	return REAL(int, flock, (fd, op));
 }
 

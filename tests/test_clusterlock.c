@@ -37,6 +37,9 @@
  *  large_offsets  ranges beyond 4 GiB, 3 GiB long, and to RS_CL_EOF.
  *  foreign_whole_file_lock  a whole-file lock of a process without the
  *              shim is waited for (it lost the cache: EIO).
+ *  foreign_lock_then_busy_node  two nodes that queued behind such a lock
+ *              both get the range afterwards while each keeps using it
+ *              (the loser waited for ever: it had no intent lock).
  */
 #include "common.h"
 
@@ -838,4 +841,105 @@ Test(clusterlock, foreign_whole_file_lock)
 	close(fa);
 	close(fo);
 	unlink(path_a);
+}
+
+/*
+ * DEFECT (fixed: wait_exact asks for its intent again while it waits):
+ * two nodes queue for one range behind a foreign whole-file lock, so
+ * neither gets its intent read lock (the foreign write lock covers the
+ * intent space) and both went on to F_OFD_SETLKW without one.  Once the
+ * foreign lock went, one node won the range; as long as it kept using
+ * it, nothing ever rang its doorbell (no intent anywhere), so its grant
+ * was never wanted and the other node waited for ever, silently.
+ * Observed on 915143f: the loser made no acquisition in 3 s while the
+ * winner made thousands.  Both nodes loop acquire/release on [0, 4096)
+ * with a poller each; the control is the foreign lock itself: nobody
+ * gets in while it is held.
+ */
+struct busy {
+	struct rs_cl *c;
+	atomic_uint_fast64_t n;
+	atomic_bool stop, stop_polls;
+};
+
+static void *busy_worker(void *arg)
+{
+	struct busy *b = arg;
+
+	while (!atomic_load(&b->stop)) {
+		cr_assert_eq(rs_cl_acquire(b->c, 0, 4096), 0);
+		atomic_fetch_add(&b->n, 1);
+		usleep(200);
+		rs_cl_release(b->c, 0, 4096);
+		usleep(200);
+	}
+	return NULL;
+}
+
+static void *busy_poller(void *arg)
+{
+	struct busy *b = arg;
+
+	while (!atomic_load(&b->stop_polls)) {
+		cr_assert_geq(rs_cl_poll(b->c), 0);
+		usleep(1000);
+	}
+	return NULL;
+}
+
+Test(clusterlock, foreign_lock_then_busy_node, .timeout = 60)
+{
+	struct rs_cl_params p = fast_params();
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+	static struct rs_cl c[2];
+	static struct busy b[2];
+	pthread_t w[2], pl[2];
+	int fd[2], fo, i;
+	uint64_t n0[2];
+
+	mkpaths(false, "foreign-busy");
+	fo = xopen(path_a, O_RDWR);
+	cr_assert_eq(fcntl(fo, F_OFD_SETLK, &fl), 0);
+	for (i = 0; i < 2; i++) {
+		fd[i] = xopen(path_a, O_RDWR);
+		rs_cl_init(&c[i], fd[i], &p);
+		b[i].c = &c[i];
+		atomic_init(&b[i].n, 0);
+		atomic_init(&b[i].stop, false);
+		atomic_init(&b[i].stop_polls, false);
+		cr_assert_eq(pthread_create(&w[i], NULL, busy_worker, &b[i]), 0);
+		cr_assert_eq(pthread_create(&pl[i], NULL, busy_poller, &b[i]), 0);
+	}
+	usleep(200000);
+	for (i = 0; i < 2; i++)
+		cr_assert_eq(atomic_load(&b[i].n), 0, "node %d got the range under a foreign "
+			     "whole-file lock", i);
+	fl.l_type = F_UNLCK;
+	cr_assert_eq(fcntl(fo, F_OFD_SETLK, &fl), 0);
+	usleep(3000000);
+	for (i = 0; i < 2; i++)
+		n0[i] = atomic_load(&b[i].n);
+	cr_log_info("after the foreign lock: node 0 %ju, node 1 %ju acquisitions",
+		    (uintmax_t)n0[0], (uintmax_t)n0[1]);
+	/* A node whose worker ended gives its grants back (rs_cl_fini), so
+	 * that a starving one gets in and can end too. */
+	atomic_store(&b[0].stop, true);
+	atomic_store(&b[1].stop, true);
+	for (int left = 2; left;) {
+		for (i = 0; i < 2; i++) {
+			if (fd[i] < 0 || pthread_tryjoin_np(w[i], NULL) != 0)
+				continue;
+			atomic_store(&b[i].stop_polls, true);
+			pthread_join(pl[i], NULL);
+			rs_cl_fini(&c[i]);
+			close(fd[i]);
+			fd[i] = -1;
+			left--;
+		}
+		usleep(10000);
+	}
+	close(fo);
+	unlink(path_a);
+	cr_assert(n0[0] > 0 && n0[1] > 0, "a node starved after the foreign lock went: "
+		  "node 0 %ju, node 1 %ju acquisitions in 3 s", (uintmax_t)n0[0], (uintmax_t)n0[1]);
 }

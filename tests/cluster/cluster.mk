@@ -18,7 +18,7 @@ $(BUILD)/cluster/%: tests/cluster/%.c examples/util.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lpthread
 
-test-cluster: all $(CLUSTER_BINS) $(BUILD)/tests/test_clusterlock $(BUILD)/tests/helpers/cadv_probe
+test-cluster: all $(CLUSTER_BINS) $(BUILD)/tests/test_clusterlock $(BUILD)/tests/test_cluster_adv $(BUILD)/tests/helpers/cadv_probe
 	@sh tests/cluster/run.sh $(BUILD)
 
 bench-cluster: all $(CLUSTER_BINS) $(BUILD)/tests/helpers/clu_probe

@@ -13,7 +13,8 @@
 #   3b. cluster scope (RANGESHIM_SCOPE=cluster, one table and agent per
 #      node; fuse.glusterfs is trusted): no tears, buffered and O_DIRECT;
 #   4. OFD locks through A and B conflict as on a cluster (ofdprobe check);
-#   5. test_clusterlock's cross-node cases on the two mounts;
+#   5. test_clusterlock's and test_cluster_adv's cross-node cases on the
+#      two mounts;
 #   6. a write under the process's own whole-file fcntl lock and flock, in
 #      cluster scope, returns.
 # Every race must also have seen the writer (changes > 0): a reader that
@@ -141,19 +142,23 @@ else
 	fail "ofdprobe check"
 fi
 
-if [ -x "$build/tests/test_clusterlock" ]; then
+# cross_suite TEST SUITE: a Criterion binary's cross-node suite on the two
+# mounts (--verbose for the figures; other suites are filtered out).
+cross_suite() {
+	[ -x "$build/tests/$1" ] || return 0
 	checks=$((checks + 1))
-	RS_CLUSTER_DIRS="$CLU_A:$CLU_B" "$build/tests/test_clusterlock" --verbose \
-	    --filter 'clusterlock_nodes/*' --jobs 1 --timeout 120 >"$CLU_DIR/clusterlock.log" 2>&1
+	RS_CLUSTER_DIRS="$CLU_A:$CLU_B" "$build/tests/$1" --verbose \
+	    --filter "$2/*" --jobs 1 --timeout 120 >"$CLU_DIR/$1.log" 2>&1
 	rc=$?
-	# --verbose for the figures; the other suite's tests are filtered out.
-	grep -v 'Test is disabled' "$CLU_DIR/clusterlock.log"
+	grep -v 'Test is disabled' "$CLU_DIR/$1.log"
 	if [ $rc = 0 ]; then
-		pass "test_clusterlock across the two mounts"
+		pass "$1 across the two mounts"
 	else
-		fail "test_clusterlock across the two mounts"
+		fail "$1 across the two mounts"
 	fi
-fi
+}
+cross_suite test_clusterlock clusterlock_nodes
+cross_suite test_cluster_adv cluster_adv_nodes
 
 echo "cluster: $((checks - fails)) of $checks checks passed"
 [ $fails = 0 ]

@@ -19,6 +19,18 @@
  *   cadv_probe fcntllock FILE         take a POSIX write lock on [0, 100)
  *                                     of FILE (as SQLite or ROMIO do), then
  *                                     pwrite 100 bytes at 0 under it
+ *   cadv_probe unlockall FILE         lock byte 2^61 + 10 (F_SETLK), unlock
+ *                                     "to the end" from 0, print whether
+ *                                     another process still finds the byte
+ *                                     locked (left=l_type), then pwrite 100
+ *                                     bytes at 0
+ *   cadv_probe highlock FILE          lock byte 2^61 + 10 (F_SETLK), print
+ *                                     pid=, then pwrite 100 bytes at 0
+ *   cadv_probe flockun FILE           flock(LOCK_EX) then flock(LOCK_UN) on a
+ *                                     read-only descriptor; then another
+ *                                     description's flock(LOCK_EX|LOCK_NB)
+ *                                     (nb, nberrno) and a pwrite of 100
+ *                                     bytes at 0 through a third
  *   cadv_probe ownlock FILE HOW [SECS]
  *                                     take the process's own lock on FILE
  *                                     (HOW: whole = F_SETLKW l_len 0, lockf
@@ -53,6 +65,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <grp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -75,6 +88,16 @@ static void report(long long rc, int err, double t0)
 {
 	printf("rc=%lld errno=%d ms=%.0f shim=%d verdict=PASS\n", rc, err, now_ms() - t0,
 	       shim_loaded());
+}
+
+/* pwrite 100 bytes of buf at 0 through fd, and report it. */
+static int write_report(int fd, const char *buf)
+{
+	double t0 = now_ms();
+	long long rc = pwrite(fd, buf, 100, 0);
+
+	report(rc, rc < 0 ? errno : 0, t0);
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -213,6 +236,63 @@ int main(int argc, char **argv)
 		}
 		report(rc, err, t0);
 		return 0;
+	}
+	if (strcmp(argv[1], "unlockall") == 0) {
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
+				    .l_start = (off_t)((1LL << 61) + 10), .l_len = 1 };
+		struct flock un = { .l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 0,
+				    .l_len = 0 };
+		int st;
+		pid_t c;
+
+		fd = open(argv[2], O_RDWR);
+		if (fd < 0 || fcntl(fd, F_SETLK, &fl) < 0 || fcntl(fd, F_SETLK, &un) < 0) {
+			printf("verdict=FAIL open/lock/unlock %s: %s\n", argv[2], strerror(errno));
+			return 1;
+		}
+		/* Is the high byte still locked?  Ask from another process. */
+		c = fork();
+		if (c == 0) {
+			int f2 = open(argv[2], O_RDWR);
+
+			fl.l_type = F_WRLCK;
+			_exit(f2 < 0 || fcntl(f2, F_GETLK, &fl) < 0 ? 255 : fl.l_type);
+		}
+		if (c < 0 || waitpid(c, &st, 0) != c || !WIFEXITED(st)) {
+			printf("verdict=FAIL fork/wait\n");
+			return 1;
+		}
+		printf("left=%d ", WEXITSTATUS(st));
+		return write_report(fd, buf);
+	}
+	if (strcmp(argv[1], "highlock") == 0) {
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
+				    .l_start = (off_t)((1LL << 61) + 10), .l_len = 1 };
+
+		fd = open(argv[2], O_RDWR);
+		if (fd < 0 || fcntl(fd, F_SETLK, &fl) < 0) {
+			printf("verdict=FAIL open/lock %s: %s\n", argv[2], strerror(errno));
+			return 1;
+		}
+		printf("pid=%d locked\n", (int)getpid());
+		return write_report(fd, buf);
+	}
+	if (strcmp(argv[1], "flockun") == 0) {
+		int fd2, fd3, nb;
+
+		fd = open(argv[2], O_RDONLY);
+		fd2 = open(argv[2], O_RDONLY);
+		fd3 = open(argv[2], O_RDWR);
+		if (fd < 0 || fd2 < 0 || fd3 < 0 || flock(fd, LOCK_EX) < 0 ||
+		    flock(fd, LOCK_UN) < 0) {
+			printf("verdict=FAIL open/flock %s: %s\n", argv[2], strerror(errno));
+			return 1;
+		}
+		nb = flock(fd2, LOCK_EX | LOCK_NB);
+		printf("nb=%d nberrno=%d ", nb, nb < 0 ? errno : 0);
+		if (nb == 0)
+			flock(fd2, LOCK_UN);
+		return write_report(fd3, buf);
 	}
 	if (strcmp(argv[1], "trylock") == 0 && argc == 5) {
 		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
