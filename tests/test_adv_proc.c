@@ -29,6 +29,15 @@
  *               range, and a writev whose iovec pointer lies there
  *               crashes (SIGSEGV, status 139) instead of failing with
  *               EFAULT.  main and no shim: EFAULT.
+ *  fast_iov_coroutine  the same with a makecontext coroutine whose stack
+ *               is an mmap just below a thread's stack (h-fast, 125e12e:
+ *               find_stack refused only a sigaltstack frame): the careful
+ *               path from the coroutine recorded [its frame, top of the
+ *               thread's stack), holes and the guard page included, and
+ *               a writev whose iovec pointer lay in the coroutine's
+ *               stack after munmap crashed (SIGSEGV, status 139; no shim:
+ *               EFAULT).  Fixed: find_stack records a frame only when
+ *               every page up to the top is readable (stack_readable).
  *  fast_iov_first  rs_iov_len_stack reads the iovec array itself when
  *               (iov - rs_stk.lo) <= rs_stk.span - 16 * cnt, meant to fail
  *               while the window is unknown ("span 0 wraps it to 'no'"),
@@ -186,6 +195,31 @@ Test(adv_proc, fast_iov_altstack, .disabled = RS_ADV_FAST_DISABLED)
 		  r->out);
 	fprobe(argv, 1, r);
 	cr_log_info("iov_altstack with the shim: status %d: %s", r->status, r->out);
+	cr_expect_eq(r->status, 0, "with the shim the probe exited %d (139: SIGSEGV): %s",
+		     r->status, r->out);
+	cr_expect(strstr(r->out, "verdict=ok"), "with the shim: %s", r->out);
+	free(r);
+}
+
+/* h-fast, 125e12e: EFAULT became SIGSEGV from a coroutine (see the top). */
+Test(adv_proc, fast_iov_coroutine, .disabled = RS_ADV_FAST_DISABLED)
+{
+	char *base = rs_make_base("/dev/shm", "rs-advfast-");
+	struct rs_run *r = calloc(1, sizeof(*r));
+	char file[PATH_MAX];
+	char *argv[] = { FPROBE, "iov_coroutine", file, NULL };
+
+	cr_assert_not_null(r);
+	snprintf(file, sizeof(file), "%s/iov.dat", base);
+	fprobe(argv, 0, r);
+	cr_log_info("iov_coroutine without the shim: status %d: %s", r->status, r->out);
+	if (strstr(r->out, "verdict=skip"))
+		cr_skip_test("%s", r->out);
+	cr_assert_eq(r->status, 0, "control exited %d: %s", r->status, r->out);
+	cr_assert(strstr(r->out, "verdict=ok"), "control: the kernel did not say EFAULT: %s",
+		  r->out);
+	fprobe(argv, 1, r);
+	cr_log_info("iov_coroutine with the shim: status %d: %s", r->status, r->out);
 	cr_expect_eq(r->status, 0, "with the shim the probe exited %d (139: SIGSEGV): %s",
 		     r->status, r->out);
 	cr_expect(strstr(r->out, "verdict=ok"), "with the shim: %s", r->out);

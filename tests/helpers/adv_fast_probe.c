@@ -11,6 +11,12 @@
  *                 alternate stack is then unmapped, and a writev whose
  *                 iovec pointer lies in the unmapped memory must fail
  *                 with EFAULT, as it does without the shim.
+ *   iov_coroutine the same with a coroutine (makecontext) instead of a
+ *                 signal handler: a thread runs a coroutine whose stack
+ *                 is mapped just below its own stack (no SS_ONSTACK to
+ *                 tell), which makes a writev with a heap iovec array;
+ *                 the coroutine's stack is then unmapped, and a writev
+ *                 whose iovec pointer lies there must fail with EFAULT.
  *   iov_first     a thread's first vector calls, before the careful path
  *                 has run on it (rs_stk unknown: lo 0, span 0), pass the
  *                 iovec pointer 8: writev, readv, pwritev and preadv must
@@ -44,6 +50,7 @@
 #include <stdatomic.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #define ALT (256 * 1024)
@@ -100,6 +107,56 @@ static void *altstack_thread(void *arg)
 	if (sigaltstack(&off, NULL) || munmap(alt, ALT))
 		abort();
 	/* The last iovec of the unmapped alternate stack. */
+	gone = (const struct iovec *)(alt + ALT - sizeof(struct iovec));
+	errno = 0;
+	r = writev(fd, gone, 1);
+	e = errno;
+	if (r == -1 && e == EFAULT)
+		printf("verdict=ok writev=-1 errno=EFAULT\n");
+	else
+		printf("verdict=bad writev=%zd errno=%d (%s)\n", r, e, strerror(e));
+	fflush(stdout);
+	return NULL;
+}
+
+/* ---- iov_coroutine ------------------------------------------------ */
+
+static ucontext_t co_main, co_ctx;
+
+static void co_body(void)
+{
+	on_usr1(0);	/* a writev of a heap array: the careful path */
+}
+
+static void *coroutine_thread(void *arg)
+{
+	pthread_attr_t a;
+	void *lo;
+	size_t size, guard;
+	const struct iovec *gone;
+	ssize_t r;
+	int e;
+
+	(void)arg;
+	if (pthread_getattr_np(pthread_self(), &a) || pthread_attr_getstack(&a, &lo, &size) ||
+	    pthread_attr_getguardsize(&a, &guard))
+		abort();
+	/* As a coroutine library would place it: an mmap of its own, here
+	 * just below the thread's stack, within 64 MiB of its top. */
+	alt = mmap((char *)lo - guard - ALT - 4096, ALT, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (alt == MAP_FAILED) {
+		printf("verdict=skip could not map below the stack: %s\n", strerror(errno));
+		return NULL;
+	}
+	if (getcontext(&co_ctx))
+		abort();
+	co_ctx.uc_stack.ss_sp = alt;
+	co_ctx.uc_stack.ss_size = ALT;
+	co_ctx.uc_link = &co_main;
+	makecontext(&co_ctx, co_body, 0);
+	if (swapcontext(&co_main, &co_ctx) || munmap(alt, ALT))
+		abort();
 	gone = (const struct iovec *)(alt + ALT - sizeof(struct iovec));
 	errno = 0;
 	r = writev(fd, gone, 1);
@@ -263,6 +320,9 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "iov_altstack")) {
 		/* A thread glibc made: its thread pointer tops its stack. */
 		pthread_create(&t, NULL, altstack_thread, NULL);
+		pthread_join(t, NULL);
+	} else if (!strcmp(argv[1], "iov_coroutine")) {
+		pthread_create(&t, NULL, coroutine_thread, NULL);
 		pthread_join(t, NULL);
 	} else if (!strcmp(argv[1], "iov_first")) {
 		iov_first_calls("main");
