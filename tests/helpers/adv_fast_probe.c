@@ -22,6 +22,17 @@
  *                 iovec pointer 8: writev, readv, pwritev and preadv must
  *                 each fail with EFAULT, on the main thread and on a
  *                 thread glibc made.
+ *   solo_signal TRIALS  forked children, one a trial, each
+ *                 single-threaded, pread 256 KiB records at offset 0 in a
+ *                 loop under a 20 us interval timer; the SIGALRM handler,
+ *                 once it interrupts the shim's own code (with no shim:
+ *                 at once), makes a thread that pwrites records of
+ *                 changing value at 0, and the child reads 50 more.  A
+ *                 call that chose the single-thread copy (no range lock)
+ *                 before the handler ran goes on without a lock while
+ *                 the new thread writes (pthread_create is not
+ *                 async-signal-safe, but works).  Prints "trials=N
+ *                 torn=T": trials with a torn read.
  *   clone_solo FN MS  a second thread made with glibc's clone function
  *                 named FN ("clone" or "__clone", both exported by libc,
  *                 the second strong, the first its weak alias), with a
@@ -51,6 +62,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <ucontext.h>
+#include <link.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define ALT (256 * 1024)
@@ -167,6 +180,127 @@ static void *coroutine_thread(void *arg)
 		printf("verdict=bad writev=%zd errno=%d (%s)\n", r, e, strerror(e));
 	fflush(stdout);
 	return NULL;
+}
+
+/* ---- solo_signal -------------------------------------------------- */
+
+#define SREC (256 * 1024)
+
+static uintptr_t shim_lo, shim_hi;
+static _Atomic int spawned, sstop;
+static unsigned char *srec[2];
+static pthread_t swriter;
+
+static int find_shim(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	(void)arg;
+	if (!info->dlpi_name || !strstr(info->dlpi_name, "rangeshim"))
+		return 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+			shim_lo = info->dlpi_addr + ph->p_vaddr;
+			shim_hi = shim_lo + ph->p_memsz;
+		}
+	}
+	return 1;
+}
+
+static void *swrite_main(void *arg)
+{
+	(void)arg;
+	for (unsigned i = 0; !atomic_load(&sstop); i++)
+		if (pwrite(fd, srec[i & 1], SREC, 0) != SREC)
+			abort();
+	return NULL;
+}
+
+static void on_alrm(int sig, siginfo_t *si, void *uc)
+{
+	uintptr_t pc = (uintptr_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
+	int saved = errno;
+
+	(void)sig;
+	(void)si;
+	if (atomic_load(&spawned) || (shim_hi && !getenv("ADV_ANYPC") && (pc < shim_lo || pc >= shim_hi)))
+		return;
+	atomic_store(&spawned, 1);
+	if (pthread_create(&swriter, NULL, swrite_main, NULL))
+		abort();
+	errno = saved;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int solo_trial(void)
+{
+	struct sigaction sa = { 0 };
+	timer_t tm;
+	struct sigevent ev = { .sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGALRM };
+	struct itimerspec it = { { 0, 20000 }, { 0, 20000 } };
+	unsigned char *b = malloc(SREC);
+	int torn = 0, after = 0;
+	double t0 = now_ms();
+
+	if (getenv("ADV_SPAWN_FIRST")) {
+		atomic_store(&spawned, 1);
+		if (pthread_create(&swriter, NULL, swrite_main, NULL))
+			abort();
+	}
+	sa.sa_sigaction = on_alrm;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	if (!b || sigaction(SIGALRM, &sa, NULL) || timer_create(CLOCK_MONOTONIC, &ev, &tm) ||
+	    timer_settime(tm, 0, &it, NULL))
+		abort();
+	while (after < 50 && now_ms() - t0 < 2000) {
+		if (pread(fd, b, SREC, 0) != SREC)
+			abort();
+		if (memchr(b, b[0] ^ 2, SREC))	/* 'A' and 'C' in one read */
+			torn = 1;
+		if (atomic_load(&spawned))
+			after++;
+	}
+	timer_delete(tm);
+	atomic_store(&sstop, 1);
+	if (atomic_load(&spawned))
+		pthread_join(swriter, NULL);
+	return atomic_load(&spawned) ? torn : 2;
+}
+
+static void solo_signal(int trials)
+{
+	int torn = 0, done = 0;
+
+	dl_iterate_phdr(find_shim, NULL);
+	for (int i = 0; i < 2; i++) {
+		srec[i] = malloc(SREC);
+		if (!srec[i])
+			abort();
+		memset(srec[i], 'A' + i * 2, SREC);	/* 'A', 'C': values differ in 2 */
+	}
+	if (pwrite(fd, srec[0], SREC, 0) != SREC)
+		abort();
+	for (int i = 0; i < trials; i++) {
+		int st;
+		pid_t p = fork();
+
+		if (p == 0)
+			_exit(solo_trial());
+		if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st))
+			abort();
+		if (WEXITSTATUS(st) < 2)
+			done++;
+		torn += WEXITSTATUS(st) == 1;
+	}
+	printf("trials=%d torn=%d\n", done, torn);
 }
 
 /* ---- iov_first ------------------------------------------------------ */
@@ -324,6 +458,8 @@ int main(int argc, char **argv)
 	} else if (!strcmp(argv[1], "iov_coroutine")) {
 		pthread_create(&t, NULL, coroutine_thread, NULL);
 		pthread_join(t, NULL);
+	} else if (!strcmp(argv[1], "solo_signal") && argc >= 4) {
+		solo_signal(atoi(argv[3]));
 	} else if (!strcmp(argv[1], "iov_first")) {
 		iov_first_calls("main");
 		pthread_create(&t, NULL, iov_first_thread, NULL);
