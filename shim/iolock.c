@@ -155,7 +155,13 @@ extern void *__libc_stack_end;
  * page, read through process_vm_readv, which fails on a PROT_NONE or
  * unmapped page instead of faulting; refused (seccomp), it cannot tell,
  * and the frame is taken as before (on the thread's stack unless a
- * coroutine's lies within 64 MiB of its top: limitations.md). */
+ * coroutine's lies within 64 MiB of its top: limitations.md).
+ * The thread's own stack is readable from its bottom to the top, so a
+ * page found unreadable lies below it, and so does every frame below
+ * that page: stk_bad remembers the highest such page, and a coroutine's
+ * later careful calls are refused without reading its stack again. */
+static __thread uintptr_t stk_bad __attribute__((tls_model("initial-exec")));
+
 static __attribute__((noinline)) int stack_readable(uintptr_t l, uintptr_t top)
 {
 	struct iovec remote[32];
@@ -175,8 +181,13 @@ static __attribute__((noinline)) int stack_readable(uintptr_t l, uintptr_t top)
 			    (unsigned long)k, 0UL);
 		err = errno;
 		errno = saved;
-		if (r != (long)k)
-			return r < 0 && err != EFAULT;
+		if (r != (long)k) {
+			if (r < 0 && err != EFAULT)
+				return 1;
+			/* The first page not read in full: r bytes were. */
+			stk_bad = (uintptr_t)remote[r < 0 ? 0 : r].iov_base;
+			return 0;
+		}
 	}
 	return 1;
 }
@@ -216,7 +227,7 @@ static __attribute__((noinline)) void find_stack(void)
 	if (tp <= l && getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
 	    rl.rlim_cur < max)
 		max = (uintptr_t)rl.rlim_cur;
-	if (top > l + RS_IOV_ROOM && top - l <= max && stack_readable(l, top)) {
+	if (top > l + RS_IOV_ROOM && top - l <= max && l >= stk_bad && stack_readable(l, top)) {
 		RS_STORE(rs_stk.lo, l + RS_IOV_ROOM);
 		RS_STORE(rs_stk.span, top - l - RS_IOV_ROOM);
 	}
