@@ -864,6 +864,25 @@ int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
 RS_CLONE_WRAPPER(clone)
 RS_CLONE_WRAPPER(__clone)
 
+/*
+ * glibc exports these functions under a second name as well, the same
+ * code (__write is write): no public header declares them, but programs,
+ * language runtimes and other libraries call them, and a call through one
+ * went round the shim: unlocked writes and reads (torn: test_adv_proc,
+ * fast_alias_*), and a close, dup2 or F_SETFL the fd table never saw.
+ * Each is its first name's wrapper (whose real call is the same function).
+ */
+#define RS_ALIAS(ret, second, target, params) \
+	RS_EXPORT ret second params __attribute__((alias(#target), copy(target)));
+RS_ALIAS(ssize_t, __read, read, (int, void *, size_t))
+RS_ALIAS(ssize_t, __write, write, (int, const void *, size_t))
+RS_ALIAS(ssize_t, __pread64, pread64, (int, void *, size_t, off_t))
+RS_ALIAS(ssize_t, __pwrite64, pwrite64, (int, const void *, size_t, off_t))
+RS_ALIAS(off_t, __lseek, lseek, (int, off_t, int))
+RS_ALIAS(int, __close, close, (int))
+RS_ALIAS(int, __dup2, dup2, (int, int))
+RS_ALIAS(int, __fcntl, fcntl, (int, int, ...))
+
 #ifdef RS_HAVE_RAW_SYSCALL
 
 /* A fork made through syscall() (SYS_fork, or SYS_clone with neither a

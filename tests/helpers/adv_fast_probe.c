@@ -33,6 +33,12 @@
  *                 the new thread writes (pthread_create is not
  *                 async-signal-safe, but works).  Prints "trials=N
  *                 torn=T": trials with a torn read.
+ *   alias FN MS   a thread writes 1 MiB records of changing value at
+ *                 offset 0 through libc's function FN, looked up with
+ *                 dlsym (pwrite64, __pwrite64, write, __write: the
+ *                 underscored names are the same functions, exported by
+ *                 glibc under both names), while the main thread preads
+ *                 them.  Prints "reads=R torn=T".
  *   clone_solo FN MS  a second thread made with glibc's clone function
  *                 named FN ("clone" or "__clone", both exported by libc,
  *                 the second strong, the first its weak alias), with a
@@ -303,6 +309,74 @@ static void solo_signal(int trials)
 	printf("trials=%d torn=%d\n", done, torn);
 }
 
+/* ---- alias ---------------------------------------------------------- */
+
+static ssize_t (*alias_pw)(int, const void *, size_t, off_t);
+static ssize_t (*alias_w)(int, const void *, size_t);
+static _Atomic int alias_stop;
+static unsigned char *arec[2];
+#define AREC (1 << 20)
+
+static void *alias_writer(void *arg)
+{
+	int wfd = open(path, O_WRONLY);
+
+	(void)arg;
+	if (wfd < 0)
+		abort();
+	for (unsigned i = 0; !atomic_load(&alias_stop); i++) {
+		ssize_t r;
+
+		if (alias_w) {
+			if (lseek(wfd, 0, SEEK_SET) != 0)
+				abort();
+			r = alias_w(wfd, arec[i & 1], AREC);
+		} else {
+			r = alias_pw(wfd, arec[i & 1], AREC, 0);
+		}
+		if (r != AREC)
+			abort();
+	}
+	close(wfd);
+	return NULL;
+}
+
+static void alias_race(const char *fn, double ms)
+{
+	pthread_t t;
+	unsigned char *b = malloc(AREC);
+	long reads = 0, torn = 0;
+	struct timespec t0, t1;
+
+	if (strstr(fn, "pwrite"))
+		alias_pw = (ssize_t (*)(int, const void *, size_t, off_t))dlsym(RTLD_DEFAULT, fn);
+	else
+		alias_w = (ssize_t (*)(int, const void *, size_t))dlsym(RTLD_DEFAULT, fn);
+	if (!b || (!alias_pw && !alias_w)) {
+		printf("verdict=skip no %s\n", fn);
+		return;
+	}
+	for (int i = 0; i < 2; i++) {
+		arec[i] = malloc(AREC);
+		if (!arec[i])
+			abort();
+		memset(arec[i], 'A' + 2 * i, AREC);
+	}
+	if (pwrite(fd, arec[0], AREC, 0) != AREC || pthread_create(&t, NULL, alias_writer, NULL))
+		abort();
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		if (pread(fd, b, AREC, 0) != AREC)
+			abort();
+		reads++;
+		torn += memchr(b, b[0] ^ 2, AREC) != NULL;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+	} while ((t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6 < ms);
+	atomic_store(&alias_stop, 1);
+	pthread_join(t, NULL);
+	printf("reads=%ld torn=%ld\n", reads, torn);
+}
+
 /* ---- iov_first ------------------------------------------------------ */
 
 static int first_bad;
@@ -458,6 +532,8 @@ int main(int argc, char **argv)
 	} else if (!strcmp(argv[1], "iov_coroutine")) {
 		pthread_create(&t, NULL, coroutine_thread, NULL);
 		pthread_join(t, NULL);
+	} else if (!strcmp(argv[1], "alias") && argc >= 5) {
+		alias_race(argv[3], atof(argv[4]));
 	} else if (!strcmp(argv[1], "solo_signal") && argc >= 4) {
 		solo_signal(atoi(argv[3]));
 	} else if (!strcmp(argv[1], "iov_first")) {
