@@ -196,6 +196,42 @@ static void fprobe(char *const argv[], int preload, struct rs_run *r)
 	unlink(shm);
 }
 
+/* A run record, and in file (PATH_MAX) the rig's data file, name, in a
+ * directory of its own. */
+static struct rs_run *rig_setup(char *file, const char *name)
+{
+	char *base = rs_make_base("/dev/shm", "rs-advfast-");
+	struct rs_run *r = calloc(1, sizeof(*r));
+
+	cr_assert_not_null(r);
+	snprintf(file, PATH_MAX, "%s/%s", base, name);
+	return r;
+}
+
+/* A rig that must end with "verdict=ok" (EFAULT) without the shim, the
+ * control, and with it (not a crash: status 139 is SIGSEGV). */
+static void efault_case(const char *mode)
+{
+	struct rs_run *r;
+	char file[PATH_MAX];
+	char *argv[] = { FPROBE, (char *)mode, file, NULL };
+
+	r = rig_setup(file, "iov.dat");
+	fprobe(argv, 0, r);
+	cr_log_info("%s without the shim: status %d: %s", mode, r->status, r->out);
+	if (strstr(r->out, "verdict=skip"))
+		cr_skip_test("%s", r->out);
+	cr_assert_eq(r->status, 0, "control exited %d: %s", r->status, r->out);
+	cr_assert(strstr(r->out, "verdict=ok"), "control: the kernel did not say EFAULT: %s",
+		  r->out);
+	fprobe(argv, 1, r);
+	cr_log_info("%s with the shim: status %d: %s", mode, r->status, r->out);
+	cr_expect_eq(r->status, 0, "with the shim the probe exited %d (139: SIGSEGV): %s",
+		     r->status, r->out);
+	cr_expect(strstr(r->out, "verdict=ok"), "with the shim: %s", r->out);
+	free(r);
+}
+
 /* h-fastpath, ec6ecd2: EFAULT became SIGSEGV (see the top).  Fix: let
  * find_stack record a frame only when it lies on the thread's own stack
  * as glibc knows it (pthread_getattr_np's [stackaddr, stackaddr + size),
@@ -203,53 +239,15 @@ static void fprobe(char *const argv[], int preload, struct rs_run *r)
  * per-call lower bound of main (the wrapper's frame) as well. */
 Test(adv_proc, fast_iov_altstack, .disabled = RS_ADV_FAST_DISABLED)
 {
-	char *base = rs_make_base("/dev/shm", "rs-advfast-");
-	struct rs_run *r = calloc(1, sizeof(*r));
-	char file[PATH_MAX];
-	char *argv[] = { FPROBE, "iov_altstack", file, NULL };
-
 	if (RS_SAN[0])
 		cr_skip_test("a sanitizer runtime owns the signal stacks");
-	cr_assert_not_null(r);
-	snprintf(file, sizeof(file), "%s/iov.dat", base);
-	fprobe(argv, 0, r);
-	cr_log_info("iov_altstack without the shim: status %d: %s", r->status, r->out);
-	if (strstr(r->out, "verdict=skip"))
-		cr_skip_test("%s", r->out);
-	cr_assert_eq(r->status, 0, "control exited %d: %s", r->status, r->out);
-	cr_assert(strstr(r->out, "verdict=ok"), "control: the kernel did not say EFAULT: %s",
-		  r->out);
-	fprobe(argv, 1, r);
-	cr_log_info("iov_altstack with the shim: status %d: %s", r->status, r->out);
-	cr_expect_eq(r->status, 0, "with the shim the probe exited %d (139: SIGSEGV): %s",
-		     r->status, r->out);
-	cr_expect(strstr(r->out, "verdict=ok"), "with the shim: %s", r->out);
-	free(r);
+	efault_case("iov_altstack");
 }
 
 /* h-fast, 125e12e: EFAULT became SIGSEGV from a coroutine (see the top). */
 Test(adv_proc, fast_iov_coroutine, .disabled = RS_ADV_FAST_DISABLED)
 {
-	char *base = rs_make_base("/dev/shm", "rs-advfast-");
-	struct rs_run *r = calloc(1, sizeof(*r));
-	char file[PATH_MAX];
-	char *argv[] = { FPROBE, "iov_coroutine", file, NULL };
-
-	cr_assert_not_null(r);
-	snprintf(file, sizeof(file), "%s/iov.dat", base);
-	fprobe(argv, 0, r);
-	cr_log_info("iov_coroutine without the shim: status %d: %s", r->status, r->out);
-	if (strstr(r->out, "verdict=skip"))
-		cr_skip_test("%s", r->out);
-	cr_assert_eq(r->status, 0, "control exited %d: %s", r->status, r->out);
-	cr_assert(strstr(r->out, "verdict=ok"), "control: the kernel did not say EFAULT: %s",
-		  r->out);
-	fprobe(argv, 1, r);
-	cr_log_info("iov_coroutine with the shim: status %d: %s", r->status, r->out);
-	cr_expect_eq(r->status, 0, "with the shim the probe exited %d (139: SIGSEGV): %s",
-		     r->status, r->out);
-	cr_expect(strstr(r->out, "verdict=ok"), "with the shim: %s", r->out);
-	free(r);
+	efault_case("iov_coroutine");
 }
 
 /* h-fastpath, ec6ecd2: EFAULT became SIGSEGV (see the top).  Fix: make
@@ -258,48 +256,43 @@ Test(adv_proc, fast_iov_coroutine, .disabled = RS_ADV_FAST_DISABLED)
  * test it first. */
 Test(adv_proc, fast_iov_first, .disabled = RS_ADV_FAST_DISABLED)
 {
-	char *base = rs_make_base("/dev/shm", "rs-advfast-");
-	struct rs_run *r = calloc(1, sizeof(*r));
-	char file[PATH_MAX];
-	char *argv[] = { FPROBE, "iov_first", file, NULL };
+	efault_case("iov_first");
+}
 
-	cr_assert_not_null(r);
-	snprintf(file, sizeof(file), "%s/iov.dat", base);
+/* The control of a torn-read rig: run without the shim, it must tear
+ * (what names it in the messages). */
+static void torn_control(char *const argv[], struct rs_run *r, const char *what)
+{
 	fprobe(argv, 0, r);
-	cr_log_info("iov_first without the shim: status %d: %s", r->status, r->out);
-	cr_assert_eq(r->status, 0, "control exited %d: %s", r->status, r->out);
-	cr_assert(strstr(r->out, "verdict=ok"), "control: the kernel did not say EFAULT: %s",
-		  r->out);
+	cr_log_info("%s without the shim: %s", what, r->out);
+	if (strstr(r->out, "verdict=skip"))
+		cr_skip_test("%s", r->out);
+	cr_assert_eq(r->status, 0, "%s control exited %d: %s", what, r->status, r->out);
+	if (RS_SAN[0] && rs_field(r->out, "torn") <= 0)
+		cr_skip_test("%s: under %s the control never tore: %s", what, RS_SAN, r->out);
+	cr_assert_gt(rs_field(r->out, "torn"), 0, "%s: control without the shim never tore: %s",
+		     what, r->out);
+}
+
+/* The same rig with the shim; it must exit 0. */
+static void shim_leg(char *const argv[], struct rs_run *r, const char *what)
+{
 	fprobe(argv, 1, r);
-	cr_log_info("iov_first with the shim: status %d: %s", r->status, r->out);
-	cr_expect_eq(r->status, 0, "with the shim the probe exited %d (139: SIGSEGV): %s",
-		     r->status, r->out);
-	cr_expect(strstr(r->out, "verdict=ok"), "with the shim: %s", r->out);
-	free(r);
+	cr_log_info("%s with the shim: %s", what, r->out);
+	cr_assert_eq(r->status, 0, "%s with the shim exited %d: %s", what, r->status, r->out);
 }
 
 /* A writer thread through libc's function fn, looked up by name (see
  * the top): the control tears, the shim must not. */
 static void alias_race(const char *fn)
 {
-	char *base = rs_make_base("/dev/shm", "rs-advfast-");
-	struct rs_run *r = calloc(1, sizeof(*r));
+	struct rs_run *r;
 	char file[PATH_MAX];
 	char *argv[] = { FPROBE, "alias", file, (char *)fn, RS_SAN[0] ? "2000" : "500", NULL };
 
-	cr_assert_not_null(r);
-	snprintf(file, sizeof(file), "%s/alias.dat", base);
-	fprobe(argv, 0, r);
-	cr_log_info("%s without the shim: %s", fn, r->out);
-	if (strstr(r->out, "verdict=skip"))
-		cr_skip_test("%s", r->out);
-	cr_assert_eq(r->status, 0, "control exited %d: %s", r->status, r->out);
-	if (RS_SAN[0] && rs_field(r->out, "torn") <= 0)
-		cr_skip_test("%s: under %s the control never tore: %s", fn, RS_SAN, r->out);
-	cr_assert_gt(rs_field(r->out, "torn"), 0, "control never tore: %s", r->out);
-	fprobe(argv, 1, r);
-	cr_log_info("%s with the shim: %s", fn, r->out);
-	cr_assert_eq(r->status, 0, "with the shim the probe exited %d: %s", r->status, r->out);
+	r = rig_setup(file, "alias.dat");
+	torn_control(argv, r, fn);
+	shim_leg(argv, r, fn);
 	cr_expect_eq(rs_field(r->out, "torn"), 0, "%s: torn reads with the shim: %s", fn, r->out);
 	cr_expect_geq(rs_field(r->out, "reads"), 10, "%s: too few reads: %s", fn, r->out);
 	free(r);
@@ -313,23 +306,16 @@ Test(adv_proc, fast_alias_write) { alias_race("__write"); }
  * top).  Disabled: not fixed (limitations.md). */
 Test(adv_proc, fast_solo_signal, .disabled = 1, .timeout = 120)
 {
-	char *base = rs_make_base("/dev/shm", "rs-advfast-");
-	struct rs_run *r = calloc(1, sizeof(*r));
+	struct rs_run *r;
 	char file[PATH_MAX];
 	char *argv[] = { FPROBE, "solo_signal", file, "60", NULL };
 	long long trials, torn;
 
 	if (RS_SAN[0])
 		cr_skip_test("a thread made in a signal handler under a sanitizer runtime");
-	cr_assert_not_null(r);
-	snprintf(file, sizeof(file), "%s/solo.dat", base);
-	fprobe(argv, 0, r);
-	cr_log_info("solo_signal without the shim: %s", r->out);
-	cr_assert_eq(r->status, 0, "control exited %d: %s", r->status, r->out);
-	cr_assert_gt(rs_field(r->out, "torn"), 0, "control never tore: %s", r->out);
-	fprobe(argv, 1, r);
-	cr_log_info("solo_signal with the shim: %s", r->out);
-	cr_assert_eq(r->status, 0, "with the shim the probe exited %d: %s", r->status, r->out);
+	r = rig_setup(file, "solo.dat");
+	torn_control(argv, r, "solo_signal");
+	shim_leg(argv, r, "solo_signal");
 	trials = rs_field(r->out, "trials");
 	torn = rs_field(r->out, "torn");
 	cr_expect_geq(trials, 10, "only %lld trials where the handler hit the shim", trials);
@@ -344,8 +330,7 @@ Test(adv_proc, fast_solo_signal, .disabled = 1, .timeout = 120)
  * is not seen, as inline assembly is not. */
 Test(adv_proc, fast_clone_solo, .disabled = RS_ADV_FAST_DISABLED)
 {
-	char *base = rs_make_base("/dev/shm", "rs-advfast-");
-	struct rs_run *r = calloc(1, sizeof(*r));
+	struct rs_run *r;
 	char file[PATH_MAX];
 	char *clone_argv[] = { FPROBE, "clone_solo", file, "clone", "1000", NULL };
 	char *uclone_argv[] = { FPROBE, "clone_solo", file, "__clone", "1000", NULL };
@@ -355,22 +340,11 @@ Test(adv_proc, fast_clone_solo, .disabled = RS_ADV_FAST_DISABLED)
 	 * sanitizer's per-thread state lives in. */
 	if (RS_SAN[0])
 		cr_skip_test("a hand-made thread cannot carry a sanitizer's thread state");
-	cr_assert_not_null(r);
-	snprintf(file, sizeof(file), "%s/clone.dat", base);
-	fprobe(uclone_argv, 0, r);
-	cr_log_info("__clone without the shim: %s", r->out);
-	if (strstr(r->out, "verdict=skip"))
-		cr_skip_test("%s", r->out);
-	cr_assert_eq(r->status, 0, "control exited %d: %s", r->status, r->out);
-	cr_assert_gt(rs_field(r->out, "torn"), 0, "control without the shim never tore: %s",
-		     r->out);
-	fprobe(clone_argv, 1, r);
-	cr_log_info("clone with the shim: %s", r->out);
-	cr_assert_eq(r->status, 0, "clone leg exited %d: %s", r->status, r->out);
+	r = rig_setup(file, "clone.dat");
+	torn_control(uclone_argv, r, "__clone");
+	shim_leg(clone_argv, r, "clone");
 	cr_expect_eq(rs_field(r->out, "torn"), 0, "clone(): torn with the shim: %s", r->out);
-	fprobe(uclone_argv, 1, r);
-	cr_log_info("__clone with the shim: %s", r->out);
-	cr_assert_eq(r->status, 0, "__clone leg exited %d: %s", r->status, r->out);
+	shim_leg(uclone_argv, r, "__clone");
 	torn = rs_field(r->out, "torn");
 	cr_expect_eq(torn, 0, "__clone: %lld torn reads with the shim: %s", torn, r->out);
 	cr_expect_gt(rs_field(r->out, "reads"), 10, "too few reads: %s", r->out);

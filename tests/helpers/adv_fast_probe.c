@@ -93,40 +93,37 @@ static void on_usr1(int sig)
 	free(v);
 }
 
-static void *altstack_thread(void *arg)
+/* A stack of the rig's own just below the thread's stack and its guard:
+ * within 64 MiB of the thread pointer, at the top of the stack mapping.
+ * NULL (and a skip verdict) if that cannot be mapped. */
+static char *map_below_stack(void)
 {
 	pthread_attr_t a;
 	void *lo;
 	size_t size, guard;
-	stack_t ss = { 0 }, off = { .ss_flags = SS_DISABLE };
-	struct sigaction sa = { 0 };
-	const struct iovec *gone;
-	ssize_t r;
-	int e;
+	char *m;
 
-	(void)arg;
 	if (pthread_getattr_np(pthread_self(), &a) || pthread_attr_getstack(&a, &lo, &size) ||
 	    pthread_attr_getguardsize(&a, &guard))
 		abort();
-	/* Just below the thread's stack and its guard: within 64 MiB of the
-	 * thread pointer, at the top of the stack mapping. */
-	alt = mmap((char *)lo - guard - ALT - 4096, ALT, PROT_READ | PROT_WRITE,
-		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-	if (alt == MAP_FAILED) {
+	m = mmap((char *)lo - guard - ALT - 4096, ALT, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (m == MAP_FAILED) {
 		printf("verdict=skip could not map below the stack: %s\n", strerror(errno));
 		return NULL;
 	}
-	ss.ss_sp = alt;
-	ss.ss_size = ALT;
-	sa.sa_handler = on_usr1;
-	sa.sa_flags = SA_ONSTACK;
-	if (sigaltstack(&ss, NULL) || sigaction(SIGUSR1, &sa, NULL))
+	return m;
+}
+
+/* alt unmapped now: a writev whose iovec is its last must say EFAULT. */
+static void writev_gone(void)
+{
+	const struct iovec *gone = (const struct iovec *)(alt + ALT - sizeof(struct iovec));
+	ssize_t r;
+	int e;
+
+	if (munmap(alt, ALT))
 		abort();
-	pthread_kill(pthread_self(), SIGUSR1);
-	if (sigaltstack(&off, NULL) || munmap(alt, ALT))
-		abort();
-	/* The last iovec of the unmapped alternate stack. */
-	gone = (const struct iovec *)(alt + ALT - sizeof(struct iovec));
 	errno = 0;
 	r = writev(fd, gone, 1);
 	e = errno;
@@ -135,6 +132,26 @@ static void *altstack_thread(void *arg)
 	else
 		printf("verdict=bad writev=%zd errno=%d (%s)\n", r, e, strerror(e));
 	fflush(stdout);
+}
+
+static void *altstack_thread(void *arg)
+{
+	stack_t ss = { 0 }, off = { .ss_flags = SS_DISABLE };
+	struct sigaction sa = { 0 };
+
+	(void)arg;
+	if (!(alt = map_below_stack()))
+		return NULL;
+	ss.ss_sp = alt;
+	ss.ss_size = ALT;
+	sa.sa_handler = on_usr1;
+	sa.sa_flags = SA_ONSTACK;
+	if (sigaltstack(&ss, NULL) || sigaction(SIGUSR1, &sa, NULL))
+		abort();
+	pthread_kill(pthread_self(), SIGUSR1);
+	if (sigaltstack(&off, NULL))
+		abort();
+	writev_gone();
 	return NULL;
 }
 
@@ -149,42 +166,19 @@ static void co_body(void)
 
 static void *coroutine_thread(void *arg)
 {
-	pthread_attr_t a;
-	void *lo;
-	size_t size, guard;
-	const struct iovec *gone;
-	ssize_t r;
-	int e;
-
 	(void)arg;
-	if (pthread_getattr_np(pthread_self(), &a) || pthread_attr_getstack(&a, &lo, &size) ||
-	    pthread_attr_getguardsize(&a, &guard))
-		abort();
-	/* As a coroutine library would place it: an mmap of its own, here
-	 * just below the thread's stack, within 64 MiB of its top. */
-	alt = mmap((char *)lo - guard - ALT - 4096, ALT, PROT_READ | PROT_WRITE,
-		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-	if (alt == MAP_FAILED) {
-		printf("verdict=skip could not map below the stack: %s\n", strerror(errno));
+	/* As a coroutine library would place it: an mmap of its own. */
+	if (!(alt = map_below_stack()))
 		return NULL;
-	}
 	if (getcontext(&co_ctx))
 		abort();
 	co_ctx.uc_stack.ss_sp = alt;
 	co_ctx.uc_stack.ss_size = ALT;
 	co_ctx.uc_link = &co_main;
 	makecontext(&co_ctx, co_body, 0);
-	if (swapcontext(&co_main, &co_ctx) || munmap(alt, ALT))
+	if (swapcontext(&co_main, &co_ctx))
 		abort();
-	gone = (const struct iovec *)(alt + ALT - sizeof(struct iovec));
-	errno = 0;
-	r = writev(fd, gone, 1);
-	e = errno;
-	if (r == -1 && e == EFAULT)
-		printf("verdict=ok writev=-1 errno=EFAULT\n");
-	else
-		printf("verdict=bad writev=%zd errno=%d (%s)\n", r, e, strerror(e));
-	fflush(stdout);
+	writev_gone();
 	return NULL;
 }
 
