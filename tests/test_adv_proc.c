@@ -18,6 +18,10 @@
  *               and 8910, cut_otrunc 9948 and 5967, cut_path 8137 and
  *               4504; main and the fix 0 (main: fopen_w 0 of 12139,
  *               cut_path 0 of 2034).  The controls tore in every run.
+ *               openat2_self and creat_self (h-advr): the cut made in this
+ *               process by syscall(SYS_openat2, O_TRUNC), which passes
+ *               through, and by creat: 0 torn with the shim (controls
+ *               12129 and 18181).  statx0: see append_cut_statx0.
  *
  * fast_*        h-fastpath (ec6ecd2, cf76910) defects, disabled here: this
  *               branch does not have that code, and they pass on it.  The
@@ -166,6 +170,10 @@ Test(adv_proc, append_cut_freopen_w) { cut_race("freopen_w", NULL); }
 Test(adv_proc, append_cut_noshim) { cut_race("cut_noshim", NULL); }
 Test(adv_proc, append_cut_path) { cut_race("cut_path", NULL); }
 Test(adv_proc, append_cut_otrunc) { cut_race("cut_otrunc", NULL); }
+/* In this process, through calls the shim passes on or wraps as opens:
+ * syscall(SYS_openat2) with O_TRUNC, and creat. */
+Test(adv_proc, append_cut_openat2_self) { cut_race("openat2_self", NULL); }
+Test(adv_proc, append_cut_creat_self) { cut_race("creat_self", NULL); }
 /* The re-check reads end of file with statx; where statx fails (before
  * Linux 6.11 for a NULL path, or under seccomp) it must fall back to
  * fstat, not go unchecked. */

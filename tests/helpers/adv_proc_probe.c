@@ -24,6 +24,9 @@
  *   cut_path    another process under the shim (same table) calls
  *               truncate(PATH, 0) without having the file open.
  *   cut_otrunc  another process under the shim opens PATH with O_TRUNC.
+ *   openat2_self  this process opens PATH with O_TRUNC through
+ *               syscall(SYS_openat2), which the shim passes on unlocked.
+ *   creat_self  this process creat()s PATH.
  *
  * With ADV_NO_STATX=1 in the environment a seccomp filter fails statx
  * with ENOSYS first, as on a kernel or in a container without it: the
@@ -52,6 +55,7 @@
 #include <sys/wait.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
+#include <linux/openat2.h>
 #include <linux/seccomp.h>
 #include <time.h>
 #include <unistd.h>
@@ -180,6 +184,17 @@ static void cut(void)
 		if (!f || !(f = freopen(path, "w", f)))
 			abort();
 		fclose(f);
+	} else if (!strcmp(mode, "openat2_self")) {
+		struct open_how how = { .flags = O_WRONLY | O_TRUNC };
+		int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
+
+		if (fd < 0 || close(fd) < 0)
+			abort();
+	} else if (!strcmp(mode, "creat_self")) {
+		int fd = creat(path, 0600);
+
+		if (fd < 0 || close(fd) < 0)
+			abort();
 	} else if (!strcmp(mode, "cut_noshim")) {
 		cut_by_process("ftruncate", 0);
 	} else if (!strcmp(mode, "cut_path")) {
