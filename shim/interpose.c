@@ -843,7 +843,26 @@ RS_EXPORT FILE *fdopen(int fd, const char *mode)
  * exports it twice: __clone is the symbol and clone its weak alias, and a
  * program may call either (tests/test_adv_proc.c, fast_clone_solo), so
  * both are wrapped.  The optional arguments are passed on as read; glibc
- * reads each only when flags ask for it. */
+ * reads each only when flags ask for it.
+ * Without CLONE_VM it makes a process, as fork does but without the
+ * atfork handlers: its child kept the locks the parent's other threads
+ * held, and its first call on such a range waited forever (test_adv_proc,
+ * fast_clone_fork).  The child starts in fn, so it is made to start in
+ * clone_child first, which forgets them as fork's child does; the fn and
+ * arg it needs are on our stack, which the child has a copy of. */
+struct clone_start {
+	int (*fn)(void *);
+	void *arg;
+};
+
+static int clone_child(void *p)
+{
+	const struct clone_start *c = p;
+
+	rs_after_fork_child();
+	return c->fn(c->arg);
+}
+
 #define RS_CLONE_WRAPPER(name)								\
 	__attribute__((no_sanitize("address")))						\
 	RS_EXPORT int name(int (*fn)(void *), void *stack, int flags, void *arg, ...)	\
@@ -858,6 +877,15 @@ RS_EXPORT FILE *fdopen(int fd, const char *mode)
 		va_end(ap);								\
 		if ((flags & CLONE_VM) && !(flags & CLONE_VFORK))			\
 			RS_STORE(rs_solo_ok, 0);					\
+		if (!(flags & CLONE_VM) && fn) {					\
+			struct clone_start c = { fn, arg };				\
+			int locked = fork_begin(), r;					\
+											\
+			r = REAL(int, name, (clone_child, stack, flags, &c, ptid, tls, ctid)); \
+			if (locked)	/* the child went through clone_child */	\
+				rs_fork_parent();					\
+			return r;							\
+		}									\
 		return REAL(int, name, (fn, stack, flags, arg, ptid, tls, ctid));	\
 	}
 int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);

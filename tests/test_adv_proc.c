@@ -73,6 +73,14 @@
  *               the shim (no shim 2546 of 2565; through pwrite64 0), and
  *               through __write 929 of 971.  Fixed: each is an alias of
  *               its first name's wrapper (interpose.c, RS_ALIAS).
+ *  fast_clone_fork  glibc's clone() without CLONE_VM makes a process
+ *               and runs no atfork handler; the shim wrapped it only to
+ *               see threads, so the child kept the range locks of the
+ *               parent's other threads: its pwrite of a range another
+ *               thread was writing at the clone waited forever (killed by
+ *               its 5 s alarm, status 14; no shim: done at once).  Fixed:
+ *               the child starts in clone_child, which forgets them as
+ *               fork's child does (interpose.c).
  *  fast_clone_solo  rs_solo_ok is cleared by the shim's clone() wrapper,
  *               but glibc also exports __clone (the strong symbol clone
  *               is a weak alias of): a thread made with __clone leaves
@@ -308,6 +316,26 @@ static void alias_race(const char *fn)
 
 Test(adv_proc, fast_alias_pwrite64) { alias_race("__pwrite64"); }
 Test(adv_proc, fast_alias_write) { alias_race("__write"); }
+
+/* A process made by clone() kept its parent's range locks (see the top). */
+Test(adv_proc, fast_clone_fork, .timeout = 60)
+{
+	struct rs_run *r;
+	char file[PATH_MAX];
+	char *argv[] = { FPROBE, "clone_fork", file, NULL };
+
+	if (RS_SAN[0])
+		cr_skip_test("a sanitizer runtime does not follow a child made by clone()");
+	r = rig_setup(file, "clone.dat");
+	fprobe(argv, 0, r);
+	cr_log_info("clone_fork without the shim: %s", r->out);
+	cr_assert_eq(r->status, 0, "control exited %d: %s", r->status, r->out);
+	cr_assert(strstr(r->out, "child=ok"), "control: %s", r->out);
+	shim_leg(argv, r, "clone_fork");
+	cr_expect(strstr(r->out, "child=ok"), "with the shim the child hung (14: SIGALRM): %s",
+		  r->out);
+	free(r);
+}
 
 /* h-fast, bc317da: the single-thread copy's call outlives the process's
  * being single-threaded when a signal handler makes a thread (see the

@@ -39,6 +39,12 @@
  *                 underscored names are the same functions, exported by
  *                 glibc under both names), while the main thread preads
  *                 them.  Prints "reads=R torn=T".
+ *   clone_fork    clone(fn, stack, SIGCHLD, arg), a process, no thread,
+ *                 made by glibc's clone function (which runs no atfork
+ *                 handler) while another thread holds the range of a
+ *                 256 MiB pwrite; the child pwrites the same range (an
+ *                 async-signal-safe call, as in a _Fork child) under a 5 s
+ *                 alarm.  Prints "child=ok" or "child=status N".
  *   clone_solo FN MS  a second thread made with glibc's clone function
  *                 named FN ("clone" or "__clone", both exported by libc,
  *                 the second strong, the first its weak alias), with a
@@ -371,6 +377,58 @@ static void alias_race(const char *fn, double ms)
 	printf("reads=%ld torn=%ld\n", reads, torn);
 }
 
+/* ---- clone_fork ---------------------------------------------------- */
+
+#define BIGW (256 << 20)
+
+static _Atomic int bigw_stop, bigw_in;
+static char *bigw;
+
+static void *bigw_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&bigw_stop)) {
+		atomic_store(&bigw_in, 1);
+		if (pwrite(fd, bigw, BIGW, 0) != BIGW)
+			abort();
+	}
+	return NULL;
+}
+
+static int clone_child(void *arg)
+{
+	(void)arg;
+	alarm(5);
+	return pwrite(fd, "x", 1, 4096) == 1 ? 0 : 3;
+}
+
+static void clone_fork(void)
+{
+	pthread_t t;
+	char *stk = malloc(1 << 20);
+	int st;
+	pid_t p;
+
+	bigw = malloc(BIGW);
+	if (!bigw || !stk)
+		abort();
+	memset(bigw, 'a', BIGW);
+	if (pthread_create(&t, NULL, bigw_main, NULL))
+		abort();
+	while (!atomic_load(&bigw_in))
+		sched_yield();
+	usleep(2000);	/* well inside a 256 MiB pwrite */
+	p = clone(clone_child, stk + (1 << 20), SIGCHLD, NULL);
+	if (p < 0 || waitpid(p, &st, 0) != p)
+		abort();
+	atomic_store(&bigw_stop, 1);
+	pthread_join(t, NULL);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		printf("child=ok\n");
+	else
+		printf("child=status %d\n", st);
+}
+
 /* ---- iov_first ------------------------------------------------------ */
 
 static int first_bad;
@@ -526,6 +584,8 @@ int main(int argc, char **argv)
 	} else if (!strcmp(argv[1], "iov_coroutine")) {
 		pthread_create(&t, NULL, coroutine_thread, NULL);
 		pthread_join(t, NULL);
+	} else if (!strcmp(argv[1], "clone_fork")) {
+		clone_fork();
 	} else if (!strcmp(argv[1], "alias") && argc >= 5) {
 		alias_race(argv[3], atof(argv[4]));
 	} else if (!strcmp(argv[1], "solo_signal") && argc >= 4) {
