@@ -916,10 +916,26 @@ RS_ALIAS(int, __fcntl, fcntl, (int, int, ...))
 /* A fork made through syscall() (SYS_fork, or SYS_clone with neither a
  * shared address space nor a new stack) runs no atfork handler: without
  * ours the child would keep the parent's grant cache, and enter the
- * parent's EXSH grants as if it were one of its threads.  (clone3 takes
- * its flags through a pointer, which the shim does not read.) */
+ * parent's EXSH grants as if it were one of its threads, and the range
+ * locks the parent's other threads held (a call on such a range waited
+ * forever: test_adv_proc, fast_clone_fork).  clone3 takes its flags and
+ * stack through a pointer (struct clone_args: flags first, stack the
+ * sixth u64), read here without faulting: one that cannot be read is
+ * the kernel's EFAULT. */
 static int fork_like(long nr, long flags, long stack)
 {
+#ifdef SYS_clone3
+	if (nr == SYS_clone3) {
+		uint64_t ca[6];
+
+		if ((unsigned long)stack < sizeof(ca) ||
+		    rs_user_copy(ca, (const void *)flags, sizeof(ca), 0) < 0)
+			return 0;
+		flags = (long)ca[0];
+		stack = (long)ca[5];
+		nr = SYS_clone;
+	}
+#endif
 #ifdef SYS_fork
 	if (nr == SYS_fork)
 		return 1;

@@ -80,7 +80,10 @@
  *               thread was writing at the clone waited forever (killed by
  *               its 5 s alarm, status 14; no shim: done at once).  Fixed:
  *               the child starts in clone_child, which forgets them as
- *               fork's child does (interpose.c).
+ *               fork's child does (interpose.c).  The same through
+ *               syscall(SYS_clone3) as a fork (fast_clone3_fork): the
+ *               syscall() wrapper did not read clone3's arguments; now
+ *               it does, and runs the fork handlers as for SYS_clone.
  *  fast_clone_solo  rs_solo_ok is cleared by the shim's clone() wrapper,
  *               but glibc also exports __clone (the strong symbol clone
  *               is a weak alias of): a thread made with __clone leaves
@@ -317,25 +320,29 @@ static void alias_race(const char *fn)
 Test(adv_proc, fast_alias_pwrite64) { alias_race("__pwrite64"); }
 Test(adv_proc, fast_alias_write) { alias_race("__write"); }
 
-/* A process made by clone() kept its parent's range locks (see the top). */
-Test(adv_proc, fast_clone_fork, .timeout = 60)
+/* A process made by clone() or syscall(SYS_clone3) kept its parent's
+ * range locks (see the top). */
+static void clone_fork_case(const char *mode)
 {
 	struct rs_run *r;
 	char file[PATH_MAX];
-	char *argv[] = { FPROBE, "clone_fork", file, NULL };
+	char *argv[] = { FPROBE, (char *)mode, file, NULL };
 
 	if (RS_SAN[0])
 		cr_skip_test("a sanitizer runtime does not follow a child made by clone()");
 	r = rig_setup(file, "clone.dat");
 	fprobe(argv, 0, r);
-	cr_log_info("clone_fork without the shim: %s", r->out);
+	cr_log_info("%s without the shim: %s", mode, r->out);
 	cr_assert_eq(r->status, 0, "control exited %d: %s", r->status, r->out);
 	cr_assert(strstr(r->out, "child=ok"), "control: %s", r->out);
-	shim_leg(argv, r, "clone_fork");
+	shim_leg(argv, r, mode);
 	cr_expect(strstr(r->out, "child=ok"), "with the shim the child hung (14: SIGALRM): %s",
 		  r->out);
 	free(r);
 }
+
+Test(adv_proc, fast_clone_fork, .timeout = 60) { clone_fork_case("clone_fork"); }
+Test(adv_proc, fast_clone3_fork, .timeout = 60) { clone_fork_case("clone3_fork"); }
 
 /* h-fast, bc317da: the single-thread copy's call outlives the process's
  * being single-threaded when a signal handler makes a thread (see the

@@ -45,6 +45,8 @@
  *                 256 MiB pwrite; the child pwrites the same range (an
  *                 async-signal-safe call, as in a _Fork child) under a 5 s
  *                 alarm.  Prints "child=ok" or "child=status N".
+ *   clone3_fork   the same with the process made by syscall(SYS_clone3)
+ *                 as a fork (no CLONE_VM, no stack).
  *   clone_solo FN MS  a second thread made with glibc's clone function
  *                 named FN ("clone" or "__clone", both exported by libc,
  *                 the second strong, the first its weak alias), with a
@@ -402,7 +404,7 @@ static int clone_child(void *arg)
 	return pwrite(fd, "x", 1, 4096) == 1 ? 0 : 3;
 }
 
-static void clone_fork(void)
+static void clone_fork(int by_clone3)
 {
 	pthread_t t;
 	char *stk = malloc(1 << 20);
@@ -418,7 +420,16 @@ static void clone_fork(void)
 	while (!atomic_load(&bigw_in))
 		sched_yield();
 	usleep(2000);	/* well inside a 256 MiB pwrite */
-	p = clone(clone_child, stk + (1 << 20), SIGCHLD, NULL);
+	if (by_clone3) {
+		/* A fork by clone3 through syscall(): the child returns here. */
+		uint64_t ca[8] = { 0, 0, 0, 0, SIGCHLD, 0, 0, 0 };
+
+		p = (pid_t)syscall(SYS_clone3, ca, sizeof(ca));
+		if (p == 0)
+			_exit(clone_child(NULL));
+	} else {
+		p = clone(clone_child, stk + (1 << 20), SIGCHLD, NULL);
+	}
 	if (p < 0 || waitpid(p, &st, 0) != p)
 		abort();
 	atomic_store(&bigw_stop, 1);
@@ -584,8 +595,8 @@ int main(int argc, char **argv)
 	} else if (!strcmp(argv[1], "iov_coroutine")) {
 		pthread_create(&t, NULL, coroutine_thread, NULL);
 		pthread_join(t, NULL);
-	} else if (!strcmp(argv[1], "clone_fork")) {
-		clone_fork();
+	} else if (!strcmp(argv[1], "clone_fork") || !strcmp(argv[1], "clone3_fork")) {
+		clone_fork(argv[1][5] == '3');
 	} else if (!strcmp(argv[1], "alias") && argc >= 5) {
 		alias_race(argv[3], atof(argv[4]));
 	} else if (!strcmp(argv[1], "solo_signal") && argc >= 4) {
