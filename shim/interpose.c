@@ -852,7 +852,26 @@ RS_EXPORT FILE *fdopen(int fd, const char *mode)
  * exports it twice: __clone is the symbol and clone its weak alias, and a
  * program may call either (tests/test_adv_proc.c, fast_clone_solo), so
  * both are wrapped.  The optional arguments are passed on as read; glibc
- * reads each only when flags ask for it. */
+ * reads each only when flags ask for it.
+ * Without CLONE_VM it makes a process, as fork does but without the
+ * atfork handlers: its child kept the locks the parent's other threads
+ * held, and its first call on such a range waited forever (test_adv_proc,
+ * fast_clone_fork).  The child starts in fn, so it is made to start in
+ * clone_child first, which forgets them as fork's child does; the fn and
+ * arg it needs are on our stack, which the child has a copy of. */
+struct clone_start {
+	int (*fn)(void *);
+	void *arg;
+};
+
+static int clone_child(void *p)
+{
+	const struct clone_start *c = p;
+
+	rs_after_fork_child();
+	return c->fn(c->arg);
+}
+
 #define RS_CLONE_WRAPPER(name)								\
 	__attribute__((no_sanitize("address")))						\
 	RS_EXPORT int name(int (*fn)(void *), void *stack, int flags, void *arg, ...)	\
@@ -867,21 +886,65 @@ RS_EXPORT FILE *fdopen(int fd, const char *mode)
 		va_end(ap);								\
 		if ((flags & CLONE_VM) && !(flags & CLONE_VFORK))			\
 			RS_STORE(rs_solo_ok, 0);					\
+		if (!(flags & CLONE_VM) && fn) {					\
+			struct clone_start c = { fn, arg };				\
+			int locked = fork_begin(), r;					\
+											\
+			r = REAL(int, name, (clone_child, stack, flags, &c, ptid, tls, ctid)); \
+			if (locked)	/* the child went through clone_child */	\
+				rs_fork_parent();					\
+			return r;							\
+		}									\
 		return REAL(int, name, (fn, stack, flags, arg, ptid, tls, ctid));	\
 	}
 int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
 RS_CLONE_WRAPPER(clone)
 RS_CLONE_WRAPPER(__clone)
 
+/*
+ * glibc exports these functions under a second name as well, the same
+ * code (__write is write): no public header declares them, but programs,
+ * language runtimes and other libraries call them, and a call through one
+ * went round the shim: unlocked writes and reads (torn: test_adv_proc,
+ * fast_alias_*), and a close, dup2 or F_SETFL the fd table never saw.
+ * Each is its first name's wrapper (whose real call is the same function).
+ */
+#define RS_ALIAS(ret, second, target, params) \
+	RS_EXPORT ret second params __attribute__((alias(#target), copy(target)));
+RS_ALIAS(ssize_t, __read, read, (int, void *, size_t))
+RS_ALIAS(ssize_t, __write, write, (int, const void *, size_t))
+RS_ALIAS(ssize_t, __pread64, pread64, (int, void *, size_t, off_t))
+RS_ALIAS(ssize_t, __pwrite64, pwrite64, (int, const void *, size_t, off_t))
+RS_ALIAS(off_t, __lseek, lseek, (int, off_t, int))
+RS_ALIAS(int, __close, close, (int))
+RS_ALIAS(int, __dup2, dup2, (int, int))
+RS_ALIAS(int, __fcntl, fcntl, (int, int, ...))
+
 #ifdef RS_HAVE_RAW_SYSCALL
 
 /* A fork made through syscall() (SYS_fork, or SYS_clone with neither a
  * shared address space nor a new stack) runs no atfork handler: without
  * ours the child would keep the parent's grant cache, and enter the
- * parent's EXSH grants as if it were one of its threads.  (clone3 takes
- * its flags through a pointer, which the shim does not read.) */
+ * parent's EXSH grants as if it were one of its threads, and the range
+ * locks the parent's other threads held (a call on such a range waited
+ * forever: test_adv_proc, fast_clone_fork).  clone3 takes its flags and
+ * stack through a pointer (struct clone_args: flags first, stack the
+ * sixth u64), read here without faulting: one that cannot be read is
+ * the kernel's EFAULT. */
 static int fork_like(long nr, long flags, long stack)
 {
+#ifdef SYS_clone3
+	if (nr == SYS_clone3) {
+		uint64_t ca[6];
+
+		if ((unsigned long)stack < sizeof(ca) ||
+		    rs_user_copy(ca, (const void *)flags, sizeof(ca), 0) < 0)
+			return 0;
+		flags = (long)ca[0];
+		stack = (long)ca[5];
+		nr = SYS_clone;
+	}
+#endif
 #ifdef SYS_fork
 	if (nr == SYS_fork)
 		return 1;

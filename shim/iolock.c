@@ -147,6 +147,51 @@ __thread struct rs_stk rs_stk __attribute__((tls_model("initial-exec")));
 /* glibc's record of where the main thread's stack begins (ld.so). */
 extern void *__libc_stack_end;
 
+/* Every 4 KiB page of [l, top) readable, as one stack mapping is: a
+ * frame on a coroutine's stack (makecontext) mapped within 64 MiB below
+ * the thread's leaves the thread's guard page, or a hole, in between
+ * (test_adv_proc, fast_iov_coroutine), and the coroutine's stack may be
+ * unmapped later while the window would still claim it.  One byte a
+ * page, read through process_vm_readv, which fails on a PROT_NONE or
+ * unmapped page instead of faulting; refused (seccomp), it cannot tell,
+ * and the frame is taken as before (on the thread's stack unless a
+ * coroutine's lies within 64 MiB of its top: limitations.md).
+ * The thread's own stack is readable from its bottom to the top, so a
+ * page found unreadable lies below it, and so does every frame below
+ * that page: stk_bad remembers the highest such page, and a coroutine's
+ * later careful calls are refused without reading its stack again. */
+static __thread uintptr_t stk_bad __attribute__((tls_model("initial-exec")));
+
+static __attribute__((noinline)) int stack_readable(uintptr_t l, uintptr_t top)
+{
+	struct iovec remote[32];
+	char sink[32];
+	struct iovec local = { sink, 0 };
+	uintptr_t p = l;
+
+	while (p < top) {
+		unsigned k = 0;
+		int saved = errno, err;
+		long r;
+
+		for (; k < 32 && p < top; k++, p = (p | 4095) + 1)
+			remote[k] = (struct iovec){ (void *)p, 1 };
+		local.iov_len = k;
+		r = syscall(SYS_process_vm_readv, (long)rs_pid, &local, 1UL, remote,
+			    (unsigned long)k, 0UL);
+		err = errno;
+		errno = saved;
+		if (r != (long)k) {
+			if (r < 0 && err != EFAULT)
+				return 1;
+			/* The first page not read in full: r bytes were. */
+			stk_bad = (uintptr_t)remote[r < 0 ? 0 : r].iov_base;
+			return 0;
+		}
+	}
+	return 1;
+}
+
 /* [our frame, top of this thread's stack) for rs_iov_len_stack: mapped
  * for as long as the thread lives.  Our frame lies below the thread
  * pointer on a thread glibc made, above it on the main thread.  Left
@@ -182,7 +227,7 @@ static __attribute__((noinline)) void find_stack(void)
 	if (tp <= l && getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
 	    rl.rlim_cur < max)
 		max = (uintptr_t)rl.rlim_cur;
-	if (top > l + RS_IOV_ROOM && top - l <= max) {
+	if (top > l + RS_IOV_ROOM && top - l <= max && l >= stk_bad && stack_readable(l, top)) {
 		RS_STORE(rs_stk.lo, l + RS_IOV_ROOM);
 		RS_STORE(rs_stk.span, top - l - RS_IOV_ROOM);
 	}

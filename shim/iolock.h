@@ -225,9 +225,16 @@ static inline __attribute__((always_inline)) int rs_fstat_size(int fd, uint64_t 
 	if (__builtin_expect(RS_LOAD(rs_statx_ok), 1)) {
 		struct statx sx;
 
+		/* A "success" that filled nothing (a seccomp filter's
+		 * SECCOMP_RET_ERRNO of 0, a supervisor faking the call) must
+		 * read as 0, not as whatever this stack slot held last, which
+		 * may be a stale end of file above the real one (test_adv_proc,
+		 * append_cut_statx0: torn reads).  One store. */
+		sx.stx_size = 0;
 		ret = rs_raw_syscall6(SYS_statx, fd, 0, AT_EMPTY_PATH, STATX_SIZE, (long)&sx, 0);
 		/* stx_mask is not tested: the kernel zeroes what a file
-		 * system leaves unfilled (vfs_getattr_nosec, cp_statx), and a
+		 * system leaves unfilled (vfs_getattr_nosec, cp_statx), the
+		 * store above covers a call that never reached it, and a
 		 * size of 0 is always on the safe side here (the first append
 		 * locks from 0; the re-check finds end of file below its start
 		 * and goes the general way). */

@@ -11,11 +11,42 @@
  *                 alternate stack is then unmapped, and a writev whose
  *                 iovec pointer lies in the unmapped memory must fail
  *                 with EFAULT, as it does without the shim.
+ *   iov_coroutine the same with a coroutine (makecontext) instead of a
+ *                 signal handler: a thread runs a coroutine whose stack
+ *                 is mapped just below its own stack (no SS_ONSTACK to
+ *                 tell), which makes a writev with a heap iovec array;
+ *                 the coroutine's stack is then unmapped, and a writev
+ *                 whose iovec pointer lies there must fail with EFAULT.
  *   iov_first     a thread's first vector calls, before the careful path
  *                 has run on it (rs_stk unknown: lo 0, span 0), pass the
  *                 iovec pointer 8: writev, readv, pwritev and preadv must
  *                 each fail with EFAULT, on the main thread and on a
  *                 thread glibc made.
+ *   solo_signal TRIALS  forked children, one a trial, each
+ *                 single-threaded, pread 256 KiB records at offset 0 in a
+ *                 loop under a 20 us interval timer; the SIGALRM handler,
+ *                 once it interrupts the shim's own code (with no shim:
+ *                 at once), makes a thread that pwrites records of
+ *                 changing value at 0, and the child reads 50 more.  A
+ *                 call that chose the single-thread copy (no range lock)
+ *                 before the handler ran goes on without a lock while
+ *                 the new thread writes (pthread_create is not
+ *                 async-signal-safe, but works).  Prints "trials=N
+ *                 torn=T": trials with a torn read.
+ *   alias FN MS   a thread writes 1 MiB records of changing value at
+ *                 offset 0 through libc's function FN, looked up with
+ *                 dlsym (pwrite64, __pwrite64, write, __write: the
+ *                 underscored names are the same functions, exported by
+ *                 glibc under both names), while the main thread preads
+ *                 them.  Prints "reads=R torn=T".
+ *   clone_fork    clone(fn, stack, SIGCHLD, arg), a process, no thread,
+ *                 made by glibc's clone function (which runs no atfork
+ *                 handler) while another thread holds the range of a
+ *                 256 MiB pwrite; the child pwrites the same range (an
+ *                 async-signal-safe call, as in a _Fork child) under a 5 s
+ *                 alarm.  Prints "child=ok" or "child=status N".
+ *   clone3_fork   the same with the process made by syscall(SYS_clone3)
+ *                 as a fork (no CLONE_VM, no stack).
  *   clone_solo FN MS  a second thread made with glibc's clone function
  *                 named FN ("clone" or "__clone", both exported by libc,
  *                 the second strong, the first its weak alias), with a
@@ -44,6 +75,9 @@
 #include <stdatomic.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <ucontext.h>
+#include <link.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define ALT (256 * 1024)
@@ -67,40 +101,37 @@ static void on_usr1(int sig)
 	free(v);
 }
 
-static void *altstack_thread(void *arg)
+/* A stack of the rig's own just below the thread's stack and its guard:
+ * within 64 MiB of the thread pointer, at the top of the stack mapping.
+ * NULL (and a skip verdict) if that cannot be mapped. */
+static char *map_below_stack(void)
 {
 	pthread_attr_t a;
 	void *lo;
 	size_t size, guard;
-	stack_t ss = { 0 }, off = { .ss_flags = SS_DISABLE };
-	struct sigaction sa = { 0 };
-	const struct iovec *gone;
-	ssize_t r;
-	int e;
+	char *m;
 
-	(void)arg;
 	if (pthread_getattr_np(pthread_self(), &a) || pthread_attr_getstack(&a, &lo, &size) ||
 	    pthread_attr_getguardsize(&a, &guard))
 		abort();
-	/* Just below the thread's stack and its guard: within 64 MiB of the
-	 * thread pointer, at the top of the stack mapping. */
-	alt = mmap((char *)lo - guard - ALT - 4096, ALT, PROT_READ | PROT_WRITE,
-		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-	if (alt == MAP_FAILED) {
+	m = mmap((char *)lo - guard - ALT - 4096, ALT, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (m == MAP_FAILED) {
 		printf("verdict=skip could not map below the stack: %s\n", strerror(errno));
 		return NULL;
 	}
-	ss.ss_sp = alt;
-	ss.ss_size = ALT;
-	sa.sa_handler = on_usr1;
-	sa.sa_flags = SA_ONSTACK;
-	if (sigaltstack(&ss, NULL) || sigaction(SIGUSR1, &sa, NULL))
+	return m;
+}
+
+/* alt unmapped now: a writev whose iovec is its last must say EFAULT. */
+static void writev_gone(void)
+{
+	const struct iovec *gone = (const struct iovec *)(alt + ALT - sizeof(struct iovec));
+	ssize_t r;
+	int e;
+
+	if (munmap(alt, ALT))
 		abort();
-	pthread_kill(pthread_self(), SIGUSR1);
-	if (sigaltstack(&off, NULL) || munmap(alt, ALT))
-		abort();
-	/* The last iovec of the unmapped alternate stack. */
-	gone = (const struct iovec *)(alt + ALT - sizeof(struct iovec));
 	errno = 0;
 	r = writev(fd, gone, 1);
 	e = errno;
@@ -109,7 +140,304 @@ static void *altstack_thread(void *arg)
 	else
 		printf("verdict=bad writev=%zd errno=%d (%s)\n", r, e, strerror(e));
 	fflush(stdout);
+}
+
+static void *altstack_thread(void *arg)
+{
+	stack_t ss = { 0 }, off = { .ss_flags = SS_DISABLE };
+	struct sigaction sa = { 0 };
+
+	(void)arg;
+	if (!(alt = map_below_stack()))
+		return NULL;
+	ss.ss_sp = alt;
+	ss.ss_size = ALT;
+	sa.sa_handler = on_usr1;
+	sa.sa_flags = SA_ONSTACK;
+	if (sigaltstack(&ss, NULL) || sigaction(SIGUSR1, &sa, NULL))
+		abort();
+	pthread_kill(pthread_self(), SIGUSR1);
+	if (sigaltstack(&off, NULL))
+		abort();
+	writev_gone();
 	return NULL;
+}
+
+/* ---- iov_coroutine ------------------------------------------------ */
+
+static ucontext_t co_main, co_ctx;
+
+static void co_body(void)
+{
+	on_usr1(0);	/* a writev of a heap array: the careful path */
+}
+
+static void *coroutine_thread(void *arg)
+{
+	(void)arg;
+	/* As a coroutine library would place it: an mmap of its own. */
+	if (!(alt = map_below_stack()))
+		return NULL;
+	if (getcontext(&co_ctx))
+		abort();
+	co_ctx.uc_stack.ss_sp = alt;
+	co_ctx.uc_stack.ss_size = ALT;
+	co_ctx.uc_link = &co_main;
+	makecontext(&co_ctx, co_body, 0);
+	if (swapcontext(&co_main, &co_ctx))
+		abort();
+	writev_gone();
+	return NULL;
+}
+
+/* ---- solo_signal -------------------------------------------------- */
+
+#define SREC (256 * 1024)
+
+static uintptr_t shim_lo, shim_hi;
+static _Atomic int spawned, sstop;
+static unsigned char *srec[2];
+static pthread_t swriter;
+
+static int find_shim(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	(void)arg;
+	if (!info->dlpi_name || !strstr(info->dlpi_name, "rangeshim"))
+		return 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+			shim_lo = info->dlpi_addr + ph->p_vaddr;
+			shim_hi = shim_lo + ph->p_memsz;
+		}
+	}
+	return 1;
+}
+
+static void *swrite_main(void *arg)
+{
+	(void)arg;
+	for (unsigned i = 0; !atomic_load(&sstop); i++)
+		if (pwrite(fd, srec[i & 1], SREC, 0) != SREC)
+			abort();
+	return NULL;
+}
+
+static void on_alrm(int sig, siginfo_t *si, void *uc)
+{
+	uintptr_t pc = (uintptr_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
+	int saved = errno;
+
+	(void)sig;
+	(void)si;
+	if (atomic_load(&spawned) || (shim_hi && !getenv("ADV_ANYPC") && (pc < shim_lo || pc >= shim_hi)))
+		return;
+	atomic_store(&spawned, 1);
+	if (pthread_create(&swriter, NULL, swrite_main, NULL))
+		abort();
+	errno = saved;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int solo_trial(void)
+{
+	struct sigaction sa = { 0 };
+	timer_t tm;
+	struct sigevent ev = { .sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGALRM };
+	struct itimerspec it = { { 0, 20000 }, { 0, 20000 } };
+	unsigned char *b = malloc(SREC);
+	int torn = 0, after = 0;
+	double t0 = now_ms();
+
+	if (getenv("ADV_SPAWN_FIRST")) {
+		atomic_store(&spawned, 1);
+		if (pthread_create(&swriter, NULL, swrite_main, NULL))
+			abort();
+	}
+	sa.sa_sigaction = on_alrm;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	if (!b || sigaction(SIGALRM, &sa, NULL) || timer_create(CLOCK_MONOTONIC, &ev, &tm) ||
+	    timer_settime(tm, 0, &it, NULL))
+		abort();
+	while (after < 50 && now_ms() - t0 < 2000) {
+		if (pread(fd, b, SREC, 0) != SREC)
+			abort();
+		if (memchr(b, b[0] ^ 2, SREC))	/* 'A' and 'C' in one read */
+			torn = 1;
+		if (atomic_load(&spawned))
+			after++;
+	}
+	timer_delete(tm);
+	atomic_store(&sstop, 1);
+	if (atomic_load(&spawned))
+		pthread_join(swriter, NULL);
+	return atomic_load(&spawned) ? torn : 2;
+}
+
+static void solo_signal(int trials)
+{
+	int torn = 0, done = 0;
+
+	dl_iterate_phdr(find_shim, NULL);
+	for (int i = 0; i < 2; i++) {
+		srec[i] = malloc(SREC);
+		if (!srec[i])
+			abort();
+		memset(srec[i], 'A' + i * 2, SREC);	/* 'A', 'C': values differ in 2 */
+	}
+	if (pwrite(fd, srec[0], SREC, 0) != SREC)
+		abort();
+	for (int i = 0; i < trials; i++) {
+		int st;
+		pid_t p = fork();
+
+		if (p == 0)
+			_exit(solo_trial());
+		if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st))
+			abort();
+		if (WEXITSTATUS(st) < 2)
+			done++;
+		torn += WEXITSTATUS(st) == 1;
+	}
+	printf("trials=%d torn=%d\n", done, torn);
+}
+
+/* ---- alias ---------------------------------------------------------- */
+
+static ssize_t (*alias_pw)(int, const void *, size_t, off_t);
+static ssize_t (*alias_w)(int, const void *, size_t);
+static _Atomic int alias_stop;
+static unsigned char *arec[2];
+#define AREC (1 << 20)
+
+static void *alias_writer(void *arg)
+{
+	int wfd = open(path, O_WRONLY);
+
+	(void)arg;
+	if (wfd < 0)
+		abort();
+	for (unsigned i = 0; !atomic_load(&alias_stop); i++) {
+		ssize_t r;
+
+		if (alias_w) {
+			if (lseek(wfd, 0, SEEK_SET) != 0)
+				abort();
+			r = alias_w(wfd, arec[i & 1], AREC);
+		} else {
+			r = alias_pw(wfd, arec[i & 1], AREC, 0);
+		}
+		if (r != AREC)
+			abort();
+	}
+	close(wfd);
+	return NULL;
+}
+
+static void alias_race(const char *fn, double ms)
+{
+	pthread_t t;
+	unsigned char *b = malloc(AREC);
+	long reads = 0, torn = 0;
+	struct timespec t0, t1;
+
+	if (strstr(fn, "pwrite"))
+		alias_pw = (ssize_t (*)(int, const void *, size_t, off_t))dlsym(RTLD_DEFAULT, fn);
+	else
+		alias_w = (ssize_t (*)(int, const void *, size_t))dlsym(RTLD_DEFAULT, fn);
+	if (!b || (!alias_pw && !alias_w)) {
+		printf("verdict=skip no %s\n", fn);
+		return;
+	}
+	for (int i = 0; i < 2; i++) {
+		arec[i] = malloc(AREC);
+		if (!arec[i])
+			abort();
+		memset(arec[i], 'A' + 2 * i, AREC);
+	}
+	if (pwrite(fd, arec[0], AREC, 0) != AREC || pthread_create(&t, NULL, alias_writer, NULL))
+		abort();
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		if (pread(fd, b, AREC, 0) != AREC)
+			abort();
+		reads++;
+		torn += memchr(b, b[0] ^ 2, AREC) != NULL;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+	} while ((t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6 < ms);
+	atomic_store(&alias_stop, 1);
+	pthread_join(t, NULL);
+	printf("reads=%ld torn=%ld\n", reads, torn);
+}
+
+/* ---- clone_fork ---------------------------------------------------- */
+
+#define BIGW (256 << 20)
+
+static _Atomic int bigw_stop, bigw_in;
+static char *bigw;
+
+static void *bigw_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&bigw_stop)) {
+		atomic_store(&bigw_in, 1);
+		if (pwrite(fd, bigw, BIGW, 0) != BIGW)
+			abort();
+	}
+	return NULL;
+}
+
+static int clone_child(void *arg)
+{
+	(void)arg;
+	alarm(5);
+	return pwrite(fd, "x", 1, 4096) == 1 ? 0 : 3;
+}
+
+static void clone_fork(int by_clone3)
+{
+	pthread_t t;
+	char *stk = malloc(1 << 20);
+	int st;
+	pid_t p;
+
+	bigw = malloc(BIGW);
+	if (!bigw || !stk)
+		abort();
+	memset(bigw, 'a', BIGW);
+	if (pthread_create(&t, NULL, bigw_main, NULL))
+		abort();
+	while (!atomic_load(&bigw_in))
+		sched_yield();
+	usleep(2000);	/* well inside a 256 MiB pwrite */
+	if (by_clone3) {
+		/* A fork by clone3 through syscall(): the child returns here. */
+		uint64_t ca[8] = { 0, 0, 0, 0, SIGCHLD, 0, 0, 0 };
+
+		p = (pid_t)syscall(SYS_clone3, ca, sizeof(ca));
+		if (p == 0)
+			_exit(clone_child(NULL));
+	} else {
+		p = clone(clone_child, stk + (1 << 20), SIGCHLD, NULL);
+	}
+	if (p < 0 || waitpid(p, &st, 0) != p)
+		abort();
+	atomic_store(&bigw_stop, 1);
+	pthread_join(t, NULL);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		printf("child=ok\n");
+	else
+		printf("child=status %d\n", st);
 }
 
 /* ---- iov_first ------------------------------------------------------ */
@@ -264,6 +592,15 @@ int main(int argc, char **argv)
 		/* A thread glibc made: its thread pointer tops its stack. */
 		pthread_create(&t, NULL, altstack_thread, NULL);
 		pthread_join(t, NULL);
+	} else if (!strcmp(argv[1], "iov_coroutine")) {
+		pthread_create(&t, NULL, coroutine_thread, NULL);
+		pthread_join(t, NULL);
+	} else if (!strcmp(argv[1], "clone_fork") || !strcmp(argv[1], "clone3_fork")) {
+		clone_fork(argv[1][5] == '3');
+	} else if (!strcmp(argv[1], "alias") && argc >= 5) {
+		alias_race(argv[3], atof(argv[4]));
+	} else if (!strcmp(argv[1], "solo_signal") && argc >= 4) {
+		solo_signal(atoi(argv[3]));
 	} else if (!strcmp(argv[1], "iov_first")) {
 		iov_first_calls("main");
 		pthread_create(&t, NULL, iov_first_thread, NULL);

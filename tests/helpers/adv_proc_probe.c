@@ -24,12 +24,18 @@
  *   cut_path    another process under the shim (same table) calls
  *               truncate(PATH, 0) without having the file open.
  *   cut_otrunc  another process under the shim opens PATH with O_TRUNC.
+ *   openat2_self  this process opens PATH with O_TRUNC through
+ *               syscall(SYS_openat2), which the shim passes on unlocked.
+ *   creat_self  this process creat()s PATH.
  *
  * With ADV_NO_STATX=1 in the environment a seccomp filter fails statx
  * with ENOSYS first, as on a kernel or in a container without it: the
  * shim's append re-check then falls back to fstat (iolock.h,
  * rs_fstat_size), which must guard the appends as well.  It adds
- * "nostatx=1" once the filter is seen to work.
+ * "nostatx=1" once the filter is seen to work.  ADV_NO_STATX=0 makes the
+ * filter answer statx with 0 instead, a success that fills nothing (a
+ * seccomp ERRNO of 0, or a supervisor that fakes the call): the shim must
+ * not take what is left in its buffer for end of file.
  *
  * Prints "reads=R torn=T writes=W cuts=C".
  *
@@ -49,6 +55,7 @@
 #include <sys/wait.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
+#include <linux/openat2.h>
 #include <linux/seccomp.h>
 #include <time.h>
 #include <unistd.h>
@@ -177,6 +184,17 @@ static void cut(void)
 		if (!f || !(f = freopen(path, "w", f)))
 			abort();
 		fclose(f);
+	} else if (!strcmp(mode, "openat2_self")) {
+		struct open_how how = { .flags = O_WRONLY | O_TRUNC };
+		int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
+
+		if (fd < 0 || close(fd) < 0)
+			abort();
+	} else if (!strcmp(mode, "creat_self")) {
+		int fd = creat(path, 0600);
+
+		if (fd < 0 || close(fd) < 0)
+			abort();
 	} else if (!strcmp(mode, "cut_noshim")) {
 		cut_by_process("ftruncate", 0);
 	} else if (!strcmp(mode, "cut_path")) {
@@ -213,9 +231,9 @@ static int cut_main(const char *how, const char *p)
 #define PROBE_AUDIT_ARCH AUDIT_ARCH_AARCH64
 #endif
 
-/* statx fails with ENOSYS from now on, in this process and its children:
- * 1 if it does. */
-static int no_statx(void)
+/* statx fails with err (ENOSYS; 0: "succeeds" without doing anything)
+ * from now on, in this process and its children: 1 if it does. */
+static int no_statx(int err)
 {
 #ifdef PROBE_AUDIT_ARCH
 	struct sock_filter f[] = {
@@ -224,16 +242,19 @@ static int no_statx(void)
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_statx, 0, 1),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (unsigned)err),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 	};
 	struct sock_fprog prog = { sizeof(f) / sizeof(f[0]), f };
-	struct statx sx;
+	struct statx sx = { .stx_mask = 0xdead };
 
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
 	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
 		return 0;
-	return syscall(SYS_statx, AT_FDCWD, "/", 0, STATX_SIZE, &sx) < 0 && errno == ENOSYS;
+	if (!err)
+		return syscall(SYS_statx, AT_FDCWD, "/", 0, STATX_SIZE, &sx) == 0 &&
+		       sx.stx_mask == 0xdead;
+	return syscall(SYS_statx, AT_FDCWD, "/", 0, STATX_SIZE, &sx) < 0 && errno == err;
 #else
 	return 0;
 #endif
@@ -263,7 +284,7 @@ int main(int argc, char **argv)
 	pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
 	pthread_rwlock_init(&quiet, &a);
 	if (getenv("ADV_NO_STATX"))
-		nostatx = no_statx();
+		nostatx = no_statx(strcmp(getenv("ADV_NO_STATX"), "0") ? ENOSYS : 0);
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	if (fd < 0)
 		abort();
