@@ -77,6 +77,7 @@ struct rs_cl {
 	int lost;              /* 0, or the errno that lost every grant */
 	uint64_t grace_since;  /* first ENOLCK of a run of them, 0 if none */
 	uint64_t grace_ns;     /* the next retry's back-off */
+	uint64_t courtesy_until; /* a wanted grant went back: defer to waiters until */
 	struct rs_cl_params p;
 	uint64_t hold_ns;      /* the adaptive minimum hold time */
 	uint64_t poll_ns;      /* the adaptive poll interval */
