@@ -351,7 +351,8 @@ static bool cut(uint64_t s, uint64_t e, uint64_t a, uint64_t b, uint64_t *lo, ui
 /*
  * Fairness (see the theory): wait while another node's intent lies over
  * [s, e), for as long as the courtesy window after our last give-back of
- * a wanted grant lasts.  Pre: c->mu not held.  Post: the window is over
+ * a wanted grant lasts (until; 0 when there was none: no GETLK at all).
+ * Pre: c->mu not held.  Post: the window is over
  * or nobody else is waiting for [s, e) now; a failed GETLK ends the wait
  * (the acquisition's own lock calls then meet the failure).
  */
@@ -537,8 +538,7 @@ int rs_cl_acquire_ex(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, uint
 	*p = (struct rs_cl_grant){ .start = lo, .end = hi, .state = RS_CL_PENDING };
 	until = c->courtesy_until;
 	pthread_mutex_unlock(&c->mu);
-	if (now_ns() < until)
-		courtesy(c, s, e, until);
+	courtesy(c, s, e, until);
 
 	for (uint64_t wlo = lo, whi = hi;;) {
 		uint64_t pause;
