@@ -370,6 +370,29 @@ static inline int rs_agents_of(const char *want, pid_t *out, int max)
 	return n;
 }
 
+/* The agents of one test's simulated nodes, whose tables are named
+ * "/rs-SUITE-TEST-NODE.PID" (NODE 'a' or 'b'). */
+static inline int rs_node_agents(const char *suite, const char *test, char node, pid_t *out,
+				 int max)
+{
+	char want[128];
+
+	snprintf(want, sizeof want, "/rs-%s-%s-%c.%d", suite, test, node, (int)getpid());
+	return rs_agents_of(want, out, max);
+}
+
+/* SIGKILL both nodes' agents of a test, and give the kernel a moment to
+ * drop their locks. */
+static inline void rs_kill_node_agents(const char *suite, const char *test)
+{
+	pid_t p[8];
+
+	for (char node = 'a'; node <= 'b'; node++)
+		for (int i = 0, n = rs_node_agents(suite, test, node, p, 8); i < n; i++)
+			kill(p[i], SIGKILL);
+	usleep(100000);
+}
+
 /* Start argv in the background with the entries of env (NULL-ended)
  * added to its environment, and the shim if preload. */
 static inline void rs_bg_start_env(struct rs_bg *b, const char *const env[], int preload,

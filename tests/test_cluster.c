@@ -212,10 +212,7 @@ Test(cluster, amortize, .timeout = 120)
 /* Pids of the agents serving node table /rs-clu-TEST-NODE.PID. */
 static int agents_of(const char *test, char node, pid_t *out, int max)
 {
-	char want[128];
-
-	snprintf(want, sizeof want, "/rs-clu-%s-%c.%d", test, node, (int)getpid());
-	return rs_agents_of(want, out, max);
+	return rs_node_agents("clu", test, node, out, max);
 }
 
 /* Is any byte of path locked by anyone (an OFD write lock would not be
@@ -233,12 +230,7 @@ static int locked_by_anyone(const char *path)
 
 static void kill_agents(const char *test)
 {
-	pid_t p[8];
-
-	for (char node = 'a'; node <= 'b'; node++)
-		for (int i = 0, n = agents_of(test, node, p, 8); i < n; i++)
-			kill(p[i], SIGKILL);
-	usleep(100000);
+	rs_kill_node_agents("clu", test);
 }
 
 /*

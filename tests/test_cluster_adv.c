@@ -118,20 +118,12 @@ static void unlink_tables(const char *test)
 /* Pids of the agents serving node table /rs-cadv-TEST-NODE.PID. */
 static int agents_of(const char *test, char node, pid_t *out, int max)
 {
-	char want[128];
-
-	snprintf(want, sizeof want, "/rs-cadv-%s-%c.%d", test, node, (int)getpid());
-	return rs_agents_of(want, out, max);
+	return rs_node_agents("cadv", test, node, out, max);
 }
 
 static void kill_agents(const char *test)
 {
-	pid_t p[8];
-
-	for (char node = 'a'; node <= 'b'; node++)
-		for (int i = 0, n = agents_of(test, node, p, 8); i < n; i++)
-			kill(p[i], SIGKILL);
-	usleep(100000);
+	rs_kill_node_agents("cadv", test);
 }
 
 /* Is any byte of path locked by anyone? */

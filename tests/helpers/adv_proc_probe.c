@@ -79,21 +79,12 @@ static pthread_rwlock_t quiet;
 static int check_at(int fd, unsigned char *b, off_t off)
 {
 	ssize_t r = pread(fd, b, SPAN, off);
-	int bad = 0;
+	int bad;
 
 	if (r <= 0)
 		return 0;
 	atomic_fetch_add(&reads, 1);
-	if (r < SPAN && (off + r) % REC != 0)
-		bad = 1;
-	for (ssize_t p = 0; p < r && !bad;) {
-		ssize_t end = (off + p) / REC * REC + REC - off;
-
-		if (end > r)
-			end = r;
-		bad = !probe_uniform(b + p, (size_t)(end - p));
-		p = end;
-	}
+	bad = probe_records_torn(b, r, (long long)off, SPAN, REC);
 	if (bad && getenv("ADV_PROBE_DEBUG"))
 		fprintf(stderr, "torn: off=%lld r=%zd\n", (long long)off, r);
 	return bad;

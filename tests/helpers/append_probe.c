@@ -84,7 +84,7 @@ static int check_once(int fd, unsigned char *b, int at_start)
 	struct stat st;
 	off_t off;
 	ssize_t r;
-	int bad = 0;
+	int bad;
 
 	if (fstat(fd, &st) < 0)
 		abort();
@@ -98,17 +98,7 @@ static int check_once(int fd, unsigned char *b, int at_start)
 	if (r <= (at_start ? 0 : REC / 2))
 		return 0;
 	atomic_fetch_add(&reads, 1);
-	/* Short: it reached end of file, which must be a record's end. */
-	if (r < 2 * REC && (off + r) % REC != 0)
-		bad = 1;
-	for (ssize_t p = 0; p < r && !bad;) {
-		ssize_t end = (off + p) / REC * REC + REC - off;
-
-		if (end > r)
-			end = r;
-		bad = !probe_uniform(b + p, (size_t)(end - p));
-		p = end;
-	}
+	bad = probe_records_torn(b, r, (long long)off, 2 * REC, REC);
 	if (bad && getenv("APPEND_PROBE_DEBUG"))
 		fprintf(stderr, "torn: off=%lld r=%zd size=%lld\n", (long long)off, r,
 			(long long)st.st_size);

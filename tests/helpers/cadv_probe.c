@@ -100,6 +100,22 @@ static int write_report(int fd, const char *buf)
 	return 0;
 }
 
+/* CADV_UID: become that user first (a root test's stand-in for a user
+ * who may read the file but not write it).  -1, said, if that fails. */
+static int become_cadv_uid(void)
+{
+	if (getenv("CADV_UID") && geteuid() == 0) {
+		gid_t g = (gid_t)atoi(getenv("CADV_UID"));
+
+		if (setgroups(0, NULL) < 0 || setresgid(g, g, g) < 0 ||
+		    setresuid((uid_t)g, (uid_t)g, (uid_t)g) < 0) {
+			printf("verdict=FAIL setresuid: %s\n", strerror(errno));
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static char buf[1 << 16];
@@ -123,15 +139,8 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "rowrite") == 0 && argc == 3) {
 		long long rrc;
 
-		if (getenv("CADV_UID") && geteuid() == 0) {
-			gid_t g = (gid_t)atoi(getenv("CADV_UID"));
-
-			if (setgroups(0, NULL) < 0 || setresgid(g, g, g) < 0 ||
-			    setresuid((uid_t)g, (uid_t)g, (uid_t)g) < 0) {
-				printf("verdict=FAIL setresuid: %s\n", strerror(errno));
-				return 1;
-			}
-		}
+		if (become_cadv_uid() < 0)
+			return 1;
 		fd = open(argv[2], O_RDWR);
 		if (fd < 0 || fchmod(fd, 0444) < 0) {
 			printf("verdict=FAIL open/fchmod %s: %s\n", argv[2], strerror(errno));
@@ -152,17 +161,8 @@ int main(int argc, char **argv)
 
 		if (len > (long long)sizeof buf)
 			len = sizeof buf;
-		/* CADV_UID: become that user first (a root test's stand-in
-		 * for a user who may read the file but not write it). */
-		if (getenv("CADV_UID") && geteuid() == 0) {
-			gid_t g = (gid_t)atoi(getenv("CADV_UID"));
-
-			if (setgroups(0, NULL) < 0 || setresgid(g, g, g) < 0 ||
-			    setresuid((uid_t)g, (uid_t)g, (uid_t)g) < 0) {
-				printf("verdict=FAIL setresuid: %s\n", strerror(errno));
-				return 1;
-			}
-		}
+		if (become_cadv_uid() < 0)
+			return 1;
 		fd = open(argv[2], w ? O_RDWR : O_RDONLY);
 		if (fd < 0) {
 			printf("verdict=FAIL open %s: %s\n", argv[2], strerror(errno));

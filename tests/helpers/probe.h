@@ -9,6 +9,7 @@
 #include <link.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/types.h>
 #include <time.h>
 
 static inline int probe_shim_cb(struct dl_phdr_info *info, size_t size, void *data)
@@ -56,6 +57,29 @@ static inline int probe_uniform(const unsigned char *b, size_t n)
 		if (b[i] != b[0])
 			return 0;
 	return 1;
+}
+
+/*
+ * A read of r bytes at off, asked for want bytes, of a file written in
+ * records of rec bytes, each by one writer: torn if a short read stops
+ * inside a record (end of file is always a record's end) or a record's
+ * part in b is not uniform.
+ */
+static inline int probe_records_torn(const unsigned char *b, ssize_t r, long long off,
+				     ssize_t want, long long rec)
+{
+	if (r < want && (off + r) % rec != 0)
+		return 1;
+	for (ssize_t p = 0; p < r;) {
+		ssize_t end = (ssize_t)((off + p) / rec * rec + rec - off);
+
+		if (end > r)
+			end = r;
+		if (!probe_uniform(b + p, (size_t)(end - p)))
+			return 1;
+		p = end;
+	}
+	return 0;
 }
 
 #endif
