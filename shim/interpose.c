@@ -746,7 +746,7 @@ _Static_assert(F_GETLK64 == F_GETLK && F_SETLK64 == F_SETLK && F_SETLKW64 == F_S
 	{                                                                     \
 		va_list ap;                                                   \
 		void *arg;                                                    \
-		int r, saved;                                                 \
+		int r;                                                        \
 		va_start(ap, cmd);                                            \
 		arg = va_arg(ap, void *);                                     \
 		va_end(ap);                                                   \
@@ -768,7 +768,6 @@ _Static_assert(F_GETLK64 == F_GETLK && F_SETLK64 == F_SETLK && F_SETLKW64 == F_S
 		r = REAL(int, name, (fd, cmd, arg));                          \
 		if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))     \
 			return duped(fd, r);                                  \
-		(void)saved;                                                  \
 		return r;                                                     \
 	}
 
