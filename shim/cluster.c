@@ -160,6 +160,27 @@ __thread int rs_cl_eio __attribute__((tls_model("initial-exec")));
  * either way the agent decides: the older copy loses its "current" mark,
  * so the next pin of the file sends it for adoption, and only then is it
  * closed.  That bounds the copies of a file without trusting a guess.
+ *
+ * The other way a copy goes: the process is inside none of the file's
+ * locks any more.  Once every fd of the file is closed, no pin of it is
+ * in progress (inpin) and the node table holds no grant of ours on it
+ * (rs_grant_held: cached, in use or waited for), no call of ours can be
+ * inside any of the file's cluster grants, through any description, so
+ * every copy of the file is closed (rs_cluster_file_closed).  So a
+ * process keeps at most one copy per open cluster file (plus dead agents'
+ * ones until adopted), not one per file it ever wrote
+ * (cluster_adv::carriers_released), and a deleted file's space is not
+ * held by us.  Both checks are made under pfiles_mtx, which a pin takes
+ * to count itself in before it asks the agent and out only after its
+ * node grant is in the table: a grant made after the check was pinned
+ * after it, and so brings a copy of its own.
+ *
+ * Pins ask the agent for its description only when they hold no copy of
+ * it (PIN's desc_id), so a pin on a file already held needs one
+ * descriptor (its connection).  A pin whose reply carried a description
+ * that could not be installed (MSG_CTRUNC: no free number) is refused,
+ * never used: without the copy, the agent's death would unlock the range
+ * under our calls (cluster_adv::carrier_truncated).
  */
 struct pfile {
 	uint64_t dev, ino, id, seq;
@@ -170,6 +191,117 @@ static struct pfile *pfiles;
 static size_t npfile;    /* slots in pfiles (pfiles_mtx) */
 static uint64_t pfile_seq;
 static _Atomic uint32_t pfiles_mtx;
+
+/* Files with a pin in progress (pfiles_mtx); more at once than slots
+ * counts in inpin_over, which keeps every copy (never less safe). */
+#define NINPIN 64
+static struct {
+	uint64_t dev, ino;
+	unsigned n;
+} inpin[NINPIN];
+static unsigned inpin_over;
+
+static int pin_begin(uint64_t dev, uint64_t ino)
+{
+	int slot = -1;
+
+	rs_mutex_lock(&pfiles_mtx);
+	for (int i = 0; i < NINPIN; i++) {
+		if (inpin[i].n && inpin[i].dev == dev && inpin[i].ino == ino) {
+			slot = i;
+			break;
+		}
+		if (!inpin[i].n && slot < 0)
+			slot = i;
+	}
+	if (slot >= 0) {
+		inpin[slot].dev = dev;
+		inpin[slot].ino = ino;
+		inpin[slot].n++;
+	} else {
+		inpin_over++;
+	}
+	rs_mutex_unlock(&pfiles_mtx);
+	return slot;
+}
+
+static void pin_end(int slot)
+{
+	rs_mutex_lock(&pfiles_mtx);
+	if (slot >= 0 && slot < NINPIN && inpin[slot].n)
+		inpin[slot].n--;
+	else if (slot < 0 && inpin_over)
+		inpin_over--;
+	rs_mutex_unlock(&pfiles_mtx);
+}
+
+/* The description of (dev, ino) this process holds a copy of and that
+ * the answering agent said is its own: the agent need not send it. */
+static uint64_t pfile_have(uint64_t dev, uint64_t ino)
+{
+	uint64_t id = 0;
+
+	rs_mutex_lock(&pfiles_mtx);
+	for (size_t i = 0; i < npfile; i++)
+		if (pfiles[i].fd && pfiles[i].dev == dev && pfiles[i].ino == ino &&
+		    pfiles[i].current)
+			id = pfiles[i].id;
+	rs_mutex_unlock(&pfiles_mtx);
+	return id;
+}
+
+/* Is (dev, ino) kept with the description id? */
+static int pfile_holds(uint64_t dev, uint64_t ino, uint64_t id)
+{
+	int have = 0;
+
+	rs_mutex_lock(&pfiles_mtx);
+	for (size_t i = 0; i < npfile && !have; i++)
+		have = pfiles[i].fd && pfiles[i].dev == dev && pfiles[i].ino == ino &&
+		       pfiles[i].id == id;
+	rs_mutex_unlock(&pfiles_mtx);
+	return have;
+}
+
+/* pfiles_mtx, or 0 when it stays held: the close path may run in a
+ * signal handler that interrupted its own thread's pin (which holds it).
+ * Skipping there keeps the copies, never less safe. */
+static int pfiles_trylock(void)
+{
+	for (int i = 0; i < RS_SPIN_LIMIT; i++) {
+		uint32_t z = 0;
+
+		if (atomic_compare_exchange_weak_explicit(&pfiles_mtx, &z, 1, memory_order_acquire,
+							  memory_order_relaxed)) {
+			rs_tsan_acquire(&pfiles_mtx);
+			return 1;
+		}
+		rs_cpu_relax();
+	}
+	return 0;
+}
+
+void rs_cluster_file_closed(uint64_t dev, uint64_t ino)
+{
+	int busy;
+
+	if (!__atomic_load_n(&pfiles, __ATOMIC_RELAXED) || !pfiles_trylock())
+		return;
+	busy = inpin_over != 0;
+	for (int i = 0; i < NINPIN && !busy; i++)
+		busy = inpin[i].n && inpin[i].dev == dev && inpin[i].ino == ino;
+	for (size_t i = 0; i < npfile && !busy; i++)
+		if (pfiles[i].fd && pfiles[i].dev == dev && pfiles[i].ino == ino) {
+			/* Asked once, and only when there is a copy to close. */
+			if (rs_grant_held(dev, ino)) {
+				busy = 1;
+				break;
+			}
+			syscall(SYS_close, pfiles[i].fd - 1);
+			pfiles[i].fd = 0;
+		}
+	rs_mutex_unlock(&pfiles_mtx);
+}
 
 /* Pre: pfiles_mtx held.  Post: pfiles has twice the slots (at least
  * 64), or -1 and it is unchanged.  mmap, not malloc: the shim must not
@@ -300,7 +432,8 @@ static void pfile_drop(int slot, int fd)
 }
 
 /* An fd of ours on (dev, ino), for the agent to open its own description
- * from; -1 if none.  Once per file and agent. */
+ * from; -1 if none, -errno if /proc/self/fd cannot be opened.  Once per
+ * file and agent. */
 static int find_fd(uint64_t dev, uint64_t ino)
 {
 	char buf[4096];
@@ -309,7 +442,7 @@ static int find_fd(uint64_t dev, uint64_t ino)
 	long n;
 
 	if (dir < 0)
-		return -1;
+		return -errno;
 	while ((n = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0) {
 		for (long off = 0; off < n;) {
 			struct linux_dirent64 {
@@ -379,24 +512,75 @@ static void await_reply(int s, const struct rs_ag_msg *sent)
 	       q.l_pid == getpid() ? " (this process: it waits for itself)" : "");
 }
 
+/* 0 with the reply; -2: it carried a descriptor no number was free for
+ * (rs_ag_recv); -1: no reply. */
 static int recv_msg(int s, const struct rs_ag_msg *sent, struct rs_ag_msg *m, int *fd)
 {
+	ssize_t n;
+
 	await_reply(s, sent);
-	return rs_ag_recv(s, m, fd) == (ssize_t)sizeof *m && m->op == RS_AG_REPLY ? 0 : -1;
+	n = rs_ag_recv(s, m, fd);
+	if (n < 0 && errno == EMFILE)
+		return -2;
+	return n == (ssize_t)sizeof *m && m->op == RS_AG_REPLY ? 0 : -1;
 }
 
-/* A connection to our user's agent of this node table, or -1; *pid is
- * the agent's. */
-static int connect_agent(pid_t *pid)
+/*
+ * A pin needs descriptors: its connection, and a copy of the agent's
+ * description when the process holds none, and /proc/self/fd once per
+ * file.  At the descriptor limit it cannot have them, and waiting would
+ * wait for the application to close something, which it may never do
+ * (a process of 1006 descriptors under `ulimit -n 1024` retried for
+ * ever).  The call fails instead, with the errno of the call that found
+ * no descriptor (socket's EMFILE or ENFILE; a descriptor dropped from a
+ * reply is the kernel's EMFILE): never run without the lock, and never
+ * hang.  Once per process, a line says so.
+ */
+static int fd_limit(int err, uint64_t dev, uint64_t ino)
+{
+	static _Atomic int said;
+
+	if (!atomic_exchange(&said, 1))
+		rs_log(RS_LOG_ERROR, "cluster scope: a call on file %llu:%llu fails with %s: no "
+		       "descriptor is free for its cluster lock (a connection to the node's agent, "
+		       "or a copy of its description); close some files or raise `ulimit -n`",
+		       (unsigned long long)dev, (unsigned long long)ino,
+		       err == ENFILE ? "ENFILE" : "EMFILE");
+	return -err;
+}
+
+/* The node table this process is attached to: its file's (device,
+ * inode), which the agent must share (0, 0 if not attached). */
+static void table_id(uint64_t *tdev, uint64_t *tino)
+{
+	int fd = atomic_load(&rs_private_fd[0]);
+	struct stat st;
+
+	*tdev = *tino = 0;
+	if (fd >= 0 && syscall(SYS_fstat, fd, &st) == 0) {
+		*tdev = (uint64_t)st.st_dev;
+		*tino = (uint64_t)st.st_ino;
+	}
+}
+
+/* A connection to our user's agent of this node table (tdev, tino), or
+ * -1; *pid is the agent's.  *err is the errno of a socket() refused for
+ * want of a descriptor (EMFILE, ENFILE), else 0. */
+static int connect_agent(pid_t *pid, uint64_t tdev, uint64_t tino, int *err)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	int len = rs_ag_name(a.sun_path, sizeof a.sun_path, (unsigned)getuid(), rs_cfg.shm_name);
+	int len = rs_ag_name(a.sun_path, sizeof a.sun_path, (unsigned)getuid(), rs_cfg.shm_name,
+			     tdev, tino);
 	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct ucred cr;
 	socklen_t cl = sizeof cr;
 
-	if (s < 0)
+	*err = 0;
+	if (s < 0) {
+		if (errno == EMFILE || errno == ENFILE)
+			*err = errno;
 		return -1;
+	}
 	if (connect(s, (struct sockaddr *)&a,
 		    (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)len)) < 0 ||
 	    getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0) {
@@ -452,6 +636,7 @@ static void spawn_agent(void)
 	char path[4096];
 	char *argv[] = { path, "agent", "--shm", rs_cfg.shm_name, NULL };
 	char *envp[256];
+	posix_spawn_file_actions_t fa;
 	int n = 0, st;
 	pid_t pid;
 
@@ -469,9 +654,18 @@ static void spawn_agent(void)
 		if (strncmp(*e, "LD_PRELOAD=", 11) != 0)
 			envp[n++] = *e;
 	envp[n] = NULL;
-	if (posix_spawn(&pid, path, NULL, NULL, argv, envp) == 0)
+	/* None of our descriptors: at our descriptor limit the agent could
+	 * not even load its libraries (it inherits the limit and every
+	 * descriptor not close-on-exec). */
+	if (posix_spawn_file_actions_init(&fa) != 0)
+		return;
+#if __GLIBC_PREREQ(2, 34)
+	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+#endif
+	if (posix_spawn(&pid, path, &fa, NULL, argv, envp) == 0)
 		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 			;
+	posix_spawn_file_actions_destroy(&fa);
 }
 
 int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write,
@@ -489,15 +683,24 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 	struct rs_ag_msg m = { .op = RS_AG_PIN, .dev = dev, .ino = ino,
 			       .start = s >= RS_CL_EOF ? RS_CL_EOF - 1 : s,
 			       .end = e >= RS_CL_EOF ? RS_CL_EOF : e };
-	uint64_t t0 = 0;
+	uint64_t t0 = 0, have;
 	uint32_t wflag = write ? RS_AG_WRITE : 0;
-	int saved = errno, warned = 0, nomem = 0, busy = 0;
+	int saved = errno, warned = 0, nomem = 0, busy = 0, stale = 0, pslot, rc;
 
+	table_id(&m.tdev, &m.tino);
+	/* Counted in until rs_cluster_unpin: no copy of the file is closed
+	 * meanwhile (rs_cluster_file_closed). */
+	pslot = pin_begin(dev, ino);
 	for (;;) {
 		struct rs_ag_msg r;
 		pid_t apid = 0;
-		int sock = connect_agent(&apid), fd = -1, rfd = -1, old, oldslot;
+		int ferr, fd = -1, rfd = -1, old, oldslot;
+		int sock = connect_agent(&apid, m.tdev, m.tino, &ferr);
 
+		if (sock < 0 && ferr) {
+			rc = fd_limit(ferr, dev, ino);
+			goto fail;
+		}
 		if (sock < 0) {
 			uint64_t now = rs_cluster_now_ns();
 
@@ -509,7 +712,11 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 				       "(rangeshim agent); nothing new is granted until it runs");
 			}
 			spawn_agent();
-			if ((sock = connect_agent(&apid)) < 0) {
+			if ((sock = connect_agent(&apid, m.tdev, m.tino, &ferr)) < 0) {
+				if (ferr) {
+					rc = fd_limit(ferr, dev, ino);
+					goto fail;
+				}
 				usleep(20000);
 				continue;
 			}
@@ -519,15 +726,35 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 		 * (the agent's starter), stable for one agent's life. */
 		pfile_agent(apid);
 		old = pfile_old(dev, ino, &oldslot);
+		m.desc_id = have = pfile_have(dev, ino);
 		m.flags = (old >= 0 ? RS_AG_OLD_FD : 0) | wflag;
-		if (rs_ag_send(sock, &m, old) < 0 || recv_msg(sock, &m, &r, &rfd) < 0)
+		if (rs_ag_send(sock, &m, old) < 0 || (rc = recv_msg(sock, &m, &r, &rfd)) == -1)
 			goto retry;
+		if (rc == -2)
+			goto truncated;
 		m.flags = wflag;
 		if (r.rc == -ENOENT) {
 			fd = find_fd(dev, ino);
+			if (fd == -EMFILE || fd == -ENFILE) {
+				rc = fd_limit(-fd, dev, ino);
+				syscall(SYS_close, sock);
+				goto fail;
+			}
 			m.flags |= RS_AG_HAS_FD;
-			if (fd < 0 || rs_ag_send(sock, &m, fd) < 0 || recv_msg(sock, &m, &r, &rfd) < 0)
+			if (fd < 0 || rs_ag_send(sock, &m, fd) < 0 ||
+			    (rc = recv_msg(sock, &m, &r, &rfd)) == -1)
 				goto retry;
+			if (rc == -2)
+				goto truncated;
+		}
+		if (r.rc == -ESTALE) {
+			/* Cannot be, but for a hash collision of the names:
+			 * never be served by another table's agent. */
+			if (!stale++)
+				rs_log(RS_LOG_ERROR, "cluster scope: the agent that answered serves "
+				       "another node table than this process's; waiting for ours");
+			warned = 1;
+			goto retry;
 		}
 		if (r.rc == -EROFS || r.rc == -EPERM) {
 			static _Atomic int said;
@@ -547,6 +774,7 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 			if (rfd >= 0)
 				syscall(SYS_close, rfd);
 			syscall(SYS_close, sock);
+			pin_end(pslot);
 			errno = saved;
 			return -EIO;
 		}
@@ -569,6 +797,12 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 			pfile_drop(oldslot, old);
 		else if (r.flags & RS_AG_CURRENT)
 			pfile_current(oldslot, old);
+		if (rfd < 0 && (r.desc_id != have || !pfile_holds(dev, ino, r.desc_id))) {
+			/* The agent sent no copy, and we hold none of this
+			 * description: never go ahead without one.  Asked
+			 * again, with desc_id 0, the agent sends it. */
+			goto retry;
+		}
 		if (rfd >= 0 && pfile_keep(dev, ino, r.desc_id, rfd) < 0) {
 			/* Without a copy, an agent crash would unlock the range
 			 * under our calls: refuse the pin (and say so) instead. */
@@ -589,10 +823,17 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 		RS_COUNT(cluster_wait_ns, r.wait_ns);
 		RS_COUNT(cluster_revokes, r.revokes);
 		p->sock = sock;
+		p->pslot = pslot;
 		p->lo = r.gs;
 		p->hi = r.ge >= RS_CL_EOF ? RS_RANGE_EOF : r.ge;
 		errno = saved;
 		return 0;
+truncated:
+		/* The reply's copy of the description was dropped: this pin
+		 * must not be used (closing the connection ends it). */
+		syscall(SYS_close, sock);
+		rc = fd_limit(EMFILE, dev, ino);
+		goto fail;
 retry:
 		if (rfd >= 0)
 			syscall(SYS_close, rfd);
@@ -604,6 +845,10 @@ retry:
 		}
 		usleep(20000);
 	}
+fail:
+	pin_end(pslot);
+	errno = saved;
+	return rc;
 }
 
 void rs_cluster_unpin(struct rs_cl_pin *p)
@@ -613,6 +858,7 @@ void rs_cluster_unpin(struct rs_cl_pin *p)
 	rs_ag_send(p->sock, &m, -1);
 	syscall(SYS_close, p->sock);
 	p->sock = -1;
+	pin_end(p->pslot);
 }
 
 uint64_t rs_cluster_now_ns(void)
@@ -628,6 +874,9 @@ void rs_cluster_fork_child(void)
 {
 	atomic_store(&devs_mtx, 0);
 	atomic_store(&pfiles_mtx, 0);
+	/* The parent's pins in progress are not the child's. */
+	memset(inpin, 0, sizeof inpin);
+	inpin_over = 0;
 }
 
 /*

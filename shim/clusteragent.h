@@ -2,12 +2,17 @@
  * The wire protocol between a process in cluster scope (shim/cluster.c)
  * and its node's agent (`rangeshim agent`, shim/cli/agent.c): one Unix
  * stream connection per pin, in the abstract namespace, named per user
- * and per node table.  docs/design.md (i) has the reasoning.
+ * and per node table: the table's name and the (device, inode) of its
+ * file, so that an agent serves only the processes of the one table it
+ * drains (a table removed and made again under the same name is another
+ * table, with another agent).  docs/design.md (i) has the reasoning.
  *
- *   process -> agent   PIN {dev, ino, start, end}  [+ the process's fd of
- *                      the file, SCM_RIGHTS, when the agent asked for it]
+ *   process -> agent   PIN {dev, ino, start, end, desc_id, tdev, tino}
+ *                      [+ the process's fd of the file, SCM_RIGHTS, when
+ *                      the agent asked for it]
  *   agent -> process   REPLY {rc, gs, ge, locks, wait_ns, desc_id}  [+ the
- *                      agent's own description, whenever rc is 0]
+ *                      agent's own description, when rc is 0 and the
+ *                      process does not hold it already (PIN's desc_id)]
  *   process -> agent   UNPIN (or the connection closes: same)
  *
  * Between REPLY and UNPIN the cluster grant [gs, ge) cannot be given
@@ -22,6 +27,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define RS_AG_PIN   1u
 #define RS_AG_UNPIN 2u
@@ -51,7 +58,9 @@
  * the fd: the agent does not know the file), -EROFS (a write on a file
  * the agent holds read-only: fail the call), -EPERM (the agent cannot
  * open the file at all: fail the call), -EBUSY (the agent's file table
- * is full of files with pins in progress: wait), other -errno (retry). */
+ * is full of files with pins in progress: wait), -ESTALE (the agent
+ * serves another node table than the process's: wait), other -errno
+ * (retry). */
 struct rs_ag_msg {
 	uint32_t op, flags;
 	int64_t rc;
@@ -59,26 +68,37 @@ struct rs_ag_msg {
 	uint64_t gs, ge;                 /* REPLY: the grant holding it */
 	uint64_t locks, wait_ns;         /* REPLY: what the pin cost */
 	uint64_t revokes;                /* REPLY: give-backs to other nodes not yet reported */
-	uint64_t desc_id;                /* REPLY: which description of the agent's the fd is */
+	uint64_t desc_id;                /* REPLY: which description of the agent's the fd is;
+					  * PIN: the one the process holds a copy of (0: none) */
+	uint64_t tdev, tino;             /* PIN: the process's node table (its file) */
 };
 
 /* The socket's name (abstract: name[0] is NUL); returns its length for
- * the address.  uid and the node table's name (RANGESHIM_SHM, "" for the
- * default), hashed so that any allowed name fits. */
-static inline int rs_ag_name(char *buf, size_t len, unsigned uid, const char *shm)
+ * the address.  uid, the node table's name (RANGESHIM_SHM, "" for the
+ * default) and the (device, inode) of the table's file, hashed so that
+ * any allowed name fits. */
+static inline int rs_ag_name(char *buf, size_t len, unsigned uid, const char *shm,
+			     uint64_t tdev, uint64_t tino)
 {
 	uint64_t h = 1469598103934665603ULL;
 
 	for (const char *p = shm; *p; p++)
 		h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+	for (int i = 0; i < 16; i++)
+		h = (h ^ (unsigned char)((i < 8 ? tdev : tino) >> (8 * (i & 7)))) *
+		    1099511628211ULL;
 	buf[0] = '\0';
-	return 1 + snprintf(buf + 1, len - 1, "rangeshim-agent.%u.%016llx", uid,
+	return 1 + snprintf(buf + 1, len - 1, "rangeshim-agent2.%u.%016llx", uid,
 			    (unsigned long long)h);
 }
 
 /* One message each way, with at most one descriptor (SCM_RIGHTS): the
  * agent and the library speak through these two alone.  A received
- * descriptor is close-on-exec; *fd is -1 when none came. */
+ * descriptor is close-on-exec; *fd is -1 when none came.  A descriptor
+ * that came but could not be installed (no free number: the kernel sets
+ * MSG_CTRUNC and drops it) makes the message unusable: -1 with errno
+ * EMFILE, what the kernel's own allocation of the number failed with
+ * (a pin must never go ahead without the copy it carried). */
 static inline ssize_t rs_ag_recv(int s, struct rs_ag_msg *m, int *fd)
 {
 	char cbuf[CMSG_SPACE(sizeof(int))];
@@ -91,9 +111,19 @@ static inline ssize_t rs_ag_recv(int s, struct rs_ag_msg *m, int *fd)
 	do
 		n = recvmsg(s, &h, MSG_CMSG_CLOEXEC | MSG_WAITALL);
 	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return n;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+		    c->cmsg_len >= CMSG_LEN(sizeof(int)))
 			memcpy(fd, CMSG_DATA(c), sizeof(int));
+	if (h.msg_flags & MSG_CTRUNC) {
+		if (*fd >= 0)	/* not close(): the library wraps it */
+			syscall(SYS_close, *fd);
+		*fd = -1;
+		errno = EMFILE;
+		return -1;
+	}
 	return n;
 }
 

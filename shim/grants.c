@@ -343,9 +343,11 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	if (cluster) {
 		/* Pinned until the node grant is in the table: from then on a
 		 * give-back of the cluster grant drains it first. */
-		if (rs_cluster_pin(req.dev, req.ino, start, end, rlmode != 1, &pin) < 0) {
+		int pr = rs_cluster_pin(req.dev, req.ino, start, end, rlmode != 1, &pin);
+
+		if (pr < 0) {
 			rs_mutex_unlock(&f->acquire_mtx);
-			rs_cl_eio = 1;
+			rs_cl_eio = -pr;
 			errno = saved;
 			return 0;
 		}
@@ -413,7 +415,27 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	return 1;
 }
 
-void rs_grant_file_closed(struct rs_file *f)
+int rs_grant_held(uint64_t dev, uint64_t ino)
+{
+	struct rs_segment *seg = __atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE);
+	uint32_t me = table.me;
+
+	for (uint32_t i = 0; seg && me < RS_NPROC && i < RS_NGRANT; i++) {
+		struct rs_seg_grant *g = &seg->grants[i];
+
+		/* Racy reads: only our own grants matter, and they change
+		 * only by us (under a pin, which the caller excludes) or to
+		 * free (revoked), which cannot make a held one look free. */
+		if (atomic_load(&g->state) != RS_G_FREE &&
+		    __atomic_load_n(&g->owner, __ATOMIC_RELAXED) == me &&
+		    __atomic_load_n(&g->dev, __ATOMIC_RELAXED) == dev &&
+		    __atomic_load_n(&g->ino, __ATOMIC_RELAXED) == ino)
+			return 1;
+	}
+	return 0;
+}
+
+static void file_closed(struct rs_file *f)
 {
 	struct policy *p;
 
@@ -433,6 +455,14 @@ void rs_grant_file_closed(struct rs_file *f)
 			rs_nt_release(&table, idx, RS_GWORD_GEN(w));
 	}
 	rs_mutex_unlock(&f->grants_mtx);
+}
+
+void rs_grant_file_closed(struct rs_file *f)
+{
+	file_closed(f);
+	/* Then our copies of the agent's descriptions of it may go. */
+	if (rs_cfg.scope == RS_SCOPE_CLUSTER)
+		rs_cluster_file_closed(atomic_load(&f->dev), atomic_load(&f->ino));
 }
 
 /* No child is forked in the middle of an attach: its descriptor would be

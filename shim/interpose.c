@@ -68,7 +68,7 @@ static inline __attribute__((always_inline)) void count_bytes(unsigned kind, lon
 #define RS_WRAP_BODY(ret, name, args, begin, bytes)                          \
 	begin;                                                               \
 	if (__builtin_expect(io.entered < 0, 0)) {                           \
-		errno = EIO;	/* cluster lock lost (cluster.c) */          \
+		errno = rs_cl_eio > 1 ? rs_cl_eio : EIO; /* cluster.h */     \
 		return (ret)-1;                                              \
 	}                                                                    \
 	r = REAL(ret, name, args);                                           \

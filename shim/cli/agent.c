@@ -27,6 +27,15 @@
  * Each file has a poller thread of its own (file_poller): a give-back
  * waits for the calls inside its range, and must hold up only its file.
  *
+ * One table: the socket's name carries the (device, inode) of the node
+ * table's file, and every pin the process's (PIN tdev, tino), so that an
+ * agent serves only processes whose node grants it drains.  A table
+ * removed and made again under the same name is another table, served by
+ * another agent; one whose table was removed keeps serving the processes
+ * still attached to it (its drains see exactly their node grants) and
+ * nobody else, until they are gone and it exits idle (docs/design.md
+ * (i), "One table, one agent").
+ *
  * Exits when it has held no file and served no connection for
  * IDLE_EXIT_NS; gives a file's grants back once neither a pin nor a node
  * grant of any process has touched the file for IDLE_FILE_NS.  With all
@@ -52,6 +61,7 @@
 #include "log.h"
 #include "nodelock.h"
 #include "rangeshim/rangelock.h"
+#include "segment.h"
 
 int cmd_agent(const struct command *cmd, int argc, char **argv);
 
@@ -87,6 +97,8 @@ static _Atomic int conns;
 static _Atomic uint64_t last_activity_ns;
 static int verbose;
 static uint32_t openings;   /* files_mu */
+static uint64_t table_dev, table_ino;   /* the node table we serve */
+static const char *table_name;
 
 static uint64_t now_ns(void)
 {
@@ -600,6 +612,19 @@ static void *serve(void *arg)
 				close(pfd_old);
 			goto out;
 		}
+		if (m.tdev != table_dev || m.tino != table_ino) {
+			/* Another table's process: our drains would not see
+			 * its node grants, so it is never served. */
+			if (pfd >= 0)
+				close(pfd);
+			if (pfd_old >= 0)
+				close(pfd_old);
+			memset(&r, 0, sizeof r);
+			r.op = RS_AG_REPLY;
+			r.rc = -ESTALE;
+			rs_ag_send(s, &r, -1);
+			goto out;
+		}
 		/* A carrier: the description it holds serves get_file too. */
 		if (pfd >= 0 && (m.flags & RS_AG_OLD_FD))
 			pfd = carried(pfd);
@@ -665,7 +690,10 @@ static void *serve(void *arg)
 		pthread_mutex_unlock(&f->cl.mu);
 	}
 	r.desc_id = f->desc_id;
-	if (rs_ag_send(s, &r, r.rc == 0 ? f->carrier : -1) == 0 && r.rc == 0) {
+	/* The carrier goes only to a process without a copy of it: a pin
+	 * then needs no descriptor but its connection. */
+	if (rs_ag_send(s, &r, r.rc == 0 && m.desc_id != f->desc_id ? f->carrier : -1) == 0 &&
+	    r.rc == 0) {
 		/* Held until UNPIN, or until the process goes away. */
 		struct rs_ag_msg u;
 
@@ -698,6 +726,39 @@ static int node_busy(const struct afile *f)
 	}
 	rs_nt_unlock_table(&nt);
 	return busy;
+}
+
+/*
+ * Is our table still the one under its name?  Once a second.  When it
+ * was removed (or removed and made again), new processes attach to
+ * another table and reach another agent (the name carries the table's
+ * identity), and pins of theirs that reached us anyway are refused
+ * (serve, -ESTALE).  We keep serving the processes still attached to the
+ * old table: they hold node grants there, inside our cluster grants, and
+ * our drains see exactly those, so every give-back stays drained.
+ * Stopping instead would leave them waiting for ever for pins, or, had
+ * we given our grants back, writing under a lock nobody holds.  Said
+ * once, in the foreground.
+ */
+static void table_check(uint64_t now)
+{
+	static uint64_t next;
+	static int said;
+	char path[300];
+	struct stat st, ours;
+
+	if (said || now < next)
+		return;
+	next = now + 1000000000ULL;
+	if (fstat(nt.map.fd, &ours) < 0)
+		return;
+	if (ours.st_nlink > 0 && rs_seg_path(table_name, path, sizeof path) == 0 &&
+	    stat(path, &st) == 0 && st.st_dev == ours.st_dev && st.st_ino == ours.st_ino)
+		return;
+	said = 1;
+	say("node table '%s' was removed%s: serving only the processes still attached to it, "
+	    "until they are gone", table_name[0] ? table_name : "(default)",
+	    ours.st_nlink > 0 ? " and made again" : "");
 }
 
 /* Polls the files that have no poller of their own; forgets idle files;
@@ -742,6 +803,7 @@ static int tick(void)
 		}
 		pthread_mutex_unlock(&files_mu);
 	}
+	table_check(now);
 	return nfiles == 0 && atomic_load(&conns) == 0 &&
 	       now - atomic_load(&last_activity_ns) > IDLE_EXIT_NS;
 }
@@ -804,7 +866,28 @@ int cmd_agent(const struct command *cmd, int argc, char **argv)
 	if (grants)
 		return print_grants(shm);
 	verbose = fg;
-	len = rs_ag_name(a.sun_path, sizeof a.sun_path, (unsigned)getuid(), shm);
+	table_name = shm;
+	/* The table we will serve, made if need be: its identity names the
+	 * socket.  Checked again once registered (below). */
+	{
+		struct rs_seg_map m;
+		struct stat st;
+
+		memset(&m, 0, sizeof m);
+		if (rs_seg_attach(&m, shm, 1, why, sizeof why) < 0) {
+			fprintf(stderr, "rangeshim agent: cannot attach to the node table: %s\n", why);
+			return 1;
+		}
+		if (fstat(m.fd, &st) < 0) {
+			rs_seg_detach(&m);
+			return 1;
+		}
+		table_dev = (uint64_t)st.st_dev;
+		table_ino = (uint64_t)st.st_ino;
+		rs_seg_detach(&m);
+	}
+	len = rs_ag_name(a.sun_path, sizeof a.sun_path, (unsigned)getuid(), shm, table_dev,
+			 table_ino);
 	ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (ls < 0 || bind(ls, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)len)) < 0) {
 		if (errno == EADDRINUSE) {
@@ -842,6 +925,17 @@ int cmd_agent(const struct command *cmd, int argc, char **argv)
 	if (rs_nt_register(&nt, shm, why, sizeof why) < 0) {
 		fprintf(stderr, "rangeshim agent: cannot attach to the node table: %s\n", why);
 		return 1;
+	}
+	{
+		struct stat st;
+
+		/* Replaced between the two looks: our name is not its name. */
+		if (fstat(nt.map.fd, &st) < 0 || (uint64_t)st.st_dev != table_dev ||
+		    (uint64_t)st.st_ino != table_ino) {
+			fprintf(stderr, "rangeshim agent: the node table was replaced while the "
+				"agent started; exiting (the next call starts another)\n");
+			return 1;
+		}
 	}
 	signal(SIGPIPE, SIG_IGN);
 	atomic_store(&last_activity_ns, now_ns());

@@ -15,15 +15,30 @@
 
 #include "clusteragent.h"
 #include "clusterlock.h"
+#include "segment.h"
 
 /* The agent waits at most 0.5 s for a busy file's cache (agent.c,
  * list_grants); this leaves it room on a loaded node. */
 #define AGENT_ANSWER_S 3
 
+/* The agent's name carries the identity of the table it serves: the
+ * one under shm's name now (a removed table's agent serves only the
+ * processes still attached to it, agent.c). */
+static int agent_name(struct sockaddr_un *addr, const char *shm)
+{
+	char path[300];
+	struct stat st;
+
+	if (rs_seg_path(shm, path, sizeof path) < 0 || stat(path, &st) < 0)
+		memset(&st, 0, sizeof st);
+	return rs_ag_name(addr->sun_path, sizeof addr->sun_path, (unsigned)getuid(), shm,
+			  (uint64_t)st.st_dev, (uint64_t)st.st_ino);
+}
+
 int agent_grants(const char *shm, struct agent_grants *a)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	int len = rs_ag_name(addr.sun_path, sizeof addr.sun_path, (unsigned)getuid(), shm);
+	int len = agent_name(&addr, shm);
 	struct timeval tv = { AGENT_ANSWER_S, 0 };
 	struct rs_ag_msg m = { .op = RS_AG_LIST }, r;
 	struct ucred cr = { 0 };

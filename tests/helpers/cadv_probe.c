@@ -58,14 +58,29 @@
  *                                     SECS seconds; rc is how many
  *   cadv_probe append FILE N TAG      N write()s of 199-byte lines through
  *                                     an O_APPEND descriptor
+ *   cadv_probe seq DIR N NOFILE       under a soft descriptor limit of
+ *                                     NOFILE, N times: create DIR/sI,
+ *                                     pwrite 4 KiB, close; rc is how many
+ *                                     failed, fds= the descriptors open
+ *                                     at the end
+ *   cadv_probe limit FILE WARM FREE SECS
+ *                                     pwrite 100 bytes to WARM (attach,
+ *                                     agent), fill the descriptor table
+ *                                     (soft limit 128) but FREE numbers,
+ *                                     print "ready", wait for FILE.go,
+ *                                     pwrite 100 bytes at 0 of FILE
+ *                                     (opened before the fill), report,
+ *                                     then hold it all for SECS
  * Each prints "rc=R errno=E ms=T verdict=PASS" (ms: how long the call
  * took).
  */
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <dirent.h>
 #include <grp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -362,6 +377,70 @@ int main(int argc, char **argv)
 		report(bad, 0, t0);
 		if (argc == 5)
 			sleep((unsigned)atoi(argv[4]));	/* files and grants held */
+		return 0;
+	}
+	if (strcmp(argv[1], "seq") == 0 && argc == 5) {
+		int n = atoi(argv[3]), bad = 0, fds = 0;
+		struct rlimit rl;
+		DIR *d;
+
+		getrlimit(RLIMIT_NOFILE, &rl);
+		rl.rlim_cur = (rlim_t)atoll(argv[4]);
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+			printf("verdict=FAIL setrlimit: %s\n", strerror(errno));
+			return 1;
+		}
+		t0 = now_ms();
+		for (int i = 0; i < n; i++) {
+			char p[4096];
+
+			snprintf(p, sizeof p, "%s/s%d", argv[2], i);
+			fd = open(p, O_RDWR | O_CREAT, 0600);
+			if (fd < 0 || pwrite(fd, buf, 4096, 0) != 4096)
+				bad++;
+			if (fd >= 0)
+				close(fd);
+		}
+		d = opendir("/proc/self/fd");
+		while (d && readdir(d))
+			fds++;
+		if (d)
+			closedir(d);
+		printf("fds=%d ", fds - 3);	/* ., .. and the DIR's own */
+		report(bad, 0, t0);
+		return 0;
+	}
+	if (strcmp(argv[1], "limit") == 0 && argc == 6) {
+		struct rlimit rl;
+		char go[4096];
+		int w, nul, k = 0, dups[256];
+
+		w = open(argv[3], O_RDWR | O_CREAT, 0600);
+		fd = open(argv[2], O_RDWR);
+		nul = open("/dev/null", O_RDONLY);
+		if (w < 0 || fd < 0 || nul < 0 || pwrite(w, buf, 100, 0) != 100) {
+			printf("verdict=FAIL warm-up: %s\n", strerror(errno));
+			return 1;
+		}
+		getrlimit(RLIMIT_NOFILE, &rl);
+		rl.rlim_cur = 128;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+			printf("verdict=FAIL setrlimit: %s\n", strerror(errno));
+			return 1;
+		}
+		while (k < 256 && (dups[k] = dup(nul)) >= 0)
+			k++;
+		for (int i = 0; i < atoi(argv[4]) && k > 0; i++)
+			close(dups[--k]);
+		printf("ready filled=%d\n", k);
+		snprintf(go, sizeof go, "%s.go", argv[2]);
+		for (int i = 0; i < 30000 && access(go, F_OK) != 0; i++)
+			usleep(1000);
+		t0 = now_ms();
+		rc = pwrite(fd, buf, 100, 0);
+		err = rc < 0 ? errno : 0;
+		report(rc, err, t0);
+		sleep((unsigned)atoi(argv[5]));
 		return 0;
 	}
 	if (strcmp(argv[1], "stream") == 0 && argc == 5) {
