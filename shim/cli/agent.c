@@ -49,6 +49,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <linux/kcmp.h>
@@ -867,6 +868,20 @@ int cmd_agent(const struct command *cmd, int argc, char **argv)
 		return print_grants(shm);
 	verbose = fg;
 	table_name = shm;
+	/* Every file we serve costs a descriptor, and our starter's soft
+	 * limit (a shell's `ulimit -n 32`) is no limit of the node's: ours is
+	 * the hard one. */
+	{
+		struct rlimit rl;
+
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+			rl.rlim_cur = rl.rlim_max;
+			if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+				fprintf(stderr, "rangeshim agent: cannot raise the descriptor limit "
+					"to %llu: %s\n", (unsigned long long)rl.rlim_max,
+					strerror(errno));
+		}
+	}
 	/* The table we will serve, made if need be: its identity names the
 	 * socket.  Checked again once registered (below). */
 	{
