@@ -78,6 +78,12 @@
  *              few descriptors open at the end (it kept one copy per file
  *              ever written, stopped after 1000 files and retried for
  *              ever).  Control: node scope, the same count of descriptors.
+ *  own_lock_past_2_61  (a limitation, checked as limitations.md states
+ *              it) the process's own lock calls wholly past 2^61 meet its
+ *              node's agent's grant: F_GETLK reports a write lock of pid
+ *              -1, lockf(F_TEST) fails with EACCES, F_SETLK with EAGAIN.
+ *              Control: node scope, where no agent holds anything, the
+ *              same calls find the range free.
  *  squatted_socket     another user binds the agent's abstract socket name
  *              first: our cluster calls wait (fail safe), and now say
  *              so, naming the squatter's uid and pid (it was silent).
@@ -1344,4 +1350,37 @@ Test(cluster_adv, carriers_released, .timeout = 240)
 	cr_expect_eq(rc, 0, "cluster scope: %lld of 1100 writes failed", rc);
 	cr_expect_leq(fds, node_fds + 2, "cluster scope ended with %d descriptors open, node "
 		      "scope with %d", fds, node_fds);
+}
+
+/*
+ * LIMITATION (stated in limitations.md, "The application's own locks on
+ * cluster files"): lock calls wholly past 2^61 land among the agents'
+ * lock words.  This checks that the statement is what happens, so that
+ * the documentation and the byte spaces cannot drift apart.
+ */
+Test(cluster_adv, own_lock_past_2_61, .timeout = 60)
+{
+	static struct rs_run r;
+	char path[PATH_MAX];
+	struct cenv c;
+
+	shm_file(path, "hi");
+	cenv(&c, "hi", 'a', "node");
+	rs_run(&r, (char *[]){ PROBE, "highown", path, NULL }, c.env, 1, 20);
+	cr_log_info("node scope: %s", r.out);
+	cr_assert(strstr(r.out, "verdict=PASS"), "control: %s", r.out);
+	cr_assert_eq(rs_field(r.out, "gtype"), F_UNLCK, "control: node scope found a lock: %s",
+		     r.out);
+	cr_assert_eq(rs_field(r.out, "trc"), 0, "control: %s", r.out);
+	cr_assert_eq(rs_field(r.out, "rc"), 0, "control: %s", r.out);
+	unlink_tables("hi");
+	cenv(&c, "hi", 'a', "cluster");
+	rs_run(&r, (char *[]){ PROBE, "highown", path, NULL }, c.env, 1, 20);
+	cr_log_info("cluster scope: %s", r.out);
+	cr_assert(strstr(r.out, "verdict=PASS"), "%s", r.out);
+	cr_expect_eq(rs_field(r.out, "gtype"), F_WRLCK, "%s", r.out);
+	cr_expect_eq(rs_field(r.out, "gpid"), -1, "%s", r.out);
+	cr_expect(rs_field(r.out, "trc") == -1 && rs_field(r.out, "terr") == EACCES, "%s", r.out);
+	cr_expect(rs_field(r.out, "rc") == -1 && rs_field(r.out, "errno") == EAGAIN, "%s", r.out);
+	end_test("hi", path);
 }

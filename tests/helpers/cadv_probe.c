@@ -58,6 +58,11 @@
  *                                     SECS seconds; rc is how many
  *   cadv_probe append FILE N TAG      N write()s of 199-byte lines through
  *                                     an O_APPEND descriptor
+ *   cadv_probe highown FILE           pwrite 100 bytes at 0, then on
+ *                                     [2^61 + 5, +10): F_GETLK of a write
+ *                                     lock (gtype= gpid=), lockf(F_TEST)
+ *                                     (trc= terr=), F_SETLK of a write
+ *                                     lock (rc, errno)
  *   cadv_probe seq DIR N NOFILE       under a soft descriptor limit of
  *                                     NOFILE, N times: create DIR/sI,
  *                                     pwrite 4 KiB, close; rc is how many
@@ -377,6 +382,32 @@ int main(int argc, char **argv)
 		report(bad, 0, t0);
 		if (argc == 5)
 			sleep((unsigned)atoi(argv[4]));	/* files and grants held */
+		return 0;
+	}
+	if (strcmp(argv[1], "highown") == 0 && argc == 3) {
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
+				    .l_start = (off_t)((1ULL << 61) + 5), .l_len = 10 };
+		long long trc;
+
+		fd = open(argv[2], O_RDWR);
+		if (fd < 0 || pwrite(fd, buf, 100, 0) != 100) {
+			printf("verdict=FAIL open/pwrite: %s\n", strerror(errno));
+			return 1;
+		}
+		if (fcntl(fd, F_GETLK, &fl) < 0) {
+			printf("verdict=FAIL F_GETLK: %s\n", strerror(errno));
+			return 1;
+		}
+		printf("gtype=%d gpid=%d ", fl.l_type, (int)fl.l_pid);
+		lseek(fd, (off_t)((1ULL << 61) + 5), SEEK_SET);
+		trc = lockf(fd, F_TEST, 10);
+		printf("trc=%lld terr=%d ", trc, trc < 0 ? errno : 0);
+		fl = (struct flock){ .l_type = F_WRLCK, .l_whence = SEEK_SET,
+				     .l_start = (off_t)((1ULL << 61) + 5), .l_len = 10 };
+		t0 = now_ms();
+		rc = fcntl(fd, F_SETLK, &fl);
+		err = rc < 0 ? errno : 0;
+		report(rc, err, t0);
 		return 0;
 	}
 	if (strcmp(argv[1], "seq") == 0 && argc == 5) {
