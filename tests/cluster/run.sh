@@ -12,6 +12,8 @@
 #      does not reach across nodes (what cluster scope is for);
 #   3b. cluster scope (RANGESHIM_SCOPE=cluster, one table and agent per
 #      node; fuse.glusterfs is trusted): no tears, buffered and O_DIRECT;
+#   3c. the same while node A's table is removed and made again under its
+#      writer (control: 3);
 #   4. OFD locks through A and B conflict as on a cluster (ofdprobe check);
 #   5. test_clusterlock's and test_cluster_adv's cross-node cases on the
 #      two mounts;
@@ -104,6 +106,54 @@ for mode in "" --direct; do
 	expect_clean "cluster scope, one table and agent per node, $m" \
 		"$nodeA RANGESHIM_SCOPE=cluster" "$nodeB RANGESHIM_SCOPE=cluster" "$mode"
 done
+# A's table is removed while A's writer and agent run, and a second writer
+# of A makes a new table under the same name (docs/design.md (i), "One
+# table, one agent"): B's reader must not tear (the old agent served the
+# new table and drained only the old one: 154 of 986 reads torn here).
+# The control is node scope's tearing above: the same writers and reader.
+shmR=/rs-cluster-R.$$
+replaced() {
+	name=$1 flags=$2
+	envR="LD_PRELOAD=$lib RANGESHIM_SHM=$shmR RANGESHIM_SCOPE=cluster"
+	"$x" fill "$CLU_A/$name" || return 1
+	# shellcheck disable=SC2086
+	env $envR "$x" write "$CLU_A/$name" --seconds "$secs" $flags >/dev/null &
+	w1=$!
+	# shellcheck disable=SC2086
+	env $nodeB RANGESHIM_SCOPE=cluster "$x" read "$CLU_B/$name" --seconds $((secs + 1)) \
+		$flags >"$CLU_DIR/replaced.out" &
+	rp=$!
+	sleep 0.5
+	rm -f "/dev/shm$shmR"
+	# shellcheck disable=SC2086
+	env $envR "$x" write "$CLU_A/$name" --seconds "$secs" $flags >/dev/null &
+	w2=$!
+	wait $w1; w1rc=$?
+	wait $w2; w2rc=$?
+	wait $rp; rrc=$?
+	rm -f "$CLU_A/$name"
+	[ $rrc = 0 ] && [ $w1rc = 0 ] && [ $w2rc = 0 ] ||
+		{ echo "xmount failed: reader $rrc writers $w1rc $w2rc"; return 1; }
+	out=$(cat "$CLU_DIR/replaced.out")
+	torn=$(echo "$out" | sed -n 's/.*torn=\([0-9]*\).*/\1/p')
+	changes=$(echo "$out" | sed -n 's/.*changes=\([0-9]*\).*/\1/p')
+	echo "   $out"
+}
+for mode in "" --direct; do
+	m=${mode:-buffered}; m=${m#--}
+	checks=$((checks + 1))
+	if ! replaced "r$checks" "$mode"; then
+		fail "cluster scope, table replaced, $m: rig error"
+	elif [ "$changes" = 0 ]; then
+		fail "cluster scope, table replaced, $m: the reader never saw a write"
+	elif [ "$torn" != 0 ]; then
+		fail "cluster scope, table replaced, $m: $torn torn reads"
+	else
+		pass "cluster scope, node A's table replaced under its writer, $m: no torn read in $changes changes"
+	fi
+	rm -f "/dev/shm$shmR"
+done
+
 # The application's own whole-file locks (docs/design.md (i), "Separate
 # byte spaces"): a process of node A in cluster scope locks the file (fcntl
 # l_len 0; flock, which GlusterFS makes a lock on every byte) and writes
@@ -126,14 +176,14 @@ done
 # (3-5 s) before the volume is unmounted; then end any left, by pid.
 agents_gone() {
 	for i in $(seq 50); do
-		pids=$(pgrep -f "rangeshim agent --shm ($shmA|$shmB)\$") || return 0
+		pids=$(pgrep -f "rangeshim agent --shm ($shmA|$shmB|$shmR)\$") || return 0
 		sleep 0.2
 	done
 	echo "   agents still running after 10 s: $pids; ending them"
 	kill $pids 2>/dev/null
 }
 agents_gone
-rm -f "/dev/shm$shmA" "/dev/shm$shmB"
+rm -f "/dev/shm$shmA" "/dev/shm$shmB" "/dev/shm$shmR"
 
 checks=$((checks + 1))
 if "$build/cluster/ofdprobe" check "$CLU_A" "$CLU_B"; then
