@@ -285,7 +285,7 @@ void rs_cluster_file_closed(uint64_t dev, uint64_t ino)
 {
 	int busy;
 
-	if (!__atomic_load_n(&pfiles, __ATOMIC_RELAXED) || !pfiles_trylock())
+	if (!pfiles_trylock())
 		return;
 	busy = inpin_over != 0;
 	for (int i = 0; i < NINPIN && !busy; i++)
