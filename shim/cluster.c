@@ -550,17 +550,19 @@ static int fd_limit(int err, uint64_t dev, uint64_t ino)
 }
 
 /* The node table this process is attached to: its file's (device,
- * inode), which the agent must share (0, 0 if not attached). */
-static void table_id(uint64_t *tdev, uint64_t *tino)
+ * inode), which the agent must share (0, 0 if not attached); returns
+ * whether that file was removed (no agent can attach to it any more). */
+static int table_id(uint64_t *tdev, uint64_t *tino)
 {
 	int fd = atomic_load(&rs_private_fd[0]);
 	struct stat st;
 
 	*tdev = *tino = 0;
-	if (fd >= 0 && syscall(SYS_fstat, fd, &st) == 0) {
-		*tdev = (uint64_t)st.st_dev;
-		*tino = (uint64_t)st.st_ino;
-	}
+	if (fd < 0 || syscall(SYS_fstat, fd, &st) != 0)
+		return 0;
+	*tdev = (uint64_t)st.st_dev;
+	*tino = (uint64_t)st.st_ino;
+	return st.st_nlink == 0;
 }
 
 /* A connection to our user's agent of this node table (tdev, tino), or
@@ -668,6 +670,21 @@ static void spawn_agent(void)
 	posix_spawn_file_actions_destroy(&fa);
 }
 
+/* Our node table's file was removed and no agent answers for it: none
+ * ever will (an agent attaches by name), so calls fail with EIO, once
+ * said, rather than wait for ever. */
+static int table_removed(uint64_t dev, uint64_t ino)
+{
+	static _Atomic int said;
+
+	if (!atomic_exchange(&said, 1))
+		rs_log(RS_LOG_ERROR, "cluster scope: calls on file %llu:%llu fail with EIO: this "
+		       "process's node table was removed and its agent is gone, and no agent can "
+		       "attach to a removed table (restart the program to use the new one)",
+		       (unsigned long long)dev, (unsigned long long)ino);
+	return -EIO;
+}
+
 int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write,
 		   struct rs_cl_pin *p)
 {
@@ -710,6 +727,13 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 				warned = 1;
 				rs_log(RS_LOG_WARN, "cluster scope: waiting for the node's agent "
 				       "(rangeshim agent); nothing new is granted until it runs");
+			}
+			/* A removed table's agent stays while its processes
+			 * live (agent.c); once it is gone no agent can attach
+			 * to the table, and waiting would be for ever. */
+			if (now - t0 > 2000000000ULL && table_id(&m.tdev, &m.tino)) {
+				rc = table_removed(dev, ino);
+				goto fail;
 			}
 			spawn_agent();
 			if ((sock = connect_agent(&apid, m.tdev, m.tino, &ferr)) < 0) {

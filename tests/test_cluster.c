@@ -36,6 +36,11 @@
  *              has an agent of its own (the old agent served it, draining
  *              only the old table, and gave the lock back under the new
  *              writer).  Control: the same rig in node scope tears.
+ *  table_removed_idle  a process whose table was removed writes again
+ *              after 7 s idle: its agent, the only one that can serve a
+ *              removed table, stayed for it (it exited idle, and the
+ *              write waited for an agent that could never come).
+ *              Control: the same process with its table kept.
  *  agent_nofile  an agent started under a soft limit of 32 descriptors
  *              runs with its soft limit at the hard one (it kept 32, and
  *              its pins were retried for want of descriptors).  Control:
@@ -523,7 +528,12 @@ static struct torn replaced_once(const char *test, const char *path, const char 
 	snprintf(tab, sizeof tab, "/dev/shm/rs-clu-%s-a.%d", test, (int)getpid());
 	start(&w1, &na, (char *[]){ PROBE, "write", (char *)path, "3", NULL });
 	start(&r, &nb, (char *[]){ PROBE, "read", (char *)path, "4", NULL });
-	usleep(500000);
+	/* The old table's agent must be up before its table goes (a process
+	 * whose table is removed before its agent starts gets EIO: no agent
+	 * can attach to a removed table). */
+	for (int i = 0; i < 100 && agents_of(test, 'a', ag, 8) < 1; i++)
+		usleep(100000);
+	usleep(300000);
 	cr_assert_eq(unlink(tab), 0, "node A's table %s: %s", tab, strerror(errno));
 	start(&w2, &na, (char *[]){ PROBE, "write", (char *)path, "3", NULL });
 	usleep(1000000);
@@ -573,6 +583,48 @@ Test(cluster, table_replaced, .timeout = 180)
 	}
 	cr_expect_gt(t.torn, 0, "control: node scope did not tear in %d tries (%lld reads)",
 		     tries, t.reads);
+	unlink(path);
+}
+
+/* Two writes 7 s apart on node A, the file closed between them (so the
+ * agent forgets it after 2 s, and would exit idle 3 s later); with rm,
+ * A's table is removed after the first.  The probe's output in w. */
+static void idle_round(const char *test, const char *path, int rm, struct rs_bg *w)
+{
+	char tab[PATH_MAX];
+	struct node_env na;
+	pid_t ag[8];
+
+	node_env(&na, test, 'a', "cluster", NULL);
+	snprintf(tab, sizeof tab, "/dev/shm/rs-clu-%s-a.%d", test, (int)getpid());
+	start(w, &na, (char *[]){ PROBE, "twice", (char *)path, "7000", NULL });
+	cr_assert(rs_bg_wait_for(w, "first", 20000), "first write: %s", w->out);
+	cr_assert_geq(agents_of(test, 'a', ag, 8), 1, "no agent after the first write: %s", w->out);
+	if (rm)
+		cr_assert_eq(unlink(tab), 0, "%s: %s", tab, strerror(errno));
+	rs_bg_finish(w, 30000);
+	cr_log_info("%s rm=%d: %s", test, rm, w->out);
+	kill_agents(test);
+	unlink_tables(test);
+}
+
+/*
+ * DEFECT (fixed: agent.c, a removed table's agent does not exit idle
+ * while other processes are registered in it).  Once a table is removed,
+ * no agent can attach to it (agents attach by name); its agent exited
+ * after 3 s idle, and a process of the removed table that then needed a
+ * pin waited for an agent that could never come.
+ */
+Test(cluster, table_removed_idle, .timeout = 120)
+{
+	char path[PATH_MAX];
+	static struct rs_bg w;
+
+	snprintf(path, sizeof path, "/dev/shm/rs-clu-tri.%d", (int)getpid());
+	idle_round("table_removed_idle", path, 0, &w);
+	cr_assert(strstr(w.out, "verdict=PASS"), "control: table kept: %s", w.out);
+	idle_round("table_removed_idle", path, 1, &w);
+	cr_expect(strstr(w.out, "verdict=PASS"), "table removed: the second write: %s", w.out);
 	unlink(path);
 }
 

@@ -33,8 +33,9 @@
  * removed and made again under the same name is another table, served by
  * another agent; one whose table was removed keeps serving the processes
  * still attached to it (its drains see exactly their node grants) and
- * nobody else, until they are gone and it exits idle (docs/design.md
- * (i), "One table, one agent").
+ * nobody else, and does not exit idle before they are gone, since no
+ * other agent can ever serve them (docs/design.md (i), "One table, one
+ * agent").
  *
  * Exits when it has held no file and served no connection for
  * IDLE_EXIT_NS; gives a file's grants back once neither a pin nor a node
@@ -741,14 +742,15 @@ static int node_busy(const struct afile *f)
  * we given our grants back, writing under a lock nobody holds.  Said
  * once, in the foreground.
  */
+static int table_gone;   /* poller thread only */
+
 static void table_check(uint64_t now)
 {
 	static uint64_t next;
-	static int said;
 	char path[300];
 	struct stat st, ours;
 
-	if (said || now < next)
+	if (table_gone || now < next)
 		return;
 	next = now + 1000000000ULL;
 	if (fstat(nt.map.fd, &ours) < 0)
@@ -756,10 +758,29 @@ static void table_check(uint64_t now)
 	if (ours.st_nlink > 0 && rs_seg_path(table_name, path, sizeof path) == 0 &&
 	    stat(path, &st) == 0 && st.st_dev == ours.st_dev && st.st_ino == ours.st_ino)
 		return;
-	said = 1;
+	table_gone = 1;
 	say("node table '%s' was removed%s: serving only the processes still attached to it, "
 	    "until they are gone", table_name[0] ? table_name : "(default)",
 	    ours.st_nlink > 0 ? " and made again" : "");
+}
+
+/* A removed table's agent is the only one its processes can ever reach
+ * (no agent can attach to it by name any more): it stays while any other
+ * live process is registered in it, however idle.  Once a second. */
+static int table_users(uint64_t now)
+{
+	static uint64_t next;
+	static int users;
+	struct rs_segment *seg = nt.map.seg;
+
+	if (now < next)
+		return users;
+	next = now + 1000000000ULL;
+	users = 0;
+	for (uint32_t p = 0; p < RS_NPROC && !users; p++)
+		users = p != nt.me && atomic_load(&seg->procs[p].state) == RS_PROC_LIVE &&
+			rs_seg_alive(&nt.map, p);
+	return users;
 }
 
 /* Polls the files that have no poller of their own; forgets idle files;
@@ -806,7 +827,8 @@ static int tick(void)
 	}
 	table_check(now);
 	return nfiles == 0 && atomic_load(&conns) == 0 &&
-	       now - atomic_load(&last_activity_ns) > IDLE_EXIT_NS;
+	       now - atomic_load(&last_activity_ns) > IDLE_EXIT_NS &&
+	       !(table_gone && table_users(now));
 }
 
 static void *poller(void *arg)

@@ -22,6 +22,9 @@
  *                                         us=T1,T2,... (with the other node
  *                                         doing the same, each call takes
  *                                         an idle grant from the other node)
+ *   clu_probe twice  FILE MS              open, 4 KiB pwrite at 0, close;
+ *                                         print "first", sleep MS ms, and
+ *                                         again (no grant held between)
  *   clu_probe region FILE OFF LEN IO [ofd]  pwrite [OFF, OFF+LEN) in IO-byte
  *                                         calls, in order (ofd: each under
  *                                         an OFD lock); prints secs=
@@ -85,6 +88,24 @@ int main(int argc, char **argv)
 			writes++;
 		}
 		printf("writes=%lld verdict=PASS\n", writes);
+		return 0;
+	}
+	if (strcmp(argv[1], "twice") == 0) {
+		setvbuf(stdout, NULL, _IONBF, 0);
+		memset(buf, 't', 4096);
+		for (int i = 0; i < 2; i++) {
+			if (i) {
+				printf("first ");
+				usleep((useconds_t)atoi(argv[3]) * 1000);
+			}
+			fd = open_file(argv[2], 0);
+			if (pwrite(fd, buf, 4096, 0) != 4096) {
+				printf("verdict=FAIL pwrite %d: %s\n", i + 1, strerror(errno));
+				return 1;
+			}
+			close(fd);
+		}
+		printf("verdict=PASS\n");
 		return 0;
 	}
 	if (strcmp(argv[1], "timed") == 0) {
