@@ -127,13 +127,13 @@ ceph_start() {
 
 # ceph_wait SECS WHAT CMD...: retry CMD every 0.2 s for SECS seconds.
 ceph_wait() {
-	secs=$1 what=$2
+	cw_secs=$1 cw_what=$2
 	shift 2
 	i=0
 	until "$@" >/dev/null 2>&1; do
 		i=$((i + 1))
-		if [ $i -ge $((secs * 5)) ]; then
-			echo "ceph: $what after $secs s" >&2
+		if [ $i -ge $((cw_secs * 5)) ]; then
+			echo "ceph: $cw_what after $cw_secs s" >&2
 			return 1
 		fi
 		sleep 0.2
