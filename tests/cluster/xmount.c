@@ -6,7 +6,7 @@
  *
  *   xmount fill  PATH [--block SIZE]            pre-fill with generation 1
  *   xmount write PATH [--block SIZE] [--seconds S] [--direct] [--lock]
- *   xmount read  PATH [--block SIZE] [--seconds S] [--direct] [--lock] [--drop]
+ *   xmount read  PATH [--block SIZE] [--seconds S] [--direct] [--lock]
  *
  * The writer rewrites [0, SIZE) with one byte value cycling through 1..255.
  * The reader preads [0, SIZE) and counts reads that are not uniform (torn)
@@ -17,11 +17,7 @@
  * --lock takes an OFD lock through the file system around every call (a
  * write lock for writes, a read lock for reads): ROMIO's way on NFS, and the
  * positive control showing the lock manager does give exclusion across
- * mounts.  --drop makes the reader drop its cached pages of the range
- * (posix_fadvise DONTNEED) before every read: on a file system whose
- * client keeps a stale page cache (CephFS through ceph-fuse), a buffered
- * reader then sees the writer, and so can see it tear.
- * Output: "reads=N torn=N changes=N" or "writes=N".
+ * mounts.  Output: "reads=N torn=N changes=N" or "writes=N".
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -61,7 +57,7 @@ int main(int argc, char **argv)
 	const char *mode, *path;
 	size_t block = 1u << 20;
 	double seconds = 2, end;
-	bool direct = false, lock = false, drop = false;
+	bool direct = false, lock = false;
 	unsigned char *buf;
 	uint64_t v, n = 0, torn = 0, changes = 0;
 	int fd, i, prev = -1;
@@ -84,8 +80,6 @@ int main(int argc, char **argv)
 			direct = true;
 		} else if (!strcmp(argv[i], "--lock")) {
 			lock = true;
-		} else if (!strcmp(argv[i], "--drop")) {
-			drop = true;
 		} else {
 			usage_error("unknown argument '%s'", argv[i]);
 		}
@@ -131,8 +125,6 @@ int main(int argc, char **argv)
 	while (now() < end) {
 		ssize_t r;
 
-		if (drop)
-			posix_fadvise(fd, 0, (off_t)block, POSIX_FADV_DONTNEED);
 		if (lock)
 			ofd(fd, F_RDLCK, block);
 		r = pread(fd, buf, block, 0);
