@@ -27,6 +27,7 @@ for opts in "" --fuse_disable_pagecache=true; do
 	echo
 	echo "### ceph-fuse ${opts:-default options}"
 	echo
+	# shellcheck disable=SC2034  # read by ceph_setup
 	CEPH_FUSE_OPTS=$opts
 	ceph_setup >&2
 	case $? in 0) ;; 2) exit 0 ;; *) exit 1 ;; esac

@@ -38,6 +38,8 @@
 #
 # Where FUSE or the daemons cannot run it prints "SKIP: reason", exits 0.
 # One run at a time on a machine (/tmp/ceph.lock).
+# The node environments ($(node ...), $wenv) are split into words on purpose.
+# shellcheck disable=SC2046,SC2086
 set -u
 build=$1
 here=$(dirname "$0")

@@ -142,7 +142,7 @@ fi
 for r in B C; do
 	for mode in "" --direct; do
 		checks=$((checks + 1))
-		eval "rd=\$CLU_$r"
+		rd=$CLU_B; [ $r = C ] && rd=$CLU_C
 		if turns "$nodeA RANGESHIM_SCOPE=cluster" "$nodeB RANGESHIM_SCOPE=cluster" "$rd" "$mode" &&
 		    [ "$fresh" = 40 ]; then
 			pass "cluster scope, reader on node $r, ${mode:-buffered}: fresh in all 40 turns"
