@@ -194,10 +194,12 @@ turns() {
 
 checks=$((checks + 1))
 if turns "" "" ""; then
-	if [ "$stale" -gt 0 ]; then
-		pass "control, no shim, buffered: B's page cache kept old data in $stale of $nrounds turns"
+	# B's cache may also be partly refreshed (a mix of generations, torn):
+	# either way B did not read what A had just written.
+	if [ "$fresh" -lt "$nrounds" ]; then
+		pass "control, no shim, buffered: B read old data in $((nrounds - fresh)) of $nrounds turns ($stale stale, $tornf mixed)"
 	else
-		fail "control, no shim, buffered: no stale read in $nrounds turns, so the freshness check cannot tell"
+		fail "control, no shim, buffered: every read fresh in $nrounds turns, so the freshness check cannot tell"
 	fi
 else
 	fail "freshness control: rig error"
@@ -407,9 +409,13 @@ append_run() {
 	[ $wa = 0 ] && [ $wb = 0 ]
 }
 checks=$((checks + 1))
-if append_run "" ""; then
-	echo "   (control) no shim: $bad of 800 lines torn, lost or doubled, size $size"
-fi
+# The control (reported, not asserted: some runs lose nothing): up to 3
+# runs without the shim until one loses or mixes lines.
+for try in 1 2 3; do
+	append_run "" "" || break
+	echo "   (control) no shim, run $try: $bad of 800 lines torn, lost or doubled, size $size"
+	[ "$bad" -gt 0 ] && break
+done
 if append_run "$(node apa)" "$(node apb)" && [ "$bad" = 0 ] && [ "$size" = $((800 * 199)) ]; then
 	pass "appends from both nodes: 800 whole lines, none lost"
 else
