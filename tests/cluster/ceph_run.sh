@@ -455,24 +455,20 @@ cross_suite test_cluster_adv "cluster_adv_nodes/*"
 end_agents
 
 # ---- 11. an evicted client fails safe --------------------------------------
-# Node B writes in cluster scope, so B's agent holds the file's lock
-# through B's ceph-fuse, and node A reads; then B's ceph-fuse is killed.
-# The MDS keeps B's locks and caps until it evicts B's session
-# (session_timeout, set by ceph.sh): A's reader must wait for that (its
-# longest read, max_gap_ms, is the wait), never read past the lock, and
-# B's calls must fail.
+# Node B writes alone in cluster scope, so B's agent surely holds the
+# file's lock through B's ceph-fuse; then that ceph-fuse is killed.  The
+# MDS keeps B's locks and caps until it evicts B's session
+# (session_timeout, set by ceph.sh): B's calls must fail, and node A's
+# first read must wait for the eviction (timed from the kill) rather than
+# run past B's lock.  Then A reads on for 3 s: a client killed inside a
+# write leaves that write partly done (as a killed writer process does),
+# and a mix read again and again unchanged is that, not a race
+# (clu_probe's stale_mixed); torn reads must be 0.
 checks=$((checks + 1))
 f=ev
 "$x" fill "$A/$f"
 timeout 120 env $(node evb) "$cp" write "$B/$f" 100 >"$CEPH_DIR/ev.w" 2>&1 &
 w=$!
-# A reads on for 10 s past the session timeout: a client killed inside a
-# write leaves that write partly done (as a killed writer process does),
-# and a mix read again and again unchanged is that, not a race
-# (clu_probe's stale_mixed).
-timeout $((CEPH_SESSION_TIMEOUT * 10)) env $(node eva) "$cp" read "$A/$f" $((CEPH_SESSION_TIMEOUT + 10)) \
-	>"$CEPH_DIR/ev.r" 2>&1 &
-r=$!
 sleep 1
 fb=$(cat "$CEPH_DIR/run/fuseB.pid")
 t_kill=$(ceph_now)
@@ -482,21 +478,32 @@ wait $w
 wrc=$?
 bout=$(cat "$B/$f" 2>&1 >/dev/null)
 brc=$?
-wait $r
+first=$(timeout $((CEPH_SESSION_TIMEOUT * 10)) env $(node eva) "$probe" pread "$A/$f" 0 4096 2>&1)
+frc=$?
+waited=$(ceph_secs "$t_kill" "$(ceph_now)")
+# The MDS blocklists a client it evicts (mds_session_blocklist_on_timeout):
+# B must be on the list once A's read has returned, or A read while B's
+# session, and its locks, still stood.
+bl=$(cephc osd blocklist ls 2>&1)
+out=$(timeout 60 env $(node eva) "$cp" read "$A/$f" 3 2>&1)
 rrc=$?
-t_end=$(ceph_now)
-out=$(cat "$CEPH_DIR/ev.r")
 echo "   node B's writer ($wrc): $(cat "$CEPH_DIR/ev.w")"
 echo "   node B's next read ($brc): $bout"
-echo "   node A's reader ($rrc, ended $(ceph_secs "$t_kill" "$t_end") s after the kill): $out"
+echo "   node A's first read ($frc), returned $waited s after the kill: $first"
+echo "   MDS blocklist then: $(echo "$bl" | tr '\n' ' ')"
+echo "   node A's reader ($rrc): $out"
 if [ $wrc = 0 ] || [ $wrc = 124 ]; then
 	fail "evicted client: node B's writer did not fail (rc $wrc)"
 elif [ $brc = 0 ]; then
 	fail "evicted client: node B's read after the kill succeeded"
+elif ! echo "$bl" | grep -q "listed [1-9]"; then
+	fail "evicted client: node A read before the MDS evicted node B: blocklist: $bl"
+elif [ $frc != 0 ] || [ "$(field "$first" rc)" != 4096 ]; then
+	fail "evicted client: node A's first read: $first"
 elif [ $rrc != 0 ] || [ "$(field "$out" torn)" != 0 ] || [ "$(field "$out" reads)" -lt 1 ]; then
 	fail "evicted client: node A's reader: rc $rrc: $out"
 else
-	pass "evicted client: B's calls fail; A's longest read (the wait for the eviction) $(field "$out" max_gap_ms) ms, no torn read ($(field "$out" stale_mixed) reads of B's partial last write)"
+	pass "evicted client: B's calls fail; A's first read waited for the eviction ($waited s), then no torn read ($(field "$out" stale_mixed) reads of B's partial last write)"
 fi
 end_agents
 
