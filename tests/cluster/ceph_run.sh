@@ -32,9 +32,10 @@
 #   9. appends from both nodes: every line whole, none lost.
 #  10. OFD locks through A and B conflict (ofdprobe check); the Criterion
 #      cross-node suites on the two mounts.
-#  11. an evicted client fails safe (last: it kills node B's ceph-fuse):
-#      B's calls fail, A's reader waits for the eviction, then reads
-#      whole blocks.
+#  11. an evicted client fails safe (last: it kills node B's ceph-fuse
+#      while B holds the lock): B's calls fail; A's first read returns
+#      only once the MDS has evicted B (B is on the blocklist by then),
+#      and A's reads are whole.
 #
 # Where FUSE or the daemons cannot run it prints "SKIP: reason", exits 0.
 # One run at a time on a machine (/tmp/ceph.lock).
