@@ -14,7 +14,9 @@ set -u
 build=$1
 here=$(dirname "$0")
 . "$here/ceph.sh"
-if command -v flock >/dev/null 2>&1; then
+# As root only (ceph_prepare skips otherwise): another user could not open
+# root's lock file, and a failed redirection of exec ends the script.
+if [ "$(id -u)" = 0 ] && command -v flock >/dev/null 2>&1; then
 	exec 9>>/tmp/ceph.lock
 	flock -n 9 || { echo "ceph: another run holds /tmp/ceph.lock; waiting" >&2; flock 9; }
 fi

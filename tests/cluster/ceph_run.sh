@@ -88,7 +88,9 @@ cleanup() {
 	echo "ceph: the tier took $(ceph_secs "$t_start" "$(ceph_now)") s"
 }
 
-if command -v flock >/dev/null 2>&1; then
+# As root only (ceph_prepare skips otherwise): another user could not open
+# root's lock file, and a failed redirection of exec ends the script.
+if [ "$(id -u)" = 0 ] && command -v flock >/dev/null 2>&1; then
 	exec 9>>/tmp/ceph.lock
 	if ! flock -n 9; then
 		echo "ceph: another run holds /tmp/ceph.lock; waiting"
