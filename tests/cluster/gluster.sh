@@ -166,7 +166,8 @@ clu_setup() {
 clu_teardown() {
 	[ -d "$CLU_DIR" ] || return 0
 	t0=$(clu_now)
-	for m in "$CLU_A" "$CLU_B"; do
+	# nodeC: run.sh's freshness control mounts the volume a third time.
+	for m in "$CLU_A" "$CLU_B" "$CLU_DIR/nodeC"; do
 		if grep -q " $m " /proc/mounts 2>/dev/null; then
 			umount "$m" 2>/dev/null || umount -l "$m"
 		fi

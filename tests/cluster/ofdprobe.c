@@ -2,8 +2,11 @@
  * ofdprobe: what OFD locks do through two mounts of one cluster file system
  * ("node A" and "node B"), the facts cluster scope is built on.
  *
- *   ofdprobe check DIR-A DIR-B        assert cross-mount conflicts; exit 1
- *                                     with the first one that does not hold
+ *   ofdprobe check DIR-A DIR-B [flock-apart]
+ *                                     assert cross-mount conflicts; exit 1
+ *                                     with the first one that does not hold;
+ *                                     flock-apart: flock and fcntl locks are
+ *                                     separate (CephFS), not one (GlusterFS)
  *   ofdprobe bench DIR-A DIR-B [LOCAL-DIR]
  *                                     measure and print: lock round trips,
  *                                     F_OFD_GETLK polling, wake-up after a
@@ -69,7 +72,7 @@ static int failures;
 	else { printf("  FAIL "); printf(__VA_ARGS__); printf(" (errno %s)\n", strerror(errno)); failures++; } \
 } while (0)
 
-static int check(void)
+static int check(bool flock_apart)
 {
 	int a = xopen(path_a, O_RDWR | O_CREAT | O_TRUNC);
 	int b = xopen(path_b, O_RDWR);
@@ -109,13 +112,26 @@ static int check(void)
 	CHECK(lk(b, F_OFD_SETLK, F_UNLCK, 0, 0) == 0, "B unlocks everything");
 	/* What the library's flock on a cluster file rests on (clusterfs.c,
 	 * rs_mnt_flock_posix): GlusterFS takes flock to its lock manager as a
-	 * lock on every byte, so it meets fcntl locks, and reaches 2^61. */
+	 * lock on every byte, so it meets fcntl locks, and reaches 2^61.  The
+	 * CephFS MDS keeps flock and fcntl locks in two tables, so a real
+	 * flock never meets the agent's grants; it still meets the other
+	 * node's flock. */
 	CHECK(flock(a, LOCK_EX) == 0, "A flocks the file");
 	fl = (struct flock){ .l_type = F_RDLCK, .l_whence = SEEK_SET,
 			     .l_start = (off_t)1 << 61, .l_len = 1 };
-	CHECK(fcntl(b, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_WRLCK,
-	      "B's F_OFD_GETLK at 2^61 sees A's flock (got type %d [%jd,+%jd))", fl.l_type,
-	      (intmax_t)fl.l_start, (intmax_t)fl.l_len);
+	if (!flock_apart) {
+		CHECK(fcntl(b, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_WRLCK,
+		      "B's F_OFD_GETLK at 2^61 sees A's flock (got type %d [%jd,+%jd))", fl.l_type,
+		      (intmax_t)fl.l_start, (intmax_t)fl.l_len);
+	} else {
+		fl.l_start = 0;
+		fl.l_len = 0;
+		CHECK(fcntl(b, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK,
+		      "B's F_OFD_GETLK of the whole file does not see A's flock (got type %d)",
+		      fl.l_type);
+		CHECK(flock(b, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK,
+		      "B's flock(LOCK_EX|LOCK_NB) meets A's flock");
+	}
 	CHECK(flock(a, LOCK_UN) == 0, "A unflocks the file");
 	close(d);
 	close(a2);
@@ -330,10 +346,10 @@ static int bench(const char *local)
 int main(int argc, char **argv)
 {
 	if (argc < 4 || (strcmp(argv[1], "check") && strcmp(argv[1], "bench")))
-		usage_error("usage: ofdprobe check|bench DIR-A DIR-B [LOCAL-DIR]");
+		usage_error("usage: ofdprobe check DIR-A DIR-B [flock-apart] | bench DIR-A DIR-B [LOCAL-DIR]");
 	snprintf(path_a, sizeof path_a, "%s/ofdprobe.%d", argv[2], (int)getpid());
 	snprintf(path_b, sizeof path_b, "%s/ofdprobe.%d", argv[3], (int)getpid());
 	if (!strcmp(argv[1], "check"))
-		return check();
+		return check(argc > 4 && !strcmp(argv[4], "flock-apart"));
 	return bench(argc > 4 ? argv[4] : NULL);
 }

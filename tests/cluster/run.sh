@@ -18,7 +18,10 @@
 #   5. test_clusterlock's and test_cluster_adv's cross-node cases on the
 #      two mounts;
 #   6. a write under the process's own whole-file fcntl lock and flock, in
-#      cluster scope, returns.
+#      cluster scope, returns;
+#   7. fresh data: a reader on another node sees each new generation in
+#      cluster scope; control: without the shim, a mount with FUSE's page
+#      cache on keeps old data.
 # Every race must also have seen the writer (changes > 0): a reader that
 # never saw a write proves nothing either way.
 #
@@ -152,6 +155,50 @@ for mode in "" --direct; do
 		pass "cluster scope, node A's table replaced under its writer, $m: no torn read in $changes changes"
 	fi
 	rm -f "/dev/shm$shmR"
+done
+# Fresh data (tests/cluster/fresh.c): A writes a generation, then B reads
+# it, in turns, 40 times.  The coherent mounts keep no page cache, so the
+# control reads through a third mount, C, with FUSE's page cache on (stock
+# mount options): without the shim C keeps old data; in cluster scope the
+# give-back and the acquisition's invalidation must make every read fresh,
+# on B and on C.
+turns() { # WRITER-ENV READER-ENV READER-DIR FLAGS; sets fresh, stale, nr
+	d=$CLU_DIR/fifo.$checks
+	mkdir -p "$d" && mkfifo "$d/w2r" "$d/r2w" || return 1
+	# shellcheck disable=SC2086
+	timeout 120 env $1 "$build/cluster/fresh" write "$CLU_A/fresh" 40 "$d" $4 >/dev/null &
+	# shellcheck disable=SC2086
+	out=$(timeout 120 env $2 "$build/cluster/fresh" read "$3/fresh" "$d" $4)
+	rc=$?
+	wait $! || rc=1
+	rm -rf "$d" "$CLU_A/fresh"
+	echo "   $out"
+	fresh=$(echo "$out" | sed -n 's/.*fresh=\([0-9]*\).*/\1/p')
+	stale=$(echo "$out" | sed -n 's/.*stale=\([0-9]*\).*/\1/p')
+	nr=$(echo "$out" | sed -n 's/.*rounds=\([0-9]*\).*/\1/p')
+	[ $rc = 0 ] && [ -n "$nr" ]
+}
+CLU_C=$CLU_DIR/nodeC
+mkdir -p "$CLU_C"
+mount -t glusterfs -o "log-file=$CLU_DIR/log/nodeC.log" "localhost:/$CLU_VOL" "$CLU_C" ||
+	fail "mounting node C (stock mount options) failed"
+checks=$((checks + 1))
+if turns "" "" "$CLU_C" "" && [ "$stale" -gt 0 ]; then
+	pass "control, no shim, node C with a page cache: old data in $stale of $nr turns"
+else
+	fail "control, no shim, node C: no stale read (${stale:-?} of ${nr:-?}), so the freshness check cannot tell"
+fi
+for r in B C; do
+	for mode in "" --direct; do
+		checks=$((checks + 1))
+		rd=$CLU_B; [ $r = C ] && rd=$CLU_C
+		if turns "$nodeA RANGESHIM_SCOPE=cluster" "$nodeB RANGESHIM_SCOPE=cluster" "$rd" "$mode" &&
+		    [ "$fresh" = 40 ]; then
+			pass "cluster scope, reader on node $r, ${mode:-buffered}: fresh in all 40 turns"
+		else
+			fail "cluster scope, reader on node $r, ${mode:-buffered}: ${fresh:-?} of ${nr:-?} fresh"
+		fi
+	done
 done
 
 # The application's own whole-file locks (docs/design.md (i), "Separate
