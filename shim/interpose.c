@@ -5,6 +5,7 @@
  * generated from a handful of shapes; the lock logic lives in iolock.c and
  * the fd bookkeeping in fdtable.c.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -899,6 +900,37 @@ static int clone_child(void *p)
 int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
 RS_CLONE_WRAPPER(clone)
 RS_CLONE_WRAPPER(__clone)
+
+/*
+ * A link-map namespace other than the base one (dlmopen) may load a libc
+ * of its own, whose pthread_create clears only its own copy of
+ * __libc_single_threaded: ours stays set while that thread calls into
+ * the base namespace's I/O, and both threads would take the copy
+ * without the range lock (test_edge, dlmopen_thread).  So the first
+ * dlmopen into any namespace but the base one turns the single-thread
+ * shortcut off for good, before the call: a constructor in the new
+ * namespace may make a thread before dlmopen returns.  The fast path
+ * pays nothing new: it already reads rs_solo_ok.  Resolved on first use,
+ * not in the table of real.h: it is no I/O call, and no call arrives
+ * here during start-up.
+ */
+RS_EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode)
+{
+	static void *(*real_dlmopen)(Lmid_t, const char *, int);
+	void *(*f)(Lmid_t, const char *, int) = __atomic_load_n(&real_dlmopen, __ATOMIC_ACQUIRE);
+
+	if (lmid != LM_ID_BASE)
+		RS_STORE(rs_solo_ok, 0);
+	if (!f) {
+		f = (void *(*)(Lmid_t, const char *, int))dlsym(RTLD_NEXT, "dlmopen");
+		if (!f) {
+			errno = ENOSYS;
+			return NULL;
+		}
+		__atomic_store_n(&real_dlmopen, f, __ATOMIC_RELEASE);
+	}
+	return f(lmid, file, mode);
+}
 
 /*
  * glibc exports these functions under a second name as well, the same

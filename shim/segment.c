@@ -145,6 +145,50 @@ int rs_seg_check(const struct rs_segment *s, char *why, size_t whylen)
 	return 0;
 }
 
+/*
+ * Give the table's file every page it needs before it is mapped.  A file
+ * sized with ftruncate is sparse, and on a full tmpfs (a container's
+ * 64 MiB /dev/shm, a small /run/user/<uid>) the first store to a page
+ * that cannot be allocated is a SIGBUS, which would kill the program in
+ * the middle of its first write.  fallocate reports ENOSPC instead, and
+ * on a file that is already backed allocates nothing, so it is also how
+ * an opener checks a table someone else made (an older build, or a
+ * creator that died half-way, may have left holes).  fresh: the file is
+ * still empty (ours to size).  Where the file system has no fallocate,
+ * an empty file is written with zeros (write also says ENOSPC); an
+ * existing one cannot be written without racing its users and is taken
+ * as it is (limitations.md).  On failure the file is left empty, and the
+ * next process tries again.
+ */
+static int back(int fd, size_t size, int fresh)
+{
+	static const char zeros[4096];
+	int err;
+
+	if (syscall(SYS_fallocate, fd, 0, 0L, (long)size) == 0)
+		return 0;
+	err = errno;
+	if (err != EOPNOTSUPP && err != ENOSYS)
+		goto fail;
+	if (!fresh)
+		return 0;
+	for (size_t off = 0; off < size; off += sizeof(zeros)) {
+		size_t n = size - off < sizeof(zeros) ? size - off : sizeof(zeros);
+
+		errno = 0;
+		if (syscall(SYS_pwrite64, fd, zeros, (long)n, (long)off) != (long)n) {
+			err = errno ? errno : ENOSPC;
+			goto fail;
+		}
+	}
+	return 0;
+fail:
+	if (fresh)
+		syscall(SYS_ftruncate, fd, 0L);
+	errno = err;
+	return -1;
+}
+
 static int open_file(const char *path, int create)
 {
 	int flags = O_RDWR | O_NOFOLLOW | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0);
@@ -224,14 +268,18 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 		return WHY("%s is not a regular file of mode 0600 owned by uid %u",
 			   m->path, (unsigned)geteuid()), -1;
 	}
-	if (st.st_size == 0 && syscall(SYS_ftruncate, fd, (long)sizeof(*s)) < 0) {
-		err = errno;
-		syscall(SYS_close, fd);
-		return WHY("cannot size %s: %s", m->path, strerror(err)), -1;
-	} else if (st.st_size != 0 && st.st_size != (off_t)sizeof(*s)) {
+	if (st.st_size != 0 && st.st_size != (off_t)sizeof(*s)) {
 		syscall(SYS_close, fd);
 		return WHY("%s has size %lld, expected %zu", m->path, (long long)st.st_size,
 			   sizeof(*s)), -1;
+	}
+	if (back(fd, sizeof(*s), st.st_size == 0) < 0) {
+		err = errno;
+		syscall(SYS_close, fd);
+		if (err == ENOSPC)
+			return WHY("no space for the %zu bytes of %s: its file system is full",
+				   sizeof(*s), m->path), -1;
+		return WHY("cannot allocate %s: %s", m->path, strerror(err)), -1;
 	}
 	s = map_separately(m->path, &st, &err);
 	if (!s) {

@@ -1,0 +1,158 @@
+/*
+ * Criterion suite: fail-safe locking at the edges of the process model
+ * and of the machine.  The rigs are in tests/helpers/edge_probe.c; each
+ * runs as a control without the shim (or the old way), which must show
+ * the defect, and with it, where it must not.
+ *
+ * full_shm      /dev/shm full before the node table exists (a container's
+ *               64 MiB /dev/shm; /run/user/<uid>).  The table was sized
+ *               with ftruncate, so its pages were allocated at the first
+ *               store, and that store was a SIGBUS: dd under the shim
+ *               died with status 135 and wrote nothing.  Now the table is
+ *               allocated whole with fallocate (segment.c, back()); with
+ *               no room the process says so in one line and runs in
+ *               process scope, and `rangeshim locks` says why.  The
+ *               control stores to a sparse file in the same full tmpfs
+ *               and dies of SIGBUS.  Needs a mount namespace (root, or
+ *               user namespaces); skipped with the reason otherwise.
+ * dlmopen_thread a thread made by the pthread_create of a libc loaded in
+ *               a new link-map namespace clears only that libc's
+ *               __libc_single_threaded, so both threads took the copy
+ *               without the range lock: 12 of 1000 1 MiB preads torn on
+ *               main (no shim: 19 of 1381).  Now dlmopen into any
+ *               namespace but the base one turns the shortcut off.
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common.h"
+
+#ifndef RS_SAN
+#define RS_SAN ""
+#endif
+
+#define EPROBE RS_HELPER("edge_probe")
+
+TestSuite(edge, .timeout = 180, .fini = rs_remove_bases);
+
+static void eprobe(char *const argv[], int preload, struct rs_run *r)
+{
+	char shm[80];
+	const char *env[2] = { shm, NULL };
+
+	snprintf(shm, sizeof(shm), "RANGESHIM_SHM=/rs-test-edge-%d", (int)getpid());
+	rs_run(r, argv, env, preload, 120);
+	snprintf(shm, sizeof(shm), "/dev/shm/rs-test-edge-%d", (int)getpid());
+	unlink(shm);
+}
+
+/*
+ * A torn-read rig's control, without the shim.  argv[msarg] is the run's
+ * length in ms: a control that sees no tear runs again, twice as long
+ * each time, up to 8 s; if it still never tore (a loaded or slow
+ * machine), the test is skipped with its counts, never failed.
+ */
+static void torn_control(char *argv[], int msarg, struct rs_run *r, const char *what)
+{
+	char ms[16];
+
+	for (int len = 1000; len <= 8000; len *= 2) {
+		snprintf(ms, sizeof(ms), "%d", len);
+		argv[msarg] = ms;
+		eprobe(argv, 0, r);
+		cr_log_info("%s without the shim (%d ms): %s", what, len, r->out);
+		if (strstr(r->out, "verdict=skip"))
+			cr_skip_test("%s: %s", what, r->out);
+		cr_assert_eq(r->status, 0, "%s control exited %d: %s", what, r->status, r->out);
+		if (rs_field(r->out, "torn") > 0)
+			return;
+	}
+	cr_skip_test("%s: the control without the shim never tore in 8 s (reads=%lld): "
+		     "nothing to compare with", what, rs_field(r->out, "reads"));
+}
+
+/* ---- full_shm ---------------------------------------------------------- */
+
+/*
+ * Run script in a mount namespace of its own, where /dev/shm is a 256 KiB
+ * tmpfs filled to the last block.  Returns 0, or 1 if no such namespace
+ * can be made here (the reason in r->out).
+ */
+static int in_full_shm(const char *script, struct rs_run *r)
+{
+	char full[4096];
+	char *argv[] = { "/bin/sh", "-c", full, NULL };
+
+	snprintf(full, sizeof(full),
+		 "command -v unshare >/dev/null || { echo 'nons: no unshare(1)'; exit 0; }\n"
+		 "exec unshare -m sh -c '"
+		 "mount --make-rprivate / 2>/dev/null; "
+		 "mount -t tmpfs -o size=256k tmpfs /dev/shm || { echo nons: cannot mount; exit 0; }; "
+		 "dd if=/dev/zero of=/dev/shm/fill bs=4k 2>/dev/null; %s' 2>&1 || "
+		 "echo 'nons: unshare -m failed'\n", script);
+	rs_run(r, argv, NULL, 0, 60);
+	return strstr(r->out, "nons:") != NULL;
+}
+
+Test(edge, full_shm)
+{
+	struct rs_run *r = calloc(1, sizeof(*r));
+	char *base = rs_make_base("/tmp", "rs-edge-");
+	char script[2048];
+
+	cr_assert_not_null(r);
+	/* The control: a sparse mapping in the full tmpfs, touched. */
+	snprintf(script, sizeof(script), "%s sparse /dev/shm/sparse 262144; echo status=$?",
+		 EPROBE);
+	if (in_full_shm(script, r))
+		cr_skip_test("no mount namespace with a small tmpfs here: %s", r->out);
+	cr_log_info("control (sparse file in a full tmpfs): %s", r->out);
+	cr_assert_eq(rs_field(r->out, "status"), 135,
+		     "control: touching a sparse file in the full tmpfs did not die of SIGBUS: %s",
+		     r->out);
+
+	/* With the shim: the table cannot be allocated; one line, the
+	 * writes whole, no signal; `locks` says why. */
+	snprintf(script, sizeof(script),
+		 "RANGESHIM_SHM=/rs-edge-full LD_PRELOAD=%s %s write %s/w.dat; echo status=$?; "
+		 "%s/rangeshim locks --shm /rs-edge-full; echo locks=$?",
+		 RS_LIB, EPROBE, base, RS_BUILD_DIR);
+	cr_assert_eq(in_full_shm(script, r), 0, "%s", r->out);
+	cr_log_info("with the shim: %s", r->out);
+	cr_expect_eq(rs_field(r->out, "status"), 0, "the writer under the shim exited %lld "
+		     "(135: SIGBUS): %s", rs_field(r->out, "status"), r->out);
+	cr_expect(strstr(r->out, "verdict=ok"), "the writer's file is not whole: %s", r->out);
+	cr_expect(strstr(r->out, "no space for the"), "no line naming the full file system: %s",
+		  r->out);
+	cr_expect(strstr(r->out, "never set up"), "`locks` does not name the cause: %s", r->out);
+	cr_expect(!strstr(r->out, "bad magic"), "`locks` blames the magic number: %s", r->out);
+	free(r);
+}
+
+/* ---- dlmopen_thread ---------------------------------------------------- */
+
+Test(edge, dlmopen_thread)
+{
+	struct rs_run *r = calloc(1, sizeof(*r));
+	char *base = rs_make_base("/dev/shm", "rs-edge-");
+	char file[PATH_MAX];
+	char *argv[] = { EPROBE, "dlmopen", file, NULL, NULL };
+
+	cr_assert_not_null(r);
+	if (RS_SAN[0])
+		cr_skip_test("a second libc in a sanitized process");
+	snprintf(file, sizeof(file), "%s/dl.dat", base);
+	torn_control(argv, 3, r, "dlmopen");
+	argv[3] = "2000";
+	eprobe(argv, 1, r);
+	cr_log_info("dlmopen with the shim: %s", r->out);
+	cr_assert_eq(r->status, 0, "with the shim the rig exited %d: %s", r->status, r->out);
+	cr_expect_eq(rs_field(r->out, "single_threaded"), 1,
+		     "the rig's premise: our libc still says single-threaded: %s", r->out);
+	cr_expect_eq(rs_field(r->out, "torn"), 0, "torn reads with the shim: %s", r->out);
+	cr_expect_gt(rs_field(r->out, "reads"), 0, "no reads: %s", r->out);
+	free(r);
+}
