@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -197,6 +198,53 @@ static int open_file(const char *path, int create)
 }
 
 /*
+ * Where the table is mapped.  It is mapped at a program's first write to
+ * a regular file, long after start-up, so wherever the kernel would put
+ * it is free now but may be space the program has set aside: LTP's
+ * mmap18 unmaps a reservation below a MAP_GROWSDOWN stack for the stack
+ * to grow into, the table took the hole, and the stack's growth was a
+ * SIGSEGV (test_edge, growsdown_hole).  The kernel fills the main mapping
+ * area from the top down, below the stack, and the heap grows up from
+ * the executable (0x55.. for PIE, near 4 MiB without), so the table goes
+ * between them, in a 64 TiB region programs leave alone: RS_MAP_LO, plus
+ * a random multiple of 2 MiB within 1 TiB so that its address is not
+ * known in advance.  MAP_FIXED_NOREPLACE never replaces anything; a
+ * place that is taken (a sanitizer's shadow, a JIT's reservation) moves
+ * on, and after a few tries, or where the address space is smaller (a
+ * 39-bit arm64 kernel), the kernel chooses, as it always did.  A kernel
+ * before 4.17 takes the flag for a hint, and puts the mapping elsewhere
+ * only if the place is taken: that one is given back and the next tried.
+ */
+#define RS_MAP_LO   0x3f0000000000ull
+#define RS_MAP_SPAN (1ull << 40)
+
+static void *map_away(int fd, size_t len)
+{
+	const unsigned char *rnd = (const unsigned char *)getauxval(AT_RANDOM);
+	uint64_t r = (uint64_t)syscall(SYS_getpid) * 0x9e3779b97f4a7c15ull;
+	void *p;
+
+	/* AT_RANDOM: 16 bytes the kernel gave the process; the last 8, since
+	 * glibc takes the first ones for the stack protector's canary. */
+	if (rnd)
+		for (int i = 8; i < 16; i++)
+			r = r * 131 + rnd[i];
+	for (int i = 0; i < 4; i++, r = r * 0x9e3779b97f4a7c15ull + 1) {
+		uintptr_t want = (uintptr_t)(RS_MAP_LO + ((r >> 17) % (RS_MAP_SPAN >> 21) << 21));
+
+		if (sizeof(uintptr_t) < 8)
+			break;
+		p = mmap((void *)want, len, PROT_READ | PROT_WRITE,
+			 MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+		if (p == (void *)want)
+			return p;
+		if (p != MAP_FAILED)
+			munmap(p, len);
+	}
+	return mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+}
+
+/*
  * Map the file through an open file description of its own, closed at
  * once: a mapping holds a reference to the description it was made from,
  * and the liveness lock lives as long as its description does.  Mapped
@@ -218,7 +266,7 @@ static struct rs_segment *map_separately(const char *path, const struct stat *wa
 		syscall(SYS_close, mfd);
 		return NULL;
 	}
-	s = mmap(NULL, sizeof(struct rs_segment), PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	s = map_away(mfd, sizeof(struct rs_segment));
 	*err = errno;
 	syscall(SYS_close, mfd);
 	return s == MAP_FAILED ? NULL : s;

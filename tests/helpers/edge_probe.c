@@ -15,6 +15,14 @@
  *                 while the main thread preads them for MS ms.  Only
  *                 the new namespace's __libc_single_threaded is cleared.
  *                 Prints "reads=R torn=T".
+ *   growsdown FILE  LTP mmap18's first case: reserve 256 pages plus a
+ *                 thread stack, unmap it all and map only the stack's top
+ *                 with MAP_GROWSDOWN, leaving the hole below for the stack
+ *                 to grow into; then make this process's first write to a
+ *                 regular file (where the shim maps its node table), and
+ *                 run a thread on that stack down to its bottom.  Prints
+ *                 "grew=ok", or dies of SIGSEGV (status 139) if anything
+ *                 was mapped in the hole.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -133,6 +141,77 @@ static void read_for(double ms)
 	free(b);
 }
 
+/* ---- growsdown ------------------------------------------------------- */
+
+static long page;
+
+/* The lowest address of a stack of stack_size whose top mapped_size
+ * bytes are mapped MAP_GROWSDOWN, with 256 free pages below it (the
+ * kernel's stack_guard_gap), as mmap18's allocate_stack. */
+static char *allocate_stack(size_t stack_size, size_t mapped_size)
+{
+	size_t reserved = 256 * (size_t)page + stack_size;
+	char *start = mmap(NULL, reserved, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (start == MAP_FAILED || munmap(start, reserved) < 0 ||
+	    mmap(start + reserved - mapped_size, mapped_size, PROT_READ | PROT_WRITE,
+		 MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_GROWSDOWN, -1, 0) == MAP_FAILED)
+		abort();
+	return start + reserved - stack_size;
+}
+
+static __attribute__((noinline)) void *deeper(void *limit)
+{
+	volatile char pad[64];
+
+	pad[0] = 1;
+	if ((char *)&limit < (char *)limit)
+		return (void *)(long)pad[0];
+	return deeper(limit);
+}
+
+/* How many mappings of /proc/self/maps overlap [lo, hi). */
+static int mapped_in(const char *lo, const char *hi)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	unsigned long a, b;
+	char line[512];
+	int n = 0;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%lx-%lx", &a, &b) == 2 && a < (unsigned long)hi &&
+		    b > (unsigned long)lo)
+			n++;
+	fclose(f);
+	return n;
+}
+
+static int growsdown(void)
+{
+	size_t stack_size = 8 * (size_t)PTHREAD_STACK_MIN;
+	char *stack;
+	pthread_attr_t attr;
+	pthread_t t;
+
+	page = sysconf(_SC_PAGESIZE);
+	stack = allocate_stack(stack_size, PTHREAD_STACK_MIN);
+	/* The process's first write to a regular file. */
+	if (pwrite(fd, "x", 1, 0) != 1)
+		abort();
+	/* The hole and its guard gap: from 256 pages below the stack's
+	 * bottom to the mapped top. */
+	printf("in_hole=%d\n", mapped_in(stack - 256 * page, stack + stack_size - PTHREAD_STACK_MIN));
+	fflush(stdout);
+	if (pthread_attr_init(&attr) || pthread_attr_setstack(&attr, stack, stack_size) ||
+	    pthread_create(&t, &attr, deeper, stack + page) || pthread_join(t, NULL))
+		abort();
+	printf("grew=ok\n");
+	return 0;
+}
+
 /* ---- dlmopen ---------------------------------------------------------- */
 
 static int dlmopen_race(double ms)
@@ -180,7 +259,9 @@ int main(int argc, char **argv)
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	if (fd < 0)
 		abort();
-	if (!strcmp(argv[1], "dlmopen") && argc >= 4) {
+	if (!strcmp(argv[1], "growsdown")) {
+		growsdown();
+	} else if (!strcmp(argv[1], "dlmopen") && argc >= 4) {
 		dlmopen_race(atof(argv[3]));
 	} else {
 		fprintf(stderr, "edge_probe: unknown mode %s\n", argv[1]);
