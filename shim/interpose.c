@@ -458,10 +458,10 @@ static int fork_begin(void)
 	return locked;
 }
 
-static void fork_end(long r, int locked)
+static void fork_end(long r, int locked, long flags)
 {
 	if (r == 0)
-		rs_after_fork_child();
+		rs_after_clone_child(flags);
 	else if (locked)
 		rs_fork_parent();
 }
@@ -474,7 +474,7 @@ RS_EXPORT pid_t _Fork(void)
 	int locked = fork_begin();
 	pid_t p = REAL(pid_t, _Fork, ());
 
-	fork_end(p, locked);
+	fork_end(p, locked, 0);
 	return p;
 }
 
@@ -500,10 +500,14 @@ RS_EXPORT int close_range(unsigned lo, unsigned hi, int flags)
 
 RS_EXPORT void closefrom(int lo)
 {
+	int around = 0;
+
 	rs_ready();
 	if (!rs_real.closefrom)
 		return;
-	if (lo >= 0 && (atomic_load(&rs_private_fd[0]) >= lo || atomic_load(&rs_private_fd[1]) >= lo))
+	for (int i = 0; i < RS_NPRIVATE; i++)
+		around |= lo >= 0 && atomic_load(&rs_private_fd[i]) >= lo;
+	if (around)
 		close_range_around((unsigned)lo, UINT_MAX, 0);
 	else
 		rs_real.closefrom(lo);
@@ -862,13 +866,14 @@ RS_EXPORT FILE *fdopen(int fd, const char *mode)
 struct clone_start {
 	int (*fn)(void *);
 	void *arg;
+	int flags;
 };
 
 static int clone_child(void *p)
 {
 	const struct clone_start *c = p;
 
-	rs_after_fork_child();
+	rs_after_clone_child(c->flags);
 	return c->fn(c->arg);
 }
 
@@ -887,7 +892,7 @@ static int clone_child(void *p)
 		if ((flags & CLONE_VM) && !(flags & CLONE_VFORK))			\
 			RS_STORE(rs_solo_ok, 0);					\
 		if (!(flags & CLONE_VM) && fn) {					\
-			struct clone_start c = { fn, arg };				\
+			struct clone_start c = { fn, arg, flags };				\
 			int locked = fork_begin(), r;					\
 											\
 			r = REAL(int, name, (clone_child, stack, flags, &c, ptid, tls, ctid)); \
@@ -983,6 +988,20 @@ static int fork_like(long nr, long flags, long stack)
 	return nr == SYS_clone && !(flags & (CLONE_VM | CLONE_THREAD | CLONE_VFORK)) && stack == 0;
 }
 
+/* The clone flags of a fork-like call (fork_like), for the child's
+ * handler: SYS_fork has none; clone3's are read again (fork_like could
+ * read them, so this can). */
+static long fork_flags(long nr, long a)
+{
+#ifdef SYS_clone3
+	uint64_t ca[1];
+
+	if (nr == SYS_clone3)
+		return rs_user_copy(ca, (const void *)a, sizeof(ca), 0) < 0 ? 0 : (long)ca[0];
+#endif
+	return nr == SYS_clone ? a : 0;
+}
+
 /* A thread glibc does not know of (CLONE_VM without CLONE_VFORK, which
  * stops us until the child execs or exits; clone3's flags are behind a
  * pointer, so any clone3): __libc_single_threaded stays set, so rs_solo
@@ -1020,7 +1039,7 @@ RS_EXPORT long syscall(long nr, ...)
 		int locked = fork_begin();
 
 		r = rs_raw_syscall6(nr, a, b, c, d, e, f);
-		fork_end(r, locked);
+		fork_end(r, locked, fork_flags(nr, a));
 	} else if (__builtin_expect(nr == SYS_fcntl && (int)b == F_SETFL, 0)) {
 		struct dup_hold h;
 

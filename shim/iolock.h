@@ -117,6 +117,9 @@ void rs_init_slow(void);
 void rs_cancel_wait(unsigned long t);
 /* The child side of fork and _Fork: forget every lock of other threads. */
 void rs_after_fork_child(void);
+/* The same for a child of clone (flags: its clone flags; with
+ * CLONE_FILES it shares our descriptor table, so it closes nothing). */
+void rs_after_clone_child(long flags);
 void rs_fork_prepare(void);
 void rs_fork_parent(void);
 /* Our pid, refreshed in a forked child; a mismatch means a vfork child. */

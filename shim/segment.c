@@ -282,6 +282,7 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 	m->seg = NULL;
 	m->fd = -1;
 	m->fd_slot = NULL;
+	m->dev = m->ino = 0;
 	if (rs_seg_path(name, m->path, sizeof(m->path)) < 0)
 		return WHY("bad segment name '%s'", name), -1;
 	if (create) {
@@ -358,6 +359,8 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 	}
 	m->seg = s;
 	m->fd = fd;
+	m->dev = (uint64_t)st.st_dev;
+	m->ino = (uint64_t)st.st_ino;
 	return 0;
 }
 
@@ -387,15 +390,29 @@ static int ofd_lock(int fd, int cmd, struct flock *fl, uint32_t slot)
 	return (int)syscall(SYS_fcntl, fd, cmd, fl);
 }
 
+/* Is fd still the file we attached to?  A descriptor table shared with
+ * another process (CLONE_FILES) can have our number closed and reused by
+ * it.  Maps made elsewhere (the command's) do not record it. */
+static int still_ours(const struct rs_seg_map *m, int fd)
+{
+	struct stat a;
+
+	if (!m->dev && !m->ino)
+		return 1;
+	return fstat(fd, &a) == 0 && (uint64_t)a.st_dev == m->dev && (uint64_t)a.st_ino == m->ino;
+}
+
 int rs_seg_alive(const struct rs_seg_map *m, uint32_t slot)
 {
 	struct flock fl;
-	int saved = errno;
-	int r = ofd_lock(map_fd(m), F_OFD_GETLK, &fl, slot);
+	int saved = errno, fd = map_fd(m);
+	int r = ofd_lock(fd, F_OFD_GETLK, &fl, slot);
 
+	/* If we cannot tell, assume alive: waiting longer is safe, stealing
+	 * is not.  "Dead" is believed only of the table's own file. */
+	r = r < 0 || fl.l_type != F_UNLCK || !still_ours(m, fd);
 	errno = saved;
-	/* If we cannot tell, assume alive: waiting longer is safe, stealing is not. */
-	return r < 0 || fl.l_type != F_UNLCK;
+	return r;
 }
 
 int rs_seg_claim(const struct rs_seg_map *m, uint32_t slot)

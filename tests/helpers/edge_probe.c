@@ -15,6 +15,22 @@
  *                 while the main thread preads them for MS ms.  Only
  *                 the new namespace's __libc_single_threaded is cleared.
  *                 Prints "reads=R torn=T".
+ *   clonefiles FILE HOW MS  this process writes a 1 MiB record (so that
+ *                 it holds a node grant), then makes a process that
+ *                 shares its descriptor table and not its memory
+ *                 (HOW "clone": glibc's clone(CLONE_FILES | SIGCHLD);
+ *                 "syscall": syscall(SYS_clone, CLONE_FILES | SIGCHLD,
+ *                 0, ...)), which exits at once; then it pwrites 1 MiB
+ *                 records of changing value at offset 0 while a forked
+ *                 reader process preads them for MS ms.  Prints the
+ *                 reader's "reads=R torn=T".
+ *   clonefiles_closefrom FILE MS  the other way round: the process made
+ *                 by clone(CLONE_FILES | SIGCHLD) is the writer, and once
+ *                 it holds a grant the parent closes every descriptor
+ *                 above FILE's with closefrom (a daemon's clean-up; the
+ *                 parent's shim knows nothing of the child's table
+ *                 descriptor in the shared table).  A forked reader then
+ *                 preads for MS ms.  Prints "reads=R torn=T".
  *   growsdown FILE  LTP mmap18's first case: reserve 256 pages plus a
  *                 thread stack, unmap it all and map only the stack's top
  *                 with MAP_GROWSDOWN, leaving the hole below for the stack
@@ -141,6 +157,94 @@ static void read_for(double ms)
 	free(b);
 }
 
+/* ---- clonefiles ------------------------------------------------------ */
+
+static int clone_exit(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+static int clonefiles(const char *how, double ms)
+{
+	char *stk = malloc(1 << 16);
+	pid_t c, reader;
+	int st;
+
+	fill_records();	/* our first write: attached, a grant held */
+	if (!strcmp(how, "syscall")) {
+		c = (pid_t)syscall(SYS_clone, CLONE_FILES | SIGCHLD, 0, 0, 0, 0);
+		if (c == 0)
+			_exit(0);
+	} else {
+		c = clone(clone_exit, stk + (1 << 16), CLONE_FILES | SIGCHLD, NULL);
+	}
+	if (c < 0 || waitpid(c, &st, 0) != c) {
+		printf("verdict=skip clone: %s\n", strerror(errno));
+		return 0;
+	}
+	fflush(stdout);
+	reader = fork();
+	if (reader == 0) {
+		read_for(ms);
+		fflush(stdout);
+		_exit(0);
+	}
+	for (long k = 1; waitpid(reader, &st, WNOHANG) == 0; k++)
+		if (pwrite(fd, wbuf[k % 2], BIG, 0) != BIG)
+			abort();
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		printf("reader=status %d\n", st);
+	return 0;
+}
+
+static _Atomic int *shared_flags;	/* [0] the child holds a grant, [1] stop */
+
+static int clone_writer(void *arg)
+{
+	(void)arg;
+	if (pwrite(fd, wbuf[0], BIG, 0) != BIG)
+		return 3;
+	atomic_store(&shared_flags[0], 1);
+	for (long k = 1; !atomic_load(&shared_flags[1]); k++)
+		if (pwrite(fd, wbuf[k % 2], BIG, 0) != BIG)
+			return 4;
+	return 0;
+}
+
+static int clonefiles_closefrom(double ms)
+{
+	char *stk = malloc(1 << 16);
+	pid_t c, reader;
+	int st;
+
+	shared_flags = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (shared_flags == MAP_FAILED || !stk)
+		abort();
+	fill_records();
+	c = clone(clone_writer, stk + (1 << 16), CLONE_FILES | SIGCHLD, NULL);
+	if (c < 0) {
+		printf("verdict=skip clone: %s\n", strerror(errno));
+		return 0;
+	}
+	while (!atomic_load(&shared_flags[0]))
+		sched_yield();
+	closefrom(fd + 1);
+	fflush(stdout);
+	reader = fork();
+	if (reader == 0) {
+		read_for(ms);
+		fflush(stdout);
+		_exit(0);
+	}
+	waitpid(reader, &st, 0);
+	atomic_store(&shared_flags[1], 1);
+	waitpid(c, &st, 0);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		printf("writer=status %d\n", st);
+	return 0;
+}
+
 /* ---- growsdown ------------------------------------------------------- */
 
 static long page;
@@ -259,7 +363,11 @@ int main(int argc, char **argv)
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	if (fd < 0)
 		abort();
-	if (!strcmp(argv[1], "growsdown")) {
+	if (!strcmp(argv[1], "clonefiles_closefrom") && argc >= 4) {
+		clonefiles_closefrom(atof(argv[3]));
+	} else if (!strcmp(argv[1], "clonefiles") && argc >= 5) {
+		clonefiles(argv[3], atof(argv[4]));
+	} else if (!strcmp(argv[1], "growsdown")) {
 		growsdown();
 	} else if (!strcmp(argv[1], "dlmopen") && argc >= 4) {
 		dlmopen_race(atof(argv[3]));
