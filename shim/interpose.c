@@ -907,6 +907,57 @@ RS_CLONE_WRAPPER(clone)
 RS_CLONE_WRAPPER(__clone)
 
 /*
+ * vfork.  The child runs on this thread, in our memory, until it execs or
+ * exits; its calls must neither use nor leave behind this thread's lock
+ * state (iolock.c, "vfork children").  glibc's vfork (sysdeps/unix/sysv/
+ * linux/x86_64/vfork.S) pops its return address into a register across
+ * the system call, since the child's calls overwrite the stack below the
+ * caller, and pushes it back; this one does the same, and around the
+ * call raises rs_depth by RS_DEPTH_VFORK, which the child keeps and the
+ * parent puts back as it was (the registers it saved it in are its own
+ * again after the system call).  The parent then goes on in
+ * rs_vfork_done.  x86-64 only: elsewhere libc's vfork is called
+ * (limitations.md).
+ */
+#if defined(__x86_64__)
+_Static_assert(RS_DEPTH_VFORK == 0x1000000, "the vfork stub adds 0x1000000");
+__asm__(
+	"	.text\n"
+	"	.globl vfork\n"
+	"	.type vfork, @function\n"
+	"	.globl __vfork\n"
+	"	.type __vfork, @function\n"
+	"vfork:\n"
+	"__vfork:\n"
+	"	movq rs_depth@gottpoff(%rip), %rdx\n"
+	"	movl %fs:(%rdx), %esi\n"
+	"	leal 0x1000000(%rsi), %ecx\n"
+	"	movl %ecx, %fs:(%rdx)\n"
+	"	popq %rdi\n"
+	"	movl $58, %eax\n"		/* SYS_vfork */
+	"	syscall\n"
+	"	pushq %rdi\n"
+	"	testq %rax, %rax\n"
+	"	jz 1f\n"
+	"	movl %esi, %fs:(%rdx)\n"
+	"	movq %rax, %rdi\n"
+	"	jmp rs_vfork_done\n"
+	"1:	ret\n"
+	"	.size vfork, .-vfork\n"
+	"	.size __vfork, .-__vfork\n");
+
+long rs_vfork_done(long r) __attribute__((used));
+long rs_vfork_done(long r)
+{
+	if ((unsigned long)r > -4096UL) {
+		errno = (int)-r;
+		return -1;
+	}
+	return rs_vfork_parent((int)r);
+}
+#endif
+
+/*
  * A link-map namespace other than the base one (dlmopen) may load a libc
  * of its own, whose pthread_create clears only its own copy of
  * __libc_single_threaded: ours stays set while that thread calls into

@@ -31,6 +31,17 @@
  *                 parent's shim knows nothing of the child's table
  *                 descriptor in the shared table).  A forked reader then
  *                 preads for MS ms.  Prints "reads=R torn=T".
+ *   vfork_kill FILE READER MS  this process writes a 1 MiB record (a
+ *                 node grant held), then vforks a child that pwrites
+ *                 256 MiB to FILE and is killed (SIGKILL, by a thread of
+ *                 ours) inside that call.  Then this process pwrites 1 MiB
+ *                 records of changing value at offset 0 while a reader
+ *                 preads them for MS ms: READER "process" is a forked
+ *                 process, "thread" a thread of ours (for process scope).
+ *                 Prints "child=killed" (or what became of the child),
+ *                 the reader's "reads=R torn=T", and "reader=stuck" if it
+ *                 made no progress for 10 s (it waited on what the dead
+ *                 child left).
  *   growsdown FILE  LTP mmap18's first case: reserve 256 pages plus a
  *                 thread stack, unmap it all and map only the stack's top
  *                 with MAP_GROWSDOWN, leaving the hole below for the stack
@@ -116,6 +127,8 @@ static int write_back(const char *file)
 
 static _Atomic int stop_writer;
 static unsigned char *wbuf[2];
+/* Reads made so far, in memory a forked reader shares (vfork_kill). */
+static _Atomic long *reads_done;
 
 static void *writer(void *arg)
 {
@@ -151,6 +164,8 @@ static void read_for(double ms)
 		if (pread(fd, b, BIG, 0) != BIG)
 			abort();
 		reads++;
+		if (reads_done)
+			atomic_fetch_add(reads_done, 1);
 		torn += !probe_uniform(b, BIG);
 	} while ((probe_now() - t0) * 1e3 < ms);
 	printf("reads=%ld torn=%ld\n", reads, torn);
@@ -242,6 +257,103 @@ static int clonefiles_closefrom(double ms)
 	waitpid(c, &st, 0);
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
 		printf("writer=status %d\n", st);
+	return 0;
+}
+
+/* ---- vfork_kill ------------------------------------------------------- */
+
+#define HUGE (256 << 20)
+
+static volatile pid_t vchild;
+
+static void *killer(void *arg)
+{
+	(void)arg;
+	while (!vchild)
+		sched_yield();
+	usleep(3000);	/* well inside a 256 MiB pwrite */
+	kill(vchild, SIGKILL);
+	return NULL;
+}
+
+static void *read_thread(void *arg)
+{
+	read_for(*(double *)arg);
+	atomic_store(&stop_writer, 1);
+	return NULL;
+}
+
+/* The vfork, in a frame of its own: the child's pwrite is killed. */
+static __attribute__((noinline)) pid_t vfork_writer(char *huge)
+{
+	pid_t c = vfork();
+
+	if (c == 0) {
+		vchild = getpid();
+		(void)!pwrite(fd, huge, HUGE, 0);
+		_exit(0);
+	}
+	return c;
+}
+
+static int vfork_kill(const char *how, double ms)
+{
+	char *huge = malloc(HUGE);
+	pthread_t kt, rt;
+	pid_t c, reader = -1;
+	int st;
+	long last = -1;
+	double quiet = probe_now();
+
+	reads_done = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (!huge || reads_done == MAP_FAILED)
+		abort();
+	memset(huge, 'z', HUGE);
+	fill_records();
+	if (pthread_create(&kt, NULL, killer, NULL))
+		abort();
+	c = vfork_writer(huge);
+	if (c < 0 || waitpid(c, &st, 0) != c)
+		abort();
+	pthread_join(kt, NULL);
+	if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+		printf("child=killed\n");
+	else
+		printf("child=status %d\n", st);
+	fflush(stdout);
+	/* The killed child left [0, 1 MiB) half written: one whole record
+	 * first, so that a torn read is a race, not that leftover. */
+	if (pwrite(fd, wbuf[0], BIG, 0) != BIG)
+		abort();
+	if (!strcmp(how, "thread")) {
+		if (pthread_create(&rt, NULL, read_thread, &ms))
+			abort();
+	} else {
+		reader = fork();
+		if (reader == 0) {
+			read_for(ms);
+			fflush(stdout);
+			_exit(0);
+		}
+	}
+	/* Write until the reader is done; a reader that makes no progress
+	 * for 10 s waits on something nobody will give back. */
+	for (long k = 1;; k++) {
+		if (reader > 0 ? waitpid(reader, &st, WNOHANG) != 0 : atomic_load(&stop_writer))
+			break;
+		if (pwrite(fd, wbuf[k % 2], BIG, 0) != BIG)
+			abort();
+		if (atomic_load(reads_done) != last) {
+			last = atomic_load(reads_done);
+			quiet = probe_now();
+		} else if (probe_now() - quiet > 10 + ms / 1e3) {
+			printf("reader=stuck\n");
+			fflush(stdout);
+			_exit(0);
+		}
+	}
+	if (reader < 0)
+		pthread_join(rt, NULL);
 	return 0;
 }
 
@@ -363,7 +475,9 @@ int main(int argc, char **argv)
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	if (fd < 0)
 		abort();
-	if (!strcmp(argv[1], "clonefiles_closefrom") && argc >= 4) {
+	if (!strcmp(argv[1], "vfork_kill") && argc >= 5) {
+		vfork_kill(argv[3], atof(argv[4]));
+	} else if (!strcmp(argv[1], "clonefiles_closefrom") && argc >= 4) {
 		clonefiles_closefrom(atof(argv[3]));
 	} else if (!strcmp(argv[1], "clonefiles") && argc >= 5) {
 		clonefiles(argv[3], atof(argv[4]));
