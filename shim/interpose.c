@@ -891,6 +891,16 @@ static int clone_child(void *p)
 		va_end(ap);								\
 		if ((flags & CLONE_VM) && !(flags & CLONE_VFORK))			\
 			RS_STORE(rs_solo_ok, 0);					\
+		if ((flags & CLONE_VM) && (flags & CLONE_VFORK) && !(flags & CLONE_SETTLS)) { \
+			/* vfork's child on another stack, on our thread pointer:	\
+			 * as vfork's (iolock.c, "vfork children"). */			\
+			int d = RS_LOAD(rs_depth), r;					\
+											\
+			RS_STORE(rs_depth, d + RS_DEPTH_VFORK);				\
+			r = REAL(int, name, (fn, stack, flags, arg, ptid, tls, ctid));	\
+			RS_STORE(rs_depth, d);						\
+			return r < 0 ? r : rs_vfork_parent(r);				\
+		}									\
 		if (!(flags & CLONE_VM) && fn) {					\
 			struct clone_start c = { fn, arg, flags };				\
 			int locked = fork_begin(), r;					\

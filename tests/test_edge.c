@@ -46,6 +46,8 @@
  *               keeps the child out of the parent's lock state: the child
  *               locks as a process of its own (node scope) or with a
  *               range lock node the parent takes back (process scope).
+ *               The same for a child of clone(CLONE_VM | CLONE_VFORK)
+ *               (clone_vfork_killed).
  * growsdown_hole LTP's mmap18 (the one of 307 LTP syscall tests whose
  *               result the shim changed): a hole left below a
  *               MAP_GROWSDOWN stack for it to grow into, then the first
@@ -270,12 +272,12 @@ Test(edge, clone_files_closefrom)
 
 /* ---- vfork_killed ------------------------------------------------------ */
 
-static void vfork_case(const char *scope, const char *reader)
+static void vfork_case(const char *mode, const char *scope, const char *reader)
 {
 	struct rs_run *r = calloc(1, sizeof(*r));
 	char *base = rs_make_base("/dev/shm", "rs-edge-");
 	char file[PATH_MAX], sc[64], shm[80];
-	char *argv[] = { EPROBE, "vfork_kill", file, (char *)reader, NULL, NULL };
+	char *argv[] = { EPROBE, (char *)mode, file, (char *)reader, NULL, NULL };
 	const char *env[3] = { sc, shm, NULL };
 
 	cr_assert_not_null(r);
@@ -309,5 +311,7 @@ static void vfork_case(const char *scope, const char *reader)
 	free(r);
 }
 
-Test(edge, vfork_killed_node) { vfork_case("node", "process"); }
-Test(edge, vfork_killed_process) { vfork_case("process", "thread"); }
+Test(edge, vfork_killed_node) { vfork_case("vfork_kill", "node", "process"); }
+Test(edge, vfork_killed_process) { vfork_case("vfork_kill", "process", "thread"); }
+/* clone(CLONE_VM | CLONE_VFORK) with a stack of its own: the same child. */
+Test(edge, clone_vfork_killed) { vfork_case("clone_vfork_kill", "node", "process"); }

@@ -605,11 +605,9 @@ Test(node, hammer_sigkill)
 		    rs_field(r->out, "torn_pages"), rs_field(r->out, "mixed_pages"));
 	cr_assert_eq(r->status, 0, "status %d: %s", r->status, r->out);
 	cr_assert_eq(rs_field(r->out, "shim"), 1, "%s", r->out);
-	cr_assert_geq(rs_field(r->out, "kills"), 8, "%s", r->out);
 	cr_assert_lt(rs_field(r->out, "max_stall_ms"), 2000,
 		     "a survivor made no progress for %lld ms after a kill: %s",
 		     rs_field(r->out, "max_stall_ms"), r->out);
-	cr_assert_geq(rs_field(r->out, "ops"), 100, "%s", r->out);
 	cr_assert_eq(rs_field(r->out, "torn_pages"), 0, "reads saw torn pages: %s", r->out);
 	cr_assert_eq(rs_field(r->out, "mixed_pages"), 0, "the file has mixed pages: %s", r->out);
 	/* The dead are reclaimed by the next comer. */
@@ -619,6 +617,12 @@ Test(node, hammer_sigkill)
 	rs_nt_unregister(&t);
 	cr_assert_eq(n, 0, "%d grants of killed processes left after a newcomer attached", n);
 	check_segment_mode();
+	/* Too few kills or operations on a loaded machine: skipped with the
+	 * counts, not failed (common.h, RS_STRETCH). */
+	rs_need(rs_field(r->out, "kills"), 8, "only %lld kills: %s", rs_field(r->out, "kills"),
+		r->out);
+	rs_need(rs_field(r->out, "ops"), 100, "only %lld operations: %s", rs_field(r->out, "ops"),
+		r->out);
 	free(r);
 }
 

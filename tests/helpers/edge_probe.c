@@ -42,6 +42,9 @@
  *                 the reader's "reads=R torn=T", and "reader=stuck" if it
  *                 made no progress for 10 s (it waited on what the dead
  *                 child left).
+ *   clone_vfork_kill FILE READER MS  the same with the child made by
+ *                 clone(CLONE_VM | CLONE_VFORK | SIGCHLD) on a stack of
+ *                 its own.
  *   growsdown FILE  LTP mmap18's first case: reserve 256 pages plus a
  *                 thread stack, unmap it all and map only the stack's top
  *                 with MAP_GROWSDOWN, leaving the hole below for the stack
@@ -283,10 +286,25 @@ static void *read_thread(void *arg)
 	return NULL;
 }
 
-/* The vfork, in a frame of its own: the child's pwrite is killed. */
-static __attribute__((noinline)) pid_t vfork_writer(char *huge)
+static int clone_vfork_child(void *huge)
 {
-	pid_t c = vfork();
+	vchild = getpid();
+	(void)!pwrite(fd, huge, HUGE, 0);
+	return 0;
+}
+
+/* The vfork, in a frame of its own: the child's pwrite is killed.  With
+ * by_clone, the child is made by clone(CLONE_VM | CLONE_VFORK) and runs
+ * on a stack of its own, as posix_spawn's does. */
+static __attribute__((noinline)) pid_t vfork_writer(char *huge, int by_clone)
+{
+	static char stk[1 << 16] __attribute__((aligned(16)));
+	pid_t c;
+
+	if (by_clone)
+		return clone(clone_vfork_child, stk + sizeof(stk), CLONE_VM | CLONE_VFORK | SIGCHLD,
+			     huge);
+	c = vfork();
 
 	if (c == 0) {
 		vchild = getpid();
@@ -296,7 +314,7 @@ static __attribute__((noinline)) pid_t vfork_writer(char *huge)
 	return c;
 }
 
-static int vfork_kill(const char *how, double ms)
+static int vfork_kill(const char *how, double ms, int by_clone)
 {
 	char *huge = malloc(HUGE);
 	pthread_t kt, rt;
@@ -312,7 +330,7 @@ static int vfork_kill(const char *how, double ms)
 	fill_records();
 	if (pthread_create(&kt, NULL, killer, NULL))
 		abort();
-	c = vfork_writer(huge);
+	c = vfork_writer(huge, by_clone);
 	if (c < 0 || waitpid(c, &st, 0) != c)
 		abort();
 	pthread_join(kt, NULL);
@@ -475,8 +493,8 @@ int main(int argc, char **argv)
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	if (fd < 0)
 		abort();
-	if (!strcmp(argv[1], "vfork_kill") && argc >= 5) {
-		vfork_kill(argv[3], atof(argv[4]));
+	if ((!strcmp(argv[1], "vfork_kill") || !strcmp(argv[1], "clone_vfork_kill")) && argc >= 5) {
+		vfork_kill(argv[3], atof(argv[4]), argv[1][0] == 'c');
 	} else if (!strcmp(argv[1], "clonefiles_closefrom") && argc >= 4) {
 		clonefiles_closefrom(atof(argv[3]));
 	} else if (!strcmp(argv[1], "clonefiles") && argc >= 5) {
