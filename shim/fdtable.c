@@ -35,7 +35,7 @@ static uint32_t file_free, desc_free;  /* index + 1 */
 static uint32_t desc_gen;          /* incarnations of descriptions so far */
 static unsigned fd_high;           /* highest fd ever given an entry + 1 */
 
-_Atomic int rs_private_fd[RS_NPRIVATE] = { -1, -1 };
+_Atomic int rs_private_fd[RS_NPRIVATE] = { -1, -1, -1 };
 
 static long hide_low(void)
 {

@@ -67,7 +67,12 @@ int rs_fdt_init(void);
  * and are kept out of the application's close/dup2/closefrom so that they
  * survive daemon-style "close everything" loops.
  */
-#define RS_NPRIVATE 2
+#define RS_NPRIVATE 3
+/* [0] the node segment, [1] the stats copy of stderr, [2] in a child
+ * that shares its parent's descriptor table (clone with CLONE_FILES and
+ * without CLONE_VM), the parent's segment descriptor: not ours to use or
+ * to let the application close (grants.c, rs_grants_fork_child). */
+#define RS_PRIVATE_PARENT 2
 extern _Atomic int rs_private_fd[RS_NPRIVATE];
 /* Make room for the high numbers while the process has one thread. */
 void rs_fd_grow_table(void);

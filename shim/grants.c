@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -129,6 +130,8 @@ static struct rs_nt table;
 static struct rs_segment *old_maps[4];
 static _Atomic uint32_t attach_mtx;
 static int attach_state;   /* 0 not tried, 1 attached, 2 failed */
+/* This process shares its parent's descriptor table (rs_grants_fork_child). */
+static int shares_files;
 
 void rs_grants_init(void)
 {
@@ -179,6 +182,12 @@ static int attach_locked(void)
 	table.map.fd = rs_fd_hide(table.map.fd);
 	atomic_store(&rs_private_fd[0], table.map.fd);
 	table.map.fd_slot = &rs_private_fd[0];
+	/* Sharing the parent's descriptor table: our liveness must not hang
+	 * on a number the parent may close (rs_grants_fork_child).  A fork
+	 * of ours replaces this mapping (above), so it never keeps us alive. */
+	if (shares_files && table.map.fd >= 0)
+		mmap(table.map.seg, sizeof(struct rs_segment), PROT_READ | PROT_WRITE,
+		     MAP_SHARED | MAP_FIXED, table.map.fd, 0);
 	rs_node_me = table.me;
 	__atomic_store_n(&rs_node_seg, table.map.seg, __ATOMIC_RELEASE);
 	attach_state = 1;
@@ -486,11 +495,35 @@ void rs_grants_fork_parent(void)
  * description of its own, segment.c, but still the parent's view) is
  * replaced by inert anonymous memory, so no stale pointer can reach the
  * table.  The child attaches afresh on its first coordinated call.
+ *
+ * A child that shares our descriptor table (clone with CLONE_FILES, no
+ * CLONE_VM) must not close it: that descriptor is the parent's own, and
+ * closing it made the parent look dead to everyone, who then reclaimed
+ * its grants while it wrote (test_edge, clone_files).  It keeps the
+ * number among its private ones instead, out of reach of its own close,
+ * dup2 and closefrom, and never uses it.  (While the child lives, the
+ * shared table keeps the parent's liveness lock even if the parent dies:
+ * the others wait longer, they never steal.)  Its own descriptor, in the
+ * same shared table, the parent knows nothing of and could close in a
+ * close-everything loop, so the child maps the table through it
+ * (attach_locked): the mapping keeps its description, and with it the
+ * child's liveness lock, for as long as the child lives.
  */
-void rs_grants_fork_child(void)
+void rs_grants_fork_child(int files_shared)
 {
+	int parents = atomic_exchange(&rs_private_fd[RS_PRIVATE_PARENT], -1);
+
 	/* Where the descriptor is now (the application may have moved it). */
 	table.map.fd = atomic_exchange(&rs_private_fd[0], -1);
+	if (files_shared) {
+		atomic_store(&rs_private_fd[RS_PRIVATE_PARENT],
+			     table.map.fd >= 0 ? table.map.fd : parents);
+		table.map.fd = -1;
+	} else if (parents >= 0) {
+		/* A grandparent's, in a table of our own now: ours to close. */
+		syscall(SYS_close, parents);
+	}
+	shares_files = files_shared;
 	table.map.fd_slot = NULL;
 	if (table.map.seg)
 		mmap(table.map.seg, sizeof(struct rs_segment), PROT_READ | PROT_WRITE,

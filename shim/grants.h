@@ -49,7 +49,8 @@ void rs_grant_idle(struct rs_gref *ref, uint64_t old);
 void rs_grant_file_closed(struct rs_file *f);
 void rs_grants_fork_prepare(void);
 void rs_grants_fork_parent(void);
-void rs_grants_fork_child(void);
+/* files_shared: the child shares our descriptor table (CLONE_FILES). */
+void rs_grants_fork_child(int files_shared);
 void rs_grants_exit(void);
 
 /* rlmode: the range lock's (RS_RL_READ 1, RS_RL_WRITE 2), or this, for

@@ -60,8 +60,13 @@ void rs_fork_parent(void)
 
 void rs_after_fork_child(void)
 {
+	rs_after_clone_child(0);
+}
+
+void rs_after_clone_child(long flags)
+{
 	rs_fdt_fork_child();
-	rs_grants_fork_child();
+	rs_grants_fork_child((flags & CLONE_FILES) != 0);
 	rs_stats_reset();
 	rs_cov_fork_child();
 	atomic_store(&reported, 0);

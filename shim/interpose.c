@@ -5,6 +5,7 @@
  * generated from a handful of shapes; the lock logic lives in iolock.c and
  * the fd bookkeeping in fdtable.c.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -457,10 +458,10 @@ static int fork_begin(void)
 	return locked;
 }
 
-static void fork_end(long r, int locked)
+static void fork_end(long r, int locked, long flags)
 {
 	if (r == 0)
-		rs_after_fork_child();
+		rs_after_clone_child(flags);
 	else if (locked)
 		rs_fork_parent();
 }
@@ -473,7 +474,7 @@ RS_EXPORT pid_t _Fork(void)
 	int locked = fork_begin();
 	pid_t p = REAL(pid_t, _Fork, ());
 
-	fork_end(p, locked);
+	fork_end(p, locked, 0);
 	return p;
 }
 
@@ -499,10 +500,14 @@ RS_EXPORT int close_range(unsigned lo, unsigned hi, int flags)
 
 RS_EXPORT void closefrom(int lo)
 {
+	int around = 0;
+
 	rs_ready();
 	if (!rs_real.closefrom)
 		return;
-	if (lo >= 0 && (atomic_load(&rs_private_fd[0]) >= lo || atomic_load(&rs_private_fd[1]) >= lo))
+	for (int i = 0; i < RS_NPRIVATE; i++)
+		around |= lo >= 0 && atomic_load(&rs_private_fd[i]) >= lo;
+	if (around)
 		close_range_around((unsigned)lo, UINT_MAX, 0);
 	else
 		rs_real.closefrom(lo);
@@ -861,13 +866,14 @@ RS_EXPORT FILE *fdopen(int fd, const char *mode)
 struct clone_start {
 	int (*fn)(void *);
 	void *arg;
+	int flags;
 };
 
 static int clone_child(void *p)
 {
 	const struct clone_start *c = p;
 
-	rs_after_fork_child();
+	rs_after_clone_child(c->flags);
 	return c->fn(c->arg);
 }
 
@@ -885,8 +891,18 @@ static int clone_child(void *p)
 		va_end(ap);								\
 		if ((flags & CLONE_VM) && !(flags & CLONE_VFORK))			\
 			RS_STORE(rs_solo_ok, 0);					\
+		if ((flags & CLONE_VM) && (flags & CLONE_VFORK) && !(flags & CLONE_SETTLS)) { \
+			/* vfork's child on another stack, on our thread pointer:	\
+			 * as vfork's (iolock.c, "vfork children"). */			\
+			int d = RS_LOAD(rs_depth), r;					\
+											\
+			RS_STORE(rs_depth, d + RS_DEPTH_VFORK);				\
+			r = REAL(int, name, (fn, stack, flags, arg, ptid, tls, ctid));	\
+			RS_STORE(rs_depth, d);						\
+			return r < 0 ? r : rs_vfork_parent(r);				\
+		}									\
 		if (!(flags & CLONE_VM) && fn) {					\
-			struct clone_start c = { fn, arg };				\
+			struct clone_start c = { fn, arg, flags };				\
 			int locked = fork_begin(), r;					\
 											\
 			r = REAL(int, name, (clone_child, stack, flags, &c, ptid, tls, ctid)); \
@@ -899,6 +915,88 @@ static int clone_child(void *p)
 int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
 RS_CLONE_WRAPPER(clone)
 RS_CLONE_WRAPPER(__clone)
+
+/*
+ * vfork.  The child runs on this thread, in our memory, until it execs or
+ * exits; its calls must neither use nor leave behind this thread's lock
+ * state (iolock.c, "vfork children").  glibc's vfork (sysdeps/unix/sysv/
+ * linux/x86_64/vfork.S) pops its return address into a register across
+ * the system call, since the child's calls overwrite the stack below the
+ * caller, and pushes it back; this one does the same, and around the
+ * call raises rs_depth by RS_DEPTH_VFORK, which the child keeps and the
+ * parent puts back as it was (the registers it saved it in are its own
+ * again after the system call).  The parent then goes on in
+ * rs_vfork_done.  x86-64 only: elsewhere libc's vfork is called
+ * (limitations.md).
+ */
+#if defined(__x86_64__)
+_Static_assert(RS_DEPTH_VFORK == 0x1000000, "the vfork stub adds 0x1000000");
+__asm__(
+	"	.text\n"
+	"	.globl vfork\n"
+	"	.type vfork, @function\n"
+	"	.globl __vfork\n"
+	"	.type __vfork, @function\n"
+	"vfork:\n"
+	"__vfork:\n"
+	"	movq rs_depth@gottpoff(%rip), %rdx\n"
+	"	movl %fs:(%rdx), %esi\n"
+	"	leal 0x1000000(%rsi), %ecx\n"
+	"	movl %ecx, %fs:(%rdx)\n"
+	"	popq %rdi\n"
+	"	movl $58, %eax\n"		/* SYS_vfork */
+	"	syscall\n"
+	"	pushq %rdi\n"
+	"	testq %rax, %rax\n"
+	"	jz 1f\n"
+	"	movl %esi, %fs:(%rdx)\n"
+	"	movq %rax, %rdi\n"
+	"	jmp rs_vfork_done\n"
+	"1:	ret\n"
+	"	.size vfork, .-vfork\n"
+	"	.size __vfork, .-__vfork\n");
+
+long rs_vfork_done(long r) __attribute__((used));
+long rs_vfork_done(long r)
+{
+	if ((unsigned long)r > -4096UL) {
+		errno = (int)-r;
+		return -1;
+	}
+	return rs_vfork_parent((int)r);
+}
+#endif
+
+/*
+ * A link-map namespace other than the base one (dlmopen) may load a libc
+ * of its own, whose pthread_create clears only its own copy of
+ * __libc_single_threaded: ours stays set while that thread calls into
+ * the base namespace's I/O, and both threads would take the copy
+ * without the range lock (test_edge, dlmopen_thread).  So the first
+ * dlmopen into any namespace but the base one turns the single-thread
+ * shortcut off for good, before the call: a constructor in the new
+ * namespace may make a thread before dlmopen returns.  The fast path
+ * pays nothing new: it already reads rs_solo_ok.  Resolved on first use,
+ * not in the table of real.h: it is no I/O call, and no call arrives
+ * here during start-up.
+ */
+RS_EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode)
+{
+	static void *(*real_dlmopen)(Lmid_t, const char *, int);
+	void *(*f)(Lmid_t, const char *, int) = __atomic_load_n(&real_dlmopen, __ATOMIC_ACQUIRE);
+
+	if (lmid != LM_ID_BASE)
+		RS_STORE(rs_solo_ok, 0);
+	if (!f) {
+		f = (void *(*)(Lmid_t, const char *, int))dlsym(RTLD_NEXT, "dlmopen");
+		if (!f) {
+			errno = ENOSYS;
+			return NULL;
+		}
+		__atomic_store_n(&real_dlmopen, f, __ATOMIC_RELEASE);
+	}
+	return f(lmid, file, mode);
+}
 
 /*
  * glibc exports these functions under a second name as well, the same
@@ -951,6 +1049,20 @@ static int fork_like(long nr, long flags, long stack)
 	return nr == SYS_clone && !(flags & (CLONE_VM | CLONE_THREAD | CLONE_VFORK)) && stack == 0;
 }
 
+/* The clone flags of a fork-like call (fork_like), for the child's
+ * handler: SYS_fork has none; clone3's are read again (fork_like could
+ * read them, so this can). */
+static long fork_flags(long nr, long a)
+{
+#ifdef SYS_clone3
+	uint64_t ca[1];
+
+	if (nr == SYS_clone3)
+		return rs_user_copy(ca, (const void *)a, sizeof(ca), 0) < 0 ? 0 : (long)ca[0];
+#endif
+	return nr == SYS_clone ? a : 0;
+}
+
 /* A thread glibc does not know of (CLONE_VM without CLONE_VFORK, which
  * stops us until the child execs or exits; clone3's flags are behind a
  * pointer, so any clone3): __libc_single_threaded stays set, so rs_solo
@@ -988,7 +1100,7 @@ RS_EXPORT long syscall(long nr, ...)
 		int locked = fork_begin();
 
 		r = rs_raw_syscall6(nr, a, b, c, d, e, f);
-		fork_end(r, locked);
+		fork_end(r, locked, fork_flags(nr, a));
 	} else if (__builtin_expect(nr == SYS_fcntl && (int)b == F_SETFL, 0)) {
 		struct dup_hold h;
 

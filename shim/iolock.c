@@ -32,15 +32,19 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cluster.h"
 #include "config.h"
 #include "futex.h"
+#include "grants.h"
 #include "log.h"
+#include "nodelock.h"
 #include "real.h"
 #include "stats.h"
 
@@ -559,6 +563,175 @@ static void io_clear(struct rs_io *io)
 	io->ngrefs = 0;
 }
 
+/*
+ * vfork children.  A vfork child runs on its parent's thread, in its
+ * memory, until it execs or exits: as one of the parent's threads, its
+ * calls would raise the parent thread's rs_depth and count themselves into
+ * the parent's grants and range locks.  Killed inside a call, it left
+ * them so: every later call of the parent passed through unlocked
+ * (rs_depth stayed raised), and the grant stayed busy until the parent
+ * exited (test_edge, vfork_killed).  So a vfork child never touches the
+ * parent's lock state.  The vfork wrapper raises rs_depth by
+ * RS_DEPTH_VFORK for the child (interpose.c), which sends every call of
+ * the child here, and restores it in the parent, whatever the child did.
+ * Here each call locks its files whole, for writing (vfork children make
+ * few calls before exec, and an exact range is not worth the code):
+ *  - node scope: the child registers in the node table as the process it
+ *    is, with a liveness lock on a descriptor of its own fd table, takes
+ *    an exact EXSH grant, and gives grant and slot back at the end of the
+ *    call.  The parent's grants conflict with it like any other process's,
+ *    so the parent's other threads are excluded too.  Killed, the child is
+ *    dead to the table like any process, and its grant is reclaimed.
+ *  - process scope (or no usable table): the file's range lock, with a
+ *    node in this thread's TLS, not on the child's stack, so that the
+ *    parent can unlock it (rs_vfork_parent) when the child was killed
+ *    holding it.
+ * The state lives in TLS (per parent thread: each has at most one vfork
+ * child), never in the parent's own structures.  A child killed inside
+ * the shim's own short critical sections (the fd table's mutex, the range
+ * lock's word) is not covered (limitations.md).
+ */
+struct vf_state {
+	struct rs_nt nt;              /* node scope: the child's own slot */
+	int registered;               /* nt holds a slot (and a mapping) */
+	int ngrants;
+	uint32_t gidx[2], ggen[2];
+	int nnodes;                   /* process scope: range locks held */
+	struct rs_file *file[2];
+	struct rs_rl_node node[2];
+};
+static __thread struct vf_state vf __attribute__((tls_model("initial-exec")));
+
+/* Leave the grants and the slot: at the end of the child's call. */
+static void vf_unregister(void)
+{
+	struct rs_segment *s = vf.nt.map.seg;
+
+	for (int i = 0; i < vf.ngrants && s; i++) {
+		struct rs_seg_grant *g = &s->grants[vf.gidx[i] & (RS_NGRANT - 1)];
+		uint64_t v = atomic_load(&g->gw);
+
+		while (RS_GW_GEN(v) == vf.ggen[i] && RS_GW_USERS(v) > 0 &&
+		       !atomic_compare_exchange_weak(&g->gw, &v, v - 1))
+			;
+	}
+	vf.ngrants = 0;
+	rs_nt_unregister(&vf.nt);
+	rs_seg_detach(&vf.nt.map);
+	vf.registered = 0;
+}
+
+static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
+{
+	struct { uint64_t dev, ino; struct rs_file *f; } k[2], x;
+	int m = 0, saved = errno;
+
+	for (int i = 0; i < n && i < 2; i++) {
+		uint64_t e = rs_fdt_get(t[i].fd);
+		struct stat st;
+
+		if (t[i].where == RS_POS_ONLY || e == RS_FD_PASS)
+			continue;
+		if (fstat(t[i].fd, &st) < 0 || !S_ISREG(st.st_mode))
+			continue;
+		k[m].dev = (uint64_t)st.st_dev;
+		k[m].ino = (uint64_t)st.st_ino;
+		k[m].f = NULL;
+		if (m == 1 && k[0].dev == k[1].dev && k[0].ino == k[1].ino)
+			continue;
+		m++;
+	}
+	errno = saved;
+	if (!m)
+		return;
+	if (m == 2 && (k[1].dev < k[0].dev || (k[1].dev == k[0].dev && k[1].ino < k[0].ino))) {
+		x = k[0];
+		k[0] = k[1];
+		k[1] = x;
+	}
+	rs_depth_add(1);	/* the child's nested calls (its signal handlers) pass */
+	io->entered = 2;
+	if (__atomic_load_n(&rs_node_on, __ATOMIC_RELAXED) &&
+	    __atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE)) {
+		char why[256];
+
+		for (int tries = 0; rs_nt_register(&vf.nt, rs_cfg.shm_name, why, sizeof(why)) < 0;
+		     tries++) {
+			struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+			/* The parent attached, so the table exists: a full slot
+			 * table, say, frees up.  Wait; never go on unlocked. */
+			if (tries == 500)
+				rs_log(RS_LOG_WARN, "a vfork child waits for a slot in the node "
+				       "lock table (%s)", why);
+			nanosleep(&ts, NULL);
+		}
+		vf.registered = 1;
+		for (int i = 0; i < m; i++) {
+			struct rs_nt_req req = { k[i].dev, k[i].ino, 0, RS_RANGE_EOF, RS_G_EXSH,
+						 0, 1, 0, 0, 0 };
+			struct rs_nt_result res;
+
+			while (rs_nt_acquire(&vf.nt, &req, &res, why, sizeof(why)) < 0) {
+				struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+				nanosleep(&ts, NULL);
+			}
+			vf.gidx[i] = res.idx;
+			vf.ggen[i] = res.gen;
+			vf.ngrants = i + 1;
+		}
+		errno = saved;
+		return;
+	}
+	for (int i = 0; i < m; i++) {
+		int64_t idx = rs_fdt_find(k[i].dev, k[i].ino);
+
+		if (idx < 0)
+			continue;	/* no thread of the parent has it open */
+		vf.file[vf.nnodes] = rs_fdt_file((uint32_t)idx);
+		rs_rangelock_lock(&vf.file[vf.nnodes]->rl, &vf.node[vf.nnodes], 0, RS_RANGE_EOF,
+				  RS_RL_WRITE);
+		vf.nnodes++;
+	}
+	errno = saved;
+}
+
+static void vfork_end(void)
+{
+	while (vf.nnodes > 0) {
+		vf.nnodes--;
+		rs_rangelock_unlock(&vf.file[vf.nnodes]->rl, &vf.node[vf.nnodes]);
+	}
+	if (vf.registered)
+		vf_unregister();
+	rs_depth_add(-1);
+}
+
+int rs_vfork_parent(int pid)
+{
+	int saved = errno;
+
+	/* The child is gone (exited, exec'd or killed): what it still held,
+	 * it held in a call it never finished. */
+	while (vf.nnodes > 0) {
+		vf.nnodes--;
+		rs_rangelock_unlock(&vf.file[vf.nnodes]->rl, &vf.node[vf.nnodes]);
+	}
+	if (vf.registered) {
+		/* Its slot died with its descriptor (its own fd table): the
+		 * table reclaims slot and grant.  The mapping was made in our
+		 * memory, and the descriptor number is not ours to close. */
+		if (vf.nt.map.seg)
+			munmap(vf.nt.map.seg, sizeof(struct rs_segment));
+		memset(&vf.nt, 0, sizeof(vf.nt));
+		vf.registered = 0;
+		vf.ngrants = 0;
+	}
+	errno = saved;
+	return pid;
+}
+
 void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
 {
 	int r, saved;
@@ -566,6 +739,10 @@ void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
 	io_clear(io);
 	if (!rs_ready())
 		return;
+	if (__builtin_expect(RS_LOAD(rs_depth) == RS_DEPTH_VFORK, 0)) {
+		vfork_begin(io, t, n);
+		return;
+	}
 	if (RS_LOAD(rs_depth)) {
 		RS_COUNT(reentrant, 1);
 		return;
@@ -658,6 +835,11 @@ void rs_io_end_slow(struct rs_io *io)
 	if (io->entered <= 0)
 		return;
 	saved = errno;
+	if (io->entered == 2) {
+		vfork_end();
+		errno = saved;
+		return;
+	}
 	release(io);
 	rs_depth_add(-1);
 	errno = saved;

@@ -106,6 +106,15 @@ extern __thread int rs_depth __attribute__((tls_model("initial-exec")));
 #define RS_LOAD(x)     __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define RS_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
 
+/* rs_depth while a vfork child of this thread runs (interpose.c, vfork):
+ * above any nesting, so that the child's calls take the general path,
+ * where rs_io_begin gives them a lock of their own (iolock.c, "vfork
+ * children"). */
+#define RS_DEPTH_VFORK (1 << 24)
+/* The parent's side, after a vfork child has exited or exec'd: let go of
+ * whatever a child killed inside a call left held.  Returns pid. */
+int rs_vfork_parent(int pid);
+
 static inline void rs_depth_add(int n)
 {
 	RS_STORE(rs_depth, RS_LOAD(rs_depth) + n);
@@ -117,6 +126,9 @@ void rs_init_slow(void);
 void rs_cancel_wait(unsigned long t);
 /* The child side of fork and _Fork: forget every lock of other threads. */
 void rs_after_fork_child(void);
+/* The same for a child of clone (flags: its clone flags; with
+ * CLONE_FILES it shares our descriptor table, so it closes nothing). */
+void rs_after_clone_child(long flags);
 void rs_fork_prepare(void);
 void rs_fork_parent(void);
 /* Our pid, refreshed in a forked child; a mismatch means a vfork child. */

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -145,11 +146,102 @@ int rs_seg_check(const struct rs_segment *s, char *why, size_t whylen)
 	return 0;
 }
 
+/*
+ * Give the table's file every page it needs before it is mapped.  A file
+ * sized with ftruncate is sparse, and on a full tmpfs (a container's
+ * 64 MiB /dev/shm, a small /run/user/<uid>) the first store to a page
+ * that cannot be allocated is a SIGBUS, which would kill the program in
+ * the middle of its first write.  fallocate reports ENOSPC instead, and
+ * on a file that is already backed allocates nothing, so it is also how
+ * an opener checks a table someone else made (an older build, or a
+ * creator that died half-way, may have left holes).  fresh: the file is
+ * still empty (ours to size).  Where the file system has no fallocate,
+ * an empty file is written with zeros (write also says ENOSPC); an
+ * existing one cannot be written without racing its users and is taken
+ * as it is (limitations.md).  On failure the file is left empty, and the
+ * next process tries again.
+ */
+static int back(int fd, size_t size, int fresh)
+{
+	static const char zeros[4096];
+	int err;
+
+	if (syscall(SYS_fallocate, fd, 0, 0L, (long)size) == 0)
+		return 0;
+	err = errno;
+	if (err != EOPNOTSUPP && err != ENOSYS)
+		goto fail;
+	if (!fresh)
+		return 0;
+	for (size_t off = 0; off < size; off += sizeof(zeros)) {
+		size_t n = size - off < sizeof(zeros) ? size - off : sizeof(zeros);
+
+		errno = 0;
+		if (syscall(SYS_pwrite64, fd, zeros, (long)n, (long)off) != (long)n) {
+			err = errno ? errno : ENOSPC;
+			goto fail;
+		}
+	}
+	return 0;
+fail:
+	if (fresh)
+		syscall(SYS_ftruncate, fd, 0L);
+	errno = err;
+	return -1;
+}
+
 static int open_file(const char *path, int create)
 {
 	int flags = O_RDWR | O_NOFOLLOW | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0);
 
 	return (int)syscall(SYS_openat, AT_FDCWD, path, flags, 0600);
+}
+
+/*
+ * Where the table is mapped.  It is mapped at a program's first write to
+ * a regular file, long after start-up, so wherever the kernel would put
+ * it is free now but may be space the program has set aside: LTP's
+ * mmap18 unmaps a reservation below a MAP_GROWSDOWN stack for the stack
+ * to grow into, the table took the hole, and the stack's growth was a
+ * SIGSEGV (test_edge, growsdown_hole).  The kernel fills the main mapping
+ * area from the top down, below the stack, and the heap grows up from
+ * the executable (0x55.. for PIE, near 4 MiB without), so the table goes
+ * between them, in a 64 TiB region programs leave alone: RS_MAP_LO, plus
+ * a random multiple of 2 MiB within 1 TiB so that its address is not
+ * known in advance.  MAP_FIXED_NOREPLACE never replaces anything; a
+ * place that is taken (a sanitizer's shadow, a JIT's reservation) moves
+ * on, and after a few tries, or where the address space is smaller (a
+ * 39-bit arm64 kernel), the kernel chooses, as it always did.  A kernel
+ * before 4.17 takes the flag for a hint, and puts the mapping elsewhere
+ * only if the place is taken: that one is given back and the next tried.
+ */
+#define RS_MAP_LO   0x3f0000000000ull
+#define RS_MAP_SPAN (1ull << 40)
+
+static void *map_away(int fd, size_t len)
+{
+	const unsigned char *rnd = (const unsigned char *)getauxval(AT_RANDOM);
+	uint64_t r = (uint64_t)syscall(SYS_getpid) * 0x9e3779b97f4a7c15ull;
+	void *p;
+
+	/* AT_RANDOM: 16 bytes the kernel gave the process; the last 8, since
+	 * glibc takes the first ones for the stack protector's canary. */
+	if (rnd)
+		for (int i = 8; i < 16; i++)
+			r = r * 131 + rnd[i];
+	for (int i = 0; i < 4; i++, r = r * 0x9e3779b97f4a7c15ull + 1) {
+		uintptr_t want = (uintptr_t)(RS_MAP_LO + ((r >> 17) % (RS_MAP_SPAN >> 21) << 21));
+
+		if (sizeof(uintptr_t) < 8)
+			break;
+		p = mmap((void *)want, len, PROT_READ | PROT_WRITE,
+			 MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+		if (p == (void *)want)
+			return p;
+		if (p != MAP_FAILED)
+			munmap(p, len);
+	}
+	return mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 }
 
 /*
@@ -174,7 +266,7 @@ static struct rs_segment *map_separately(const char *path, const struct stat *wa
 		syscall(SYS_close, mfd);
 		return NULL;
 	}
-	s = mmap(NULL, sizeof(struct rs_segment), PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	s = map_away(mfd, sizeof(struct rs_segment));
 	*err = errno;
 	syscall(SYS_close, mfd);
 	return s == MAP_FAILED ? NULL : s;
@@ -190,6 +282,7 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 	m->seg = NULL;
 	m->fd = -1;
 	m->fd_slot = NULL;
+	m->dev = m->ino = 0;
 	if (rs_seg_path(name, m->path, sizeof(m->path)) < 0)
 		return WHY("bad segment name '%s'", name), -1;
 	if (create) {
@@ -224,14 +317,18 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 		return WHY("%s is not a regular file of mode 0600 owned by uid %u",
 			   m->path, (unsigned)geteuid()), -1;
 	}
-	if (st.st_size == 0 && syscall(SYS_ftruncate, fd, (long)sizeof(*s)) < 0) {
-		err = errno;
-		syscall(SYS_close, fd);
-		return WHY("cannot size %s: %s", m->path, strerror(err)), -1;
-	} else if (st.st_size != 0 && st.st_size != (off_t)sizeof(*s)) {
+	if (st.st_size != 0 && st.st_size != (off_t)sizeof(*s)) {
 		syscall(SYS_close, fd);
 		return WHY("%s has size %lld, expected %zu", m->path, (long long)st.st_size,
 			   sizeof(*s)), -1;
+	}
+	if (back(fd, sizeof(*s), st.st_size == 0) < 0) {
+		err = errno;
+		syscall(SYS_close, fd);
+		if (err == ENOSPC)
+			return WHY("no space for the %zu bytes of %s: its file system is full",
+				   sizeof(*s), m->path), -1;
+		return WHY("cannot allocate %s: %s", m->path, strerror(err)), -1;
 	}
 	s = map_separately(m->path, &st, &err);
 	if (!s) {
@@ -262,6 +359,8 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 	}
 	m->seg = s;
 	m->fd = fd;
+	m->dev = (uint64_t)st.st_dev;
+	m->ino = (uint64_t)st.st_ino;
 	return 0;
 }
 
@@ -291,15 +390,29 @@ static int ofd_lock(int fd, int cmd, struct flock *fl, uint32_t slot)
 	return (int)syscall(SYS_fcntl, fd, cmd, fl);
 }
 
+/* Is fd still the file we attached to?  A descriptor table shared with
+ * another process (CLONE_FILES) can have our number closed and reused by
+ * it.  Maps made elsewhere (the command's) do not record it. */
+static int still_ours(const struct rs_seg_map *m, int fd)
+{
+	struct stat a;
+
+	if (!m->dev && !m->ino)
+		return 1;
+	return fstat(fd, &a) == 0 && (uint64_t)a.st_dev == m->dev && (uint64_t)a.st_ino == m->ino;
+}
+
 int rs_seg_alive(const struct rs_seg_map *m, uint32_t slot)
 {
 	struct flock fl;
-	int saved = errno;
-	int r = ofd_lock(map_fd(m), F_OFD_GETLK, &fl, slot);
+	int saved = errno, fd = map_fd(m);
+	int r = ofd_lock(fd, F_OFD_GETLK, &fl, slot);
 
+	/* If we cannot tell, assume alive: waiting longer is safe, stealing
+	 * is not.  "Dead" is believed only of the table's own file. */
+	r = r < 0 || fl.l_type != F_UNLCK || !still_ours(m, fd);
 	errno = saved;
-	/* If we cannot tell, assume alive: waiting longer is safe, stealing is not. */
-	return r < 0 || fl.l_type != F_UNLCK;
+	return r;
 }
 
 int rs_seg_claim(const struct rs_seg_map *m, uint32_t slot)

@@ -138,6 +138,7 @@ struct rs_seg_map {
 	int fd;                      /* holds our liveness lock; O_CLOEXEC */
 	_Atomic int *fd_slot;        /* if set, where fd is published (and moved) */
 	char path[300];
+	uint64_t dev, ino;           /* the file fd was opened on; 0 if not known */
 };
 
 /*

@@ -48,6 +48,25 @@ int rand_r(unsigned *seed)
 }
 #endif
 
+/*
+ * Samples under load.  A leg that gathered too few samples to mean
+ * anything (a loaded machine reads a few dozen blocks where an idle one
+ * reads thousands), or a control that never tore, is run again, twice as
+ * long each time, until it has run RS_STRETCH times its first length;
+ * if it still has too few, the test is skipped with its counts.  It is
+ * never failed for that: a busy machine is no defect, and timing never
+ * decides a verdict.  Usage:
+ *   for (int k = 1; ; k *= 2) { run the leg for k * its length;
+ *           if (enough || k >= RS_STRETCH) break; }
+ *   rs_need(have, need, "what: counts ...");
+ */
+#define RS_STRETCH 8
+#define rs_need(have, need, ...)                                              \
+	do {                                                                  \
+		if ((long long)(have) < (long long)(need))                    \
+			cr_skip_test(__VA_ARGS__);                            \
+	} while (0)
+
 #define RS_LIB RS_BUILD_DIR "/librangeshim.so"
 #define RS_HELPER(name) RS_BUILD_DIR "/tests/helpers/" name
 #define RS_EXAMPLE(name) RS_BUILD_DIR "/examples/" name

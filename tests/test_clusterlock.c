@@ -634,14 +634,19 @@ static void check_torn(bool nodes, bool direct)
 	mkpaths(nodes, direct ? "torn-direct" : "torn");
 	for (try = 0; try < 5 && !torn; try++)
 		race(false, direct, &torn, &changes, &reads);
-	cr_assert_gt(torn, 0, "the control never tore (%ju reads, %ju changes): "
-		     "this rig cannot see tears", (uintmax_t)reads, (uintmax_t)changes);
-	race(true, direct, &torn, &changes, &reads);
-	cr_log_info("with cluster grants: %ju reads, %ju torn, %ju changes",
-		    (uintmax_t)reads, (uintmax_t)torn, (uintmax_t)changes);
-	cr_assert_gt(changes, 0, "the reader never saw a write: torn=0 would prove nothing");
-	cr_assert_eq(torn, 0, "%ju of %ju reads torn under cluster grants",
-		     (uintmax_t)torn, (uintmax_t)reads);
+	/* A loaded machine is no defect: skipped with the counts (common.h). */
+	rs_need(torn, 1, "the control never tore (%ju reads, %ju changes): this rig cannot see "
+		"tears here", (uintmax_t)reads, (uintmax_t)changes);
+	for (try = 0; try < 3; try++) {
+		race(true, direct, &torn, &changes, &reads);
+		cr_log_info("with cluster grants: %ju reads, %ju torn, %ju changes",
+			    (uintmax_t)reads, (uintmax_t)torn, (uintmax_t)changes);
+		cr_assert_eq(torn, 0, "%ju of %ju reads torn under cluster grants",
+			     (uintmax_t)torn, (uintmax_t)reads);
+		if (changes > 0)
+			break;
+	}
+	rs_need(changes, 1, "the reader never saw a write in 3 runs: torn=0 would prove nothing");
 	unlink(path_a);
 }
 

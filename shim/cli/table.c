@@ -1,6 +1,8 @@
 /* The one reader of the node lock table, for locks and clean (see table.h). */
 #include "table.h"
 
+#include <sys/statvfs.h>
+
 /* The library's rule (config.c) on top of the segment code's: "/." and
  * "/.." would name /dev/shm itself or its parent. */
 static bool shm_name_ok(const char *name)
@@ -148,6 +150,28 @@ static int check_file(const struct stat *st, char *why, size_t whylen)
 	return -1;
 }
 
+/*
+ * A table that was never set up is empty (the library allocates it whole
+ * before it writes anything: segment.c, back()), or, made by an older
+ * build with holes, has fewer bytes allocated than its size.  Both mean
+ * the file system had no room when it was made; say so, with what is free
+ * now, rather than "bad magic number".  0 if neither.
+ */
+static int unbacked(int fd, const struct stat *st, char *why, size_t whylen)
+{
+	unsigned long long have = (unsigned long long)st->st_blocks * 512, free_b = 0;
+	struct statvfs vfs;
+
+	if (st->st_size != 0 && have >= (unsigned long long)st->st_size)
+		return 0;
+	if (fstatvfs(fd, &vfs) == 0)
+		free_b = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
+	snprintf(why, whylen, "never set up: %llu of its %zu bytes are allocated, and its file "
+		 "system has %llu bytes free (full when the table was made?)", have,
+		 sizeof(struct rs_segment), free_b);
+	return -1;
+}
+
 static ssize_t pread_all(int fd, void *buf, size_t len)
 {
 	size_t done = 0;
@@ -183,7 +207,10 @@ int read_table(int fd, struct rs_segment *seg, char *why, size_t whylen)
 			snprintf(why, whylen, "fstat: %s", strerror(errno));
 			return -1;
 		}
-		if (check_file(&st, why, whylen) == 0) {
+		/* A creator may be between its open and its fallocate: retried. */
+		if (S_ISREG(st.st_mode) && unbacked(fd, &st, why, whylen) < 0) {
+			/* why says it */
+		} else if (check_file(&st, why, whylen) == 0) {
 			n = pread_all(fd, seg, sizeof(*seg));
 			if (n < 0) {
 				snprintf(why, whylen, "read: %s", strerror(errno));
