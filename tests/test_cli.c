@@ -43,6 +43,7 @@
  *                          top files by lock waits (a file with I/O but no
  *                          wait is the control), escaped program names.
  */
+#include <ctype.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -939,4 +940,443 @@ Test(cli, check_processes_needs_node_scope)
 	cr_assert(strstr(r.out, "does not coordinate processes"), "%s", r.out);
 	cr_assert_eq(rmdir(base), 0, "check left files in %s", base);
 	mkdir(base, 0700);
+}
+
+/* ---- the interface, declared once (shim/cli/iface.c), and its docs ---- */
+
+#include "cli/iface.c"
+
+/* s with roff's "\-" as "-" (malloc'd). */
+static char *unroff(const char *s)
+{
+	char *o = malloc(strlen(s) + 1), *q = o;
+
+	cr_assert(o);
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] == '-')
+			s++;
+		*q++ = *s;
+	}
+	*q = '\0';
+	return o;
+}
+
+static char *read_src(const char *rel)
+{
+	char path[PATH_MAX];
+	char *s;
+
+	snprintf(path, sizeof path, "%s/%s", RS_SRC_DIR, rel);
+	s = rs_read_file(path, NULL);
+	cr_assert(s, "cannot read %s", path);
+	return s;
+}
+
+/* The text from the first line starting with `from` up to the next line
+ * starting with any of `to` (NULL-terminated), malloc'd, or NULL. */
+static char *part(const char *doc, const char *from, const char *const *to)
+{
+	const char *b = NULL, *e = NULL;
+
+	for (const char *l = doc; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		if (!b) {
+			if (!strncmp(l, from, strlen(from)))
+				b = l;
+			continue;
+		}
+		for (const char *const *t = to; *t && !e; t++)
+			if (!strncmp(l, *t, strlen(*t)))
+				e = l;
+		if (e)
+			break;
+	}
+	if (!b)
+		return NULL;
+	if (!e)
+		e = b + strlen(b);
+	return strndup(b, (size_t)(e - b));
+}
+
+/* Does text contain the option word w ("--json", "-J") on its own (not
+ * inside a longer option or word)? */
+static bool has_word(const char *text, const char *w)
+{
+	size_t n = strlen(w);
+
+	for (const char *p = strstr(text, w); p; p = strstr(p + 1, w)) {
+		bool before = p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '-' ||
+					     p[-1] == '_');
+		bool after = !(isalnum((unsigned char)p[n]) || p[n] == '-' || p[n] == '_');
+
+		if (before && after)
+			return true;
+	}
+	return false;
+}
+
+/* Is "--name" an option of one of cmds (space-separated)? */
+static bool declared_long(const char *name, const char *cmds)
+{
+	for (size_t i = 0; i < iface_nopts; i++) {
+		const struct iface_opt *o = &iface_opts[i];
+
+		if (!o->long_name || strcmp(o->long_name, name))
+			continue;
+		for (const char *p = cmds; *p; p += strcspn(p, " "), p += strspn(p, " ")) {
+			char c[16];
+
+			snprintf(c, sizeof c, "%.*s", (int)strcspn(p, " "), p);
+			if (iface_takes(o, c))
+				return true;
+		}
+	}
+	return false;
+}
+
+/* Every "--word" in text (not "--" alone) is an option of one of cmds;
+ * the strays are listed in bad. */
+static int strays(const char *text, const char *cmds, char *bad, size_t len)
+{
+	int n = 0;
+
+	bad[0] = '\0';
+	for (const char *p = strstr(text, "--"); p; p = strstr(p + 2, "--")) {
+		char w[64];
+		size_t k = 0;
+
+		if ((p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '-')) ||
+		    !islower((unsigned char)p[2]))
+			continue;
+		for (const char *q = p + 2; (islower((unsigned char)*q) || *q == '-') && k < 63; q++)
+			w[k++] = *q;
+		while (k && w[k - 1] == '-')
+			k--;
+		w[k] = '\0';
+		if (!declared_long(w, cmds)) {
+			n++;
+			snprintf(bad + strlen(bad), len - strlen(bad), " --%s", w);
+		}
+	}
+	return n;
+}
+
+/* Each option of cmd is in text, as its short and its long form; the
+ * missing ones are listed in miss.  skip_help: --help need not be. */
+static int missing(const char *text, const char *cmd, bool skip_help, bool both,
+		   char *miss, size_t len)
+{
+	int n = 0;
+
+	miss[0] = '\0';
+	for (size_t i = 0; i < iface_nopts; i++) {
+		const struct iface_opt *o = &iface_opts[i];
+		char l[64] = "", s[4] = "";
+
+		if (!iface_takes(o, cmd) || (skip_help && o->val == 'h'))
+			continue;
+		if (o->long_name)
+			snprintf(l, sizeof l, "--%s", o->long_name);
+		if (o->short_name)
+			snprintf(s, sizeof s, "-%c", o->short_name);
+		if ((*l && !has_word(text, l) && (both || !*s || !has_word(text, s))) ||
+		    (*s && both && !has_word(text, s))) {
+			n++;
+			snprintf(miss + strlen(miss), len - strlen(miss), " %s%s%s", s, *s && *l ? "/" : "", l);
+		}
+	}
+	return n;
+}
+
+/* Every value of a choice option or variable is in text. */
+static int missing_choices(const char *text, const char *choices, char *miss, size_t len)
+{
+	int n = 0;
+
+	miss[0] = '\0';
+	for (const char *p = choices; p && *p; p += strspn(p, " ")) {
+		char w[32];
+		size_t k = strcspn(p, " ");
+
+		snprintf(w, sizeof w, "%.*s", (int)k, p);
+		p += k;
+		if (!has_word(text, w)) {
+			n++;
+			snprintf(miss + strlen(miss), len - strlen(miss), " %s", w);
+		}
+	}
+	return n;
+}
+
+/* Every RANGESHIM_X in text is a declared variable. */
+static int stray_vars(const char *text, char *bad, size_t len)
+{
+	int n = 0;
+
+	bad[0] = '\0';
+	for (const char *p = strstr(text, "RANGESHIM_"); p; p = strstr(p + 1, "RANGESHIM_")) {
+		char w[64];
+		size_t k = strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_");
+
+		if (k <= 10 || k >= sizeof w)
+			continue;
+		snprintf(w, sizeof w, "%.*s", (int)k, p);
+		while (w[strlen(w) - 1] == '_')
+			w[strlen(w) - 1] = '\0';
+		if (!iface_env(w) && strlen(w) > 10) {
+			n++;
+			snprintf(bad + strlen(bad), len - strlen(bad), " %s", w);
+		}
+	}
+	return n;
+}
+
+/* `rangeshim CMD --help` of every subcommand: its own usage line, every
+ * option it declares (short and long), the values of each choice, and no
+ * option it does not take. */
+Test(cli, interface_help_agrees)
+{
+	char bad[1024];
+
+	for (size_t i = 0; i < iface_ncmds; i++) {
+		const char *cmd = iface_cmds[i].name;
+		char *argv[] = { RS_CLI, (char *)cmd, "--help", NULL }, want[64];
+		struct rs_run r;
+
+		rs_run(&r, argv, NULL, 0, 30);
+		cr_assert_eq(r.status, 0, "%s --help: exit %d\n%s", cmd, r.status, r.out);
+		snprintf(want, sizeof want, "usage: rangeshim %s ", cmd);
+		cr_expect(!strncmp(r.out, want, strlen(want)), "%s --help is not its own:\n%s", cmd, r.out);
+		cr_expect(!missing(r.out, cmd, false, true, bad, sizeof bad),
+			  "%s --help omits%s", cmd, bad);
+		cr_expect(!strays(r.out, cmd, bad, sizeof bad), "%s --help names%s, not options of %s",
+			  cmd, bad, cmd);
+		for (size_t k = 0; k < iface_nopts; k++)
+			if (iface_takes(&iface_opts[k], cmd))
+				cr_expect(!missing_choices(r.out, iface_opts[k].choices, bad, sizeof bad),
+					  "%s --help: --%s omits the values%s", cmd,
+					  iface_opts[k].long_name, bad);
+	}
+}
+
+/* completion.bash offers exactly the declared subcommands, each one's
+ * options, and the values of each choice option. */
+Test(cli, interface_completion_agrees)
+{
+	char *comp = read_src("shim/cli/completion.bash"), bad[1024], want[512] = "";
+	const char *p = strstr(comp, "local commands=\"");
+
+	cr_assert(p, "completion.bash: no commands list");
+	for (size_t i = 0; i < iface_ncmds; i++)
+		snprintf(want + strlen(want), sizeof want - strlen(want), "%s ", iface_cmds[i].name);
+	strcat(want, "help\"");
+	cr_expect(!strncmp(p + strlen("local commands=\""), want, strlen(want)),
+		  "completion.bash commands: %.80s, want %s", p, want);
+	for (size_t i = 0; i < iface_ncmds; i++) {
+		const char *cmd = iface_cmds[i].name;
+		char head[32], *block, *tail;
+		const char *const ends[] = { "        run)", "        env)", "        locks)",
+					     "        stats)", "        check)", "        agent)",
+					     "        clean)", "    esac", NULL };
+
+		snprintf(head, sizeof head, "        %s)", cmd);
+		block = part(comp, head, ends);
+		cr_assert(block, "completion.bash has no case for %s", cmd);
+		tail = strchr(block, '\n');	/* from after the case label */
+		cr_expect(!missing(tail ? tail : "", cmd, false, true, bad, sizeof bad),
+			  "completion of %s omits%s", cmd, bad);
+		cr_expect(!strays(tail ? tail : "", cmd, bad, sizeof bad),
+			  "completion of %s offers%s, not options of %s", cmd, bad, cmd);
+		free(block);
+	}
+	for (size_t k = 0; k < iface_nopts; k++) {
+		const struct iface_opt *o = &iface_opts[k];
+		char head[64], *line;
+
+		if (!o->choices)
+			continue;
+		snprintf(head, sizeof head, "        --%s)", o->long_name);
+		line = part(comp, head, (const char *const[]){ "        -", "    esac", NULL });
+		cr_assert(line, "completion.bash offers no values for --%s", o->long_name);
+		cr_expect(strstr(line, o->choices), "completion of --%s: %s, want \"%s\"",
+			  o->long_name, line, o->choices);
+		free(line);
+	}
+	free(comp);
+}
+
+/* rangeshim(1): every subcommand in SYNOPSIS, in a section of its own that
+ * names every option it takes and no other, and in EXIT STATUS; the
+ * command's variables in ENVIRONMENT. */
+Test(cli, interface_man1_agrees)
+{
+	char *raw = read_src("docs/man/rangeshim.1"), *man = unroff(raw), bad[1024];
+	const char *const sh[] = { ".SH", ".SS", NULL }, *const sh_only[] = { ".SH", NULL };
+	char *syn = part(man, ".SH SYNOPSIS", sh_only), *ex = part(man, ".SH EXIT STATUS", sh_only);
+	char *envs = part(man, ".SH ENVIRONMENT", sh_only);
+
+	cr_assert(syn && ex && envs, "rangeshim.1 lacks SYNOPSIS, EXIT STATUS or ENVIRONMENT");
+	for (size_t i = 0; i < iface_ncmds; i++) {
+		const char *cmd = iface_cmds[i].name;
+		char want[64], *sec;
+
+		snprintf(want, sizeof want, ".SY rangeshim\n.B %s\n", cmd);
+		cr_expect(strstr(syn, want), "rangeshim.1 SYNOPSIS omits %s", cmd);
+		snprintf(want, sizeof want, ".B %s\n", cmd);
+		cr_expect(strstr(ex, want), "rangeshim.1 EXIT STATUS omits %s", cmd);
+		snprintf(want, sizeof want, ".SS %s ", cmd);
+		sec = part(man, want, sh);
+		cr_assert(sec, "rangeshim.1 has no section '%s'", want);
+		if (!strcmp(cmd, "env") && strstr(sec, "Same options as\n.BR run")) {
+			/* True only if env takes no option that run does not. */
+			for (size_t k = 0; k < iface_nopts; k++)
+				cr_expect(!iface_takes(&iface_opts[k], "env") ||
+					  iface_takes(&iface_opts[k], "run") ||
+					  (iface_opts[k].long_name &&
+					   declared_long(iface_opts[k].long_name, "run")),
+					  "rangeshim.1 says env has run's options; --%s is env's only",
+					  iface_opts[k].long_name);
+			free(sec);
+			sec = part(man, ".SS run ", sh);
+			cmd = "run";
+		}
+		cr_expect(!missing(sec, cmd, true, false, bad, sizeof bad),
+			  "rangeshim.1, %s: omits%s", cmd, bad);
+		cr_expect(!strays(sec, cmd, bad, sizeof bad), "rangeshim.1, %s: names%s, not its options",
+			  cmd, bad);
+		for (size_t k = 0; k < iface_nopts; k++)
+			if (iface_takes(&iface_opts[k], cmd))
+				cr_expect(!missing_choices(sec, iface_opts[k].choices, bad, sizeof bad),
+					  "rangeshim.1, %s --%s omits%s", cmd, iface_opts[k].long_name, bad);
+		free(sec);
+	}
+	for (size_t i = 0; i < iface_nenvs; i++)
+		if (!strcmp(iface_envs[i].reader, "command"))
+			cr_expect(strstr(envs, iface_envs[i].name), "rangeshim.1 ENVIRONMENT omits %s",
+				  iface_envs[i].name);
+	cr_expect(!stray_vars(man, bad, sizeof bad), "rangeshim.1 names undeclared%s", bad);
+	free(syn), free(ex), free(envs), free(man), free(raw);
+}
+
+/* rangeshim(7) and configuration.md: every variable, its values, and no
+ * other; configuration.md also every subcommand and option. */
+Test(cli, interface_man7_config_agree)
+{
+	char *raw = read_src("docs/man/rangeshim.7"), *man = unroff(raw), bad[1024];
+	char *conf = read_src("docs/configuration.md");
+	char *syn = part(man, ".SH SYNOPSIS", (const char *const[]){ ".SH", NULL });
+
+	cr_assert(syn, "rangeshim.7 has no SYNOPSIS");
+	cr_expect(!strstr(syn, "/usr/local"), "rangeshim.7 SYNOPSIS hard-codes a prefix:\n%s", syn);
+	cr_expect(!stray_vars(man, bad, sizeof bad), "rangeshim.7 names undeclared%s", bad);
+	cr_expect(!stray_vars(conf, bad, sizeof bad), "configuration.md names undeclared%s", bad);
+	for (size_t i = 0; i < iface_nenvs; i++) {
+		const struct iface_env *e = &iface_envs[i];
+		char head[64], *sec;
+
+		snprintf(head, sizeof head, ".B %s\n", e->name);
+		if (!strcmp(e->reader, "library"))
+			cr_expect(strstr(man, head), "rangeshim.7 has no entry '.B %s'", e->name);
+		snprintf(head, sizeof head, "## %s\n", e->name);
+		sec = part(conf, head, (const char *const[]){ "## ", NULL });
+		cr_assert(sec, "configuration.md has no section %s", head);
+		cr_expect(!missing_choices(sec, e->choices, bad, sizeof bad),
+			  "configuration.md, %s omits%s", e->name, bad);
+		free(sec);
+	}
+	for (size_t i = 0; i < iface_ncmds; i++) {
+		const char *cmd = iface_cmds[i].name;
+		char want[64], *sec = NULL;
+
+		snprintf(want, sizeof want, "rangeshim %s ", cmd);
+		cr_expect(strstr(conf, want), "configuration.md never shows '%s'", want);
+		/* The "### ..." section whose title names the subcommand. */
+		for (const char *l = strstr(conf, "\n### "); l && !sec; l = strstr(l + 1, "\n### ")) {
+			char title[128];
+
+			snprintf(title, sizeof title, "%.*s", (int)strcspn(l + 5, "\n"), l + 5);
+			if (has_word(title, cmd))
+				sec = part(l + 1, "### ", (const char *const[]){ "## ", "### ", NULL });
+		}
+		cr_assert(sec, "configuration.md has no '### ' section naming %s", cmd);
+		cr_expect(!missing(sec, cmd, true, false, bad, sizeof bad),
+			  "configuration.md, %s: omits%s", cmd, bad);
+		for (size_t k = 0; k < iface_nopts; k++)
+			if (iface_takes(&iface_opts[k], cmd))
+				cr_expect(!missing_choices(sec, iface_opts[k].choices, bad, sizeof bad),
+					  "configuration.md, %s --%s omits%s", cmd,
+					  iface_opts[k].long_name, bad);
+		free(sec);
+	}
+	free(syn), free(man), free(raw), free(conf);
+}
+
+/* run checks every value before it starts anything: a bad one is one line
+ * naming the option and the value, exit 2, and CMD never ran (control: the
+ * same run with good values runs it).  --stats=PATH gets its directory
+ * made; the control, the same PATH through the variable alone, shows the
+ * library's "cannot write" that the check prevents. */
+Test(cli, run_validates_first)
+{
+	static const char *const bad[][2] = {
+		{ "--log", "loud" }, { "--shm", "no-slash" }, { "--shm", "/a/b" },
+		{ "--shm", "/.." }, { "--paths", "rel/dir:/tmp" }, { "--paths", ":::" },
+		{ "--scope", "nodes" }, { "--lock", "spin" },
+	};
+	char *base = rs_make_base("/tmp", "rs-cli-val."), marker[PATH_MAX], stats[PATH_MAX + 32];
+	char var[PATH_MAX + 48];
+	struct rs_run r;
+
+	snprintf(marker, sizeof marker, "%s/ran", base);
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char *argv[] = { RS_CLI, "run", (char *)bad[i][0], (char *)bad[i][1], "--", "touch",
+				 marker, NULL };
+		const char *nl;
+
+		run_cli(&r, argv, NULL);
+		nl = strchr(r.out, '\n');
+		cr_expect_eq(r.status, 2, "run %s %s: exit %d\n%s", bad[i][0], bad[i][1], r.status, r.out);
+		cr_expect(nl && !nl[1], "run %s %s: not one line:\n%s", bad[i][0], bad[i][1], r.out);
+		cr_expect(strstr(r.out, bad[i][0]) && strstr(r.out, bad[i][1]),
+			  "run %s %s: the line does not name both:\n%s", bad[i][0], bad[i][1], r.out);
+		cr_expect(!exists(marker), "run %s %s started the command", bad[i][0], bad[i][1]);
+	}
+	{
+		char *argv[] = { RS_CLI, "run", "--log", "info", "--shm", shm_name, "--paths", base,
+				 "--scope", "cluster", "--lock", "mutex", "--", "touch", marker, NULL };
+
+		run_cli(&r, argv, NULL);
+		cr_expect_eq(r.status, 0, "the control run failed: %d\n%s", r.status, r.out);
+		cr_expect(exists(marker), "the control run did not run the command");
+	}
+
+	snprintf(stats, sizeof stats, "%s/job/deep/%%p.json", base);
+	{
+		char *argv[] = { RS_CLI, "run", "--shm", shm_name, NULL, "--", "sh", "-c",
+				 "cat /dev/null; cat /dev/null", NULL };
+		char dir[PATH_MAX + 16];
+		DIR *d;
+		struct dirent *e;
+		int n = 0;
+
+		/* Control: the variable alone, the directory missing. */
+		snprintf(var, sizeof var, "RANGESHIM_STATS=%s", stats);
+		argv[4] = "--lib=" RS_LIB;
+		run_cli(&r, argv, (const char *const[]){ var, NULL });
+		cr_expect(strstr(r.out, "cannot write"), "control: no 'cannot write' line:\n%s", r.out);
+
+		snprintf(var, sizeof var, "--stats=%s", stats);
+		argv[4] = var;
+		run_cli(&r, argv, NULL);
+		cr_expect_eq(r.status, 0, "run --stats=%s: %d\n%s", stats, r.status, r.out);
+		cr_expect(!strstr(r.out, "cannot write"), "run --stats=PATH:\n%s", r.out);
+		snprintf(dir, sizeof dir, "%s/job/deep", base);
+		d = opendir(dir);
+		cr_assert(d, "run did not make %s", dir);
+		while ((e = readdir(d)))
+			n += strstr(e->d_name, ".json") != NULL;
+		closedir(d);
+		cr_expect(n >= 3, "%d reports in %s, want one per process (sh, cat, cat)", n, dir);
+	}
+	rs_rm_rf(base);
+	free(base);
 }

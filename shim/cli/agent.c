@@ -761,23 +761,16 @@ static void *poller(void *arg)
 
 int cmd_agent(const struct command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "foreground", no_argument, NULL, 'f' },
-		{ "grants", no_argument, NULL, 'g' },
-		{ "shm", required_argument, NULL, 's' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	const char *shm = getenv("RANGESHIM_SHM");
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	char why[256];
 	int fg = 0, grants = 0, c, ls, len;
 	pthread_t th;
 
-	(void)cmd;
 	/* Nothing of the process that started us: its pipes, its files. */
 	syscall(SYS_close_range, 3U, ~0U, 0);
-	while ((c = getopt_long(argc, argv, "+fgs:h", opts, NULL)) != -1) {
+	optind = 1;
+	while ((c = iface_getopt(cmd->name, argc, argv)) != -1) {
 		switch (c) {
 		case 'f':
 			fg = 1;
@@ -785,18 +778,14 @@ int cmd_agent(const struct command *cmd, int argc, char **argv)
 		case 'g':
 			grants = 1;
 			break;
-		case 's':
+		case OPT_SHM:
 			shm = optarg;
 			break;
 		case 'h':
-			printf("usage: rangeshim agent [--foreground] [--shm NAME]\n"
-			       "       rangeshim agent --grants [--shm NAME]\n"
-			       "  the node's owner of cluster grants (RANGESHIM_SCOPE=cluster); the\n"
-			       "  library starts it on first use, and it exits when idle; --grants\n"
-			       "  lists the cluster grants the running agent holds\n");
+			iface_help(cmd->name, stdout);
 			return 0;
 		default:
-			return 2;
+			return getopt_error(c, argv);
 		}
 	}
 	if (!shm)

@@ -530,17 +530,6 @@ static bool parse_block(const char *s, size_t *out)
 
 int cmd_check(const struct command *cmd, int argc, char **argv)
 {
-	enum { OPT_SECONDS = 0x300, OPT_BLOCK, OPT_READERS, OPT_DIRECT, OPT_PROCS };
-	static const struct option longopts[] = {
-		{ "seconds", required_argument, NULL, OPT_SECONDS },
-		{ "block", required_argument, NULL, OPT_BLOCK },
-		{ "readers", required_argument, NULL, OPT_READERS },
-		{ "direct", no_argument, NULL, OPT_DIRECT },
-		{ "processes", no_argument, NULL, OPT_PROCS },
-		{ "lib", required_argument, NULL, OPT_LIB },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 }
-	};
 	struct settings s = { 0 };
 	struct leg ctl, with;
 	double seconds = 2.0;
@@ -551,15 +540,13 @@ int cmd_check(const struct command *cmd, int argc, char **argv)
 	char *preload, *end, fsbuf[32], shown[PATH_MAX * 4 + 8];
 	int c, rc, timeout_s;
 
-	(void)cmd;
 	if (argc == 8 && !strcmp(argv[1], "--worker"))
 		return worker(argv + 2);
-	opterr = 0;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+	while ((c = iface_getopt(cmd->name, argc, argv)) != -1) {
 		switch (c) {
 		case 'h':
-			usage(stdout);
+			iface_help(cmd->name, stdout);
 			return 0;
 		case OPT_SECONDS:
 			errno = 0;

@@ -220,15 +220,16 @@ static int run_with_summary(char **argv)
 int cmd_run(const struct command *cmd, int argc, char **argv)
 {
 	struct settings s = { 0 };
-	int rc = parse_settings(argc, argv, &s);
+	int rc = parse_settings(cmd->name, argc, argv, &s);
 	char *preload;
 	bool summary;
 
-	(void)cmd;
 	if (rc >= 0)
 		return rc;
 	if (optind >= argc)
 		return usage_error("%s", "run: missing command");
+	if ((rc = check_settings(&s)) >= 0)
+		return rc;
 
 	preload = build_preload(&s);
 	if (!preload)

@@ -666,14 +666,10 @@ int cmd_stats(const struct command *cmd, int argc, char **argv)
 {
 	int c;
 
-	(void)cmd;
-	opterr = 0;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "+:h",
-				(const struct option[]){ { "help", no_argument, NULL, 'h' },
-							 { NULL, 0, NULL, 0 } }, NULL)) != -1) {
+	while ((c = iface_getopt(cmd->name, argc, argv)) != -1) {
 		if (c == 'h') {
-			usage(stdout);
+			iface_help(cmd->name, stdout);
 			return 0;
 		}
 		return getopt_error(c, argv);

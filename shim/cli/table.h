@@ -2,6 +2,7 @@
 #define RS_CLI_TABLE_H
 
 #include "cli.h"
+#include "iface.h"
 #include "rangeshim/rangelock.h"
 #include "nodelock.h"
 #include "segment.h"
@@ -18,8 +19,6 @@
  * our own open file description, which holds no lock itself.
  */
 
-/* getopt values for the options of locks and clean, clear of OPT_SET(). */
-enum { OPT_SHM = 0x200, OPT_JSON, OPT_FORCE, OPT_NOHEAD, OPT_RAW, OPT_WATCH };
 
 struct table_opts {
 	char path[300];        /* /dev/shm/NAME */
