@@ -195,14 +195,15 @@ static int holder_finish(struct holder *h)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* A writer under the shim: node_probe closehold writes [0, 64 KiB). */
-static pid_t start_writer(void)
+/* A writer under the shim: node_probe closehold writes [0, 64 KiB);
+ * its stderr goes to log (NULL: nowhere). */
+static pid_t start_writer_to(const char *log)
 {
 	pid_t p = fork();
 
 	cr_assert_geq(p, 0);
 	if (p == 0) {
-		int null = open("/dev/null", O_WRONLY);
+		int null = log ? open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600) : open("/dev/null", O_WRONLY);
 
 		dup2(null, 1);
 		dup2(null, 2);
@@ -216,6 +217,11 @@ static pid_t start_writer(void)
 		_exit(127);
 	}
 	return p;
+}
+
+static pid_t start_writer(void)
+{
+	return start_writer_to(NULL);
 }
 
 static int cli(struct rs_run *r, const char *cmd, const char *opt)
@@ -1379,4 +1385,53 @@ Test(cli, run_validates_first)
 	}
 	rs_rm_rf(base);
 	free(base);
+}
+
+/* One file, one spelling: the waiter's 5 s line and `locks` both name the
+ * file major:minor:inode (decimal) and by its path. */
+Test(cli, files_named_one_way)
+{
+	struct holder h;
+	struct rs_run *r = malloc(sizeof(*r));
+	char log[PATH_MAX], id[64], want[PATH_MAX + 80], *text = NULL;
+	struct stat st;
+	int status;
+	pid_t w;
+
+	cr_assert(r);
+	cr_assert_eq(stat(data, &st), 0);
+	snprintf(id, sizeof id, "%u:%u:%llu", major(st.st_dev), minor(st.st_dev),
+		 (unsigned long long)st.st_ino);
+	snprintf(log, sizeof log, "%s.writer-log", data);
+	holder_start(&h, 1, 0);
+	cr_assert_eq(waitpid(h.pid, &status, WUNTRACED), h.pid);
+	w = start_writer_to(log);
+	/* The waiter speaks after about 5 s; give it 20. */
+	for (int i = 0; i < 200; i++) {
+		free(text);
+		text = rs_read_file(log, NULL);
+		if (text && strstr(text, "blocked for"))
+			break;
+		usleep(100 * 1000);
+	}
+	cr_assert_eq(cli(r, "locks", NULL), 0, "%s", r->out);
+	kill(h.pid, SIGCONT);
+	cr_assert_eq(holder_finish(&h), 0);
+	waitpid(w, &status, 0);
+	cr_assert(text && strstr(text, "blocked for"), "the waiter never said it waited:\n%s",
+		  text ? text : "(no log)");
+	snprintf(want, sizeof want, "file %s %s ", id, data);
+	cr_expect(strstr(text, want), "the waiter's line does not say '%s':\n%s", want, text);
+	snprintf(want, sizeof want, "of file %s %s, ", id, data);
+	cr_expect(strstr(r->out, want), "locks' waiter line does not say '%s':\n%s", want, r->out);
+	{
+		char f[16][64];
+
+		cr_assert_geq(line_fields(r->out, " HELD ", f, 16), 12, "%s", r->out);
+		cr_expect_str_eq(f[10], id, "locks' DEV:INO is %s, not %s:\n%s", f[10], id, r->out);
+		cr_expect(strstr(r->out, data), "locks does not name %s:\n%s", data, r->out);
+	}
+	free(text);
+	unlink(log);
+	free(r);
 }

@@ -48,6 +48,8 @@
 #include <time.h>
 
 #include "clusteragent.h"
+#include "fileid.h"
+#include "table.h"
 #include "clusterlock.h"
 #include "log.h"
 #include "nodelock.h"
@@ -86,6 +88,13 @@ static struct rs_nt nt;
 static _Atomic int conns;
 static _Atomic uint64_t last_activity_ns;
 static int verbose;
+
+/* Files as everywhere else (fileid.h); the path only when someone reads
+ * the lines (--foreground), as finding it scans our descriptors. */
+#define FILE_ID(d, i) rs_file_id((char[RS_FILE_ID_LEN]){ 0 }, RS_FILE_ID_LEN, (d), (i))
+#define FILE_NAME(d, i)                                                                     \
+	(verbose ? rs_file_name((char[RS_FILE_NAME_LEN]){ 0 }, RS_FILE_NAME_LEN, (d), (i)) :  \
+		   FILE_ID((d), (i)))
 static uint32_t openings;   /* files_mu */
 
 static uint64_t now_ns(void)
@@ -153,9 +162,8 @@ static void lost(struct afile *f)
 	if (f->lost_drained)
 		return;
 	f->lost_drained = 1;
-	fprintf(stderr, "rangeshim agent[%d]: lost the cluster locks of file %llu:%llu; "
-		"calls on it fail with EIO\n", (int)getpid(), (unsigned long long)f->dev,
-		(unsigned long long)f->ino);
+	fprintf(stderr, "rangeshim agent[%d]: lost the cluster locks of file %s; "
+		"calls on it fail with EIO\n", (int)getpid(), FILE_NAME(f->dev, f->ino));
 	drain(f, 0, RS_CL_EOF);
 	undrain(f);
 }
@@ -272,10 +280,10 @@ static void grace_warn(void *arg)
 	snprintf(link, sizeof link, "/proc/self/fd/%d", f->fd);
 	n = readlink(link, name, sizeof name - 1);
 	name[n > 0 ? n : 0] = '\0';
-	fprintf(stderr, "rangeshim agent[%d]: the lock manager refuses lock requests on %s "
-		"(file %llu:%llu) for now (ENOLCK: a grace period after a server restart?); "
+	fprintf(stderr, "rangeshim agent[%d]: the lock manager refuses lock requests on file "
+		"%s%s%s for now (ENOLCK: a grace period after a server restart?); "
 		"waiting it out for up to %llu s before its calls fail with EIO\n", (int)getpid(),
-		n > 0 ? name : "?", (unsigned long long)f->dev, (unsigned long long)f->ino,
+		FILE_ID(f->dev, f->ino), n > 0 ? " " : "", n > 0 ? name : "",
 		(unsigned long long)(f->cl.p.grace_max_ns / 1000000000ULL));
 }
 
@@ -326,8 +334,7 @@ static int make_room(void)
 	v->evicting = 1;
 	pthread_mutex_unlock(&files_mu);
 	forget(v);
-	say("file %llu:%llu given back (room for another)", (unsigned long long)v->dev,
-	    (unsigned long long)v->ino);
+	say("file %s given back (room for another)", FILE_NAME(v->dev, v->ino));
 	pthread_mutex_lock(&files_mu);
 	v->used = 0;
 	v->evicting = 0;
@@ -404,7 +411,7 @@ again:
 			p.warn_fn = grace_warn;
 			rs_cl_init(&f->cl, own, &p);
 			f->has_poller = pthread_create(&f->poller, NULL, file_poller, f) == 0;
-			say("file %llu:%llu opened%s", (unsigned long long)dev, (unsigned long long)ino,
+			say("file %s opened%s", FILE_NAME(dev, ino),
 			    ro ? " read-only (read locks only)" : "");
 		} else if (own >= 0) {
 			close(own);
@@ -453,8 +460,7 @@ static void adopt(struct afile *f, int old)
 			"%s\n", (int)getpid(), strerror(errno));
 	undrain(f);
 	pthread_mutex_unlock(&f->cl.mu);
-	say("file %llu:%llu: took over a dead agent's description", (unsigned long long)f->dev,
-	    (unsigned long long)f->ino);
+	say("file %s: took over a dead agent's description", FILE_NAME(f->dev, f->ino));
 }
 
 /* How long one listing waits for the caches of all files together. */
@@ -543,9 +549,37 @@ static void list_grants(int s)
 	rs_ag_send(s, &r, -1);
 }
 
+/* The path of (dev, ino) as the agent pid has it open, escaped; "?" if
+ * none is found. */
+static void agent_path(struct fd_list *fds, int32_t pid, uint64_t dev, uint64_t ino, char *out,
+		       size_t len)
+{
+	char link[64], name[PATH_MAX];
+
+	snprintf(out, len, "?");
+	if (pid <= 0)
+		return;
+	if (!fds->loaded)
+		load_fds(fds, pid);
+	for (size_t i = 0; i < fds->n; i++) {
+		ssize_t n;
+
+		if (fds->v[i].dev != dev || fds->v[i].ino != ino)
+			continue;
+		snprintf(link, sizeof link, "/proc/%d/fd/%d", (int)pid, fds->v[i].fd);
+		n = readlink(link, name, sizeof name - 1);
+		if (n > 0 && name[0] == '/') {
+			name[n] = '\0';
+			escape_text(name, out, len);
+			return;
+		}
+	}
+}
+
 /* `rangeshim agent --grants`: ask the running agent. */
 static int print_grants(const char *shm)
 {
+	struct fd_list fds = { 0 };
 	struct agent_grants a;
 	char line[512];
 
@@ -554,26 +588,29 @@ static int print_grants(const char *shm)
 		puts(line);
 		return 0;
 	}
-	printf("%-20s %20s %20s %6s %6s %10s\n", "FILE(DEV:INO)", "START", "END", "USERS",
-	       "WANTED", "HELD_MS");
+	printf("%-20s %20s %20s %6s %6s %10s %s\n", "DEV:INO", "START", "END", "USERS",
+	       "WANTED", "HELD_MS", "PATH");
 	for (size_t k = 0; k < a.n; k++) {
 		const struct agent_grant *g = &a.v[k];
-		char file[64], end[24];
+		char file[RS_FILE_ID_LEN], end[24], path[PATH_MAX * 4];
 
-		snprintf(file, sizeof file, "%llu:%llu", (unsigned long long)g->dev,
-			 (unsigned long long)g->ino);
+		rs_file_id(file, sizeof file, g->dev, g->ino);
+		/* The agent holds every file it locks open: its fds name it. */
+		agent_path(&fds, a.pid, g->dev, g->ino, path, sizeof path);
 		if (g->flags & RS_AG_L_BUSY) {
-			printf("%-20s busy: a grant is being given back (the node drains)\n", file);
+			printf("%-20s busy: a grant is being given back (the node drains) %s\n", file,
+			       path);
 			continue;
 		}
 		if (g->end >= RS_CL_EOF)
 			snprintf(end, sizeof end, "EOF");
 		else
 			snprintf(end, sizeof end, "%llu", (unsigned long long)g->end);
-		printf("%-20s %20llu %20s %6llu %6s %10llu\n", file, (unsigned long long)g->start,
+		printf("%-20s %20llu %20s %6llu %6s %10llu %s\n", file, (unsigned long long)g->start,
 		       end, (unsigned long long)g->users, g->flags & RS_AG_L_WANTED ? "yes" : "no",
-		       (unsigned long long)(g->held_ns / 1000000));
+		       (unsigned long long)(g->held_ns / 1000000), path);
 	}
+	free(fds.v);
 	agent_grants_free(&a);
 	return 0;
 }
@@ -737,8 +774,7 @@ static int tick(void)
 			 * files_mu). */
 			forget(f);
 			f->used = 0;
-			say("file %llu:%llu given back (idle)", (unsigned long long)f->dev,
-			    (unsigned long long)f->ino);
+			say("file %s given back (idle)", FILE_NAME(f->dev, f->ino));
 		}
 		pthread_mutex_unlock(&files_mu);
 	}

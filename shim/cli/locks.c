@@ -8,6 +8,7 @@
 
 #include "clusteragent.h"
 #include "clusterlock.h"
+#include "fileid.h"
 
 #define MAX_BLOCKERS 32
 
@@ -275,17 +276,19 @@ static void print_waiters(const struct table *t, const struct row *rows, size_t 
 		const struct row *r = &rows[i];
 		const uint32_t *who = r->nblockers ? r->blockers : r->ahead;
 		uint32_t nwho = r->nblockers ? r->nblockers : r->nahead;
-		char age[32], range[48], desc[256];
+		char age[32], range[48], desc[256], id[RS_FILE_ID_LEN], path[PATH_MAX * 4];
 
 		if (r->state != RS_G_WAIT)
 			continue;
+		escape_text(r->path ? r->path : "?", path, sizeof path);
 		format_age(age, sizeof(age), now, r->since_ns);
 		if (r->end == RS_RANGE_EOF)
 			snprintf(range, sizeof(range), "%" PRIu64 "-EOF", r->start);
 		else
 			snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, r->start, r->end);
-		printf("waiting: pid %d (%s) for %s %s, %s so far, ", (int)r->pid,
-		       t->proc[r->owner].comm, mode_name(r), range, age);
+		printf("waiting: pid %d (%s) for %s %s of file %s %s, %s so far, ", (int)r->pid,
+		       t->proc[r->owner].comm, mode_name(r), range,
+		       rs_file_id(id, sizeof id, r->dev, r->ino), path, age);
 		if (!nwho) {
 			puts("on nobody now (about to be granted)");
 			continue;
@@ -385,8 +388,7 @@ static void format_cell(char *buf, size_t len, const struct table *t, const stru
 			snprintf(tmp, sizeof(tmp), "%" PRIu64 "-%" PRIu64, r->start, r->end);
 		break;
 	case C_DEVINO:
-		snprintf(tmp, sizeof(tmp), "%u:%u:%" PRIu64, major((dev_t)r->dev),
-			 minor((dev_t)r->dev), r->ino);
+		rs_file_id(tmp, sizeof(tmp), r->dev, r->ino);
 		break;
 	default:
 		/* comm is escaped already (table.c); a path is any bytes. */
@@ -461,9 +463,12 @@ static void print_cluster(const struct row *rows, size_t n, const struct table_o
 			shown++;
 			continue;
 		}
-		printf("cluster: %u:%u:%" PRIu64 " %s: grants not read, the agent is giving one "
-		       "back (it waits for the calls inside)\n", major((dev_t)r->dev),
-		       minor((dev_t)r->dev), r->ino, r->path ? r->path : "?");
+		char id[RS_FILE_ID_LEN], path[PATH_MAX * 4];
+
+		escape_text(r->path ? r->path : "?", path, sizeof path);
+		printf("cluster: %s %s: grants not read, the agent is giving one "
+		       "back (it waits for the calls inside)\n", rs_file_id(id, sizeof id, r->dev, r->ino),
+		       path);
 	}
 	if (a->state == AGENT_OK && (o->pid || o->npaths) && shown != a->n)
 		printf("cluster: %u of the agent's %zu grants shown (pid %d holds them)\n", shown,
@@ -544,11 +549,14 @@ static void json_pids(const struct table *t, const uint32_t *slots, uint32_t n)
 	putchar(']');
 }
 
-/* "dev": "M:m", "ino": N, "path": P (a row's file). */
+/* "file": "M:m:I", "dev": "M:m", "ino": N, "path": P (a row's file). */
 static void json_file(const struct row *r)
 {
-	printf("\"dev\": \"%u:%u\", \"ino\": %" PRIu64 ", \"path\": ", major((dev_t)r->dev),
-	       minor((dev_t)r->dev), r->ino);
+	char id[RS_FILE_ID_LEN];
+
+	printf("\"file\": \"%s\", \"dev\": \"%u:%u\", \"ino\": %" PRIu64 ", \"path\": ",
+	       rs_file_id(id, sizeof id, r->dev, r->ino), major((dev_t)r->dev), minor((dev_t)r->dev),
+	       r->ino);
 	json_string(r->path);
 }
 
