@@ -1435,3 +1435,135 @@ Test(cli, files_named_one_way)
 	unlink(log);
 	free(r);
 }
+
+/* A process of the job holding the kernel's own locks on a coordinated
+ * file (fcntl, OFD, flock), and one on a file nobody coordinates (the
+ * control: the kernel lists it, locks must not). */
+static pid_t kernel_locker(const char *other, int *release)
+{
+	int rp[2], cp[2];
+	pid_t p;
+	char c;
+
+	cr_assert_eq(pipe2(rp, O_CLOEXEC), 0);
+	cr_assert_eq(pipe2(cp, O_CLOEXEC), 0);
+	p = fork();
+	cr_assert_geq(p, 0);
+	if (p == 0) {
+		int a = open(data, O_RDWR), b = open(data, O_RDWR), d = open(data, O_RDONLY);
+		int o = open(other, O_RDWR | O_CREAT, 0600);
+		struct flock w = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 100 };
+		struct flock rd = { .l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 200, .l_len = 100 };
+		struct flock ow = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 10 };
+
+		if (a < 0 || b < 0 || d < 0 || o < 0 || fcntl(a, F_SETLK, &w) < 0 ||
+		    fcntl(b, F_OFD_SETLK, &rd) < 0 || flock(d, LOCK_SH) < 0 ||
+		    fcntl(o, F_SETLK, &ow) < 0)
+			_exit(2);
+		close(rp[0]);
+		close(cp[1]);
+		if (write(rp[1], "r", 1) != 1 || read(cp[0], &c, 1) < 0)
+			_exit(3);
+		_exit(0);
+	}
+	close(rp[1]);
+	close(cp[0]);
+	cr_assert_eq(read(rp[0], &c, 1), 1, "the kernel locker did not take its locks");
+	close(rp[0]);
+	*release = cp[1];
+	return p;
+}
+
+/* locks beside lslocks: its options (-J -n -r -u -b -o --output-all -H),
+ * START/END/SIZE, the kernel's locks on coordinated files as rows of
+ * their own kind, cluster lines only in cluster scope. */
+Test(cli, locks_like_lslocks)
+{
+	struct holder h;
+	struct rs_run *r = malloc(sizeof(*r));
+	char other[300], pid[16], id[64], want[128], *proc;
+	const char *node_env[] = { "RANGESHIM_SCOPE=node", NULL };
+	const char *cl_env[] = { "RANGESHIM_SCOPE=cluster", NULL };
+	struct stat st, ost;
+	int release, status;
+	pid_t k;
+
+	cr_assert(r);
+	snprintf(other, sizeof other, "%s.other", data);
+	holder_start(&h, 0, 0);
+	k = kernel_locker(other, &release);
+	snprintf(pid, sizeof pid, "%d", (int)k);
+	cr_assert_eq(stat(other, &ost), 0);
+	cr_assert_eq(stat(data, &st), 0);
+
+	/* The control: the kernel has the lock on the other file. */
+	{
+		/* /proc files have no size: read until the end. */
+		FILE *f = fopen("/proc/locks", "r");
+		size_t got = 0;
+
+		proc = calloc(1, 1 << 20);
+		cr_assert(f && proc);
+		got = fread(proc, 1, (1 << 20) - 1, f);
+		proc[got] = '\0';
+		fclose(f);
+	}
+	snprintf(want, sizeof want, "%02x:%02x:%llu ", major(ost.st_dev), minor(ost.st_dev),
+		 (unsigned long long)ost.st_ino);
+	cr_assert(proc && strstr(proc, want), "/proc/locks does not list %s:\n%s", want, proc);
+	free(proc);
+
+	locks_args(r, NULL);
+	cr_log_info("locks with kernel locks:\n%s", r->out);
+	cr_assert_eq(r->status, 0, "%s", r->out);
+	cr_expect(strstr(r->out, " POSIX:WRITE ") && strstr(r->out, " OFDLCK:READ ") &&
+		  strstr(r->out, " FLOCK:READ "), "no row for each kernel lock:\n%s", r->out);
+	snprintf(id, sizeof id, "%u:%u:%llu", major(ost.st_dev), minor(ost.st_dev),
+		 (unsigned long long)ost.st_ino);
+	cr_expect(!strstr(r->out, id), "locks lists the uncoordinated file %s:\n%s", id, r->out);
+	cr_expect(strstr(r->out, "3 kernel lock(s)"), "the summary does not count them:\n%s", r->out);
+	{
+		char f[16][64];
+
+		cr_assert_geq(line_fields(r->out, " POSIX:WRITE ", f, 16), 12, "%s", r->out);
+		cr_expect_str_eq(f[1], pid, "the POSIX row's pid %s, not %s", f[1], pid);
+		cr_expect_str_eq(f[9], "0-100", "the POSIX row's range %s", f[9]);
+	}
+
+	locks_args(r, "-J", NULL);
+	cr_expect(strstr(r->out, "\"kernel_locks\": [{") && strstr(r->out, "\"type\": \"OFDLCK\""),
+		  "-J has no kernel_locks:\n%s", r->out);
+	locks_args(r, "-n", "-r", "-b", "-u", "-o", "PID,TYPE,START,END,SIZE", NULL);
+	snprintf(want, sizeof want, "%d NODE 0 1048575 1048576\n", (int)h.pid);
+	cr_expect(strstr(r->out, want), "-n -r -b -o ... lacks '%s':\n%s", want, r->out);
+	snprintf(want, sizeof want, "%s POSIX 0 99 100\n", pid);
+	cr_expect(strstr(r->out, want), "-n -r -b -o ... lacks '%s':\n%s", want, r->out);
+	cr_expect(!strstr(r->out, "PID"), "-n printed a heading:\n%s", r->out);
+	locks_args(r, "--output-all", NULL);
+	cr_expect(strstr(r->out, " TYPE ") && strstr(r->out, " START ") && strstr(r->out, " END ") &&
+		  strstr(r->out, " SIZE"), "--output-all lacks TYPE/START/END/SIZE:\n%s", r->out);
+	cr_expect(strstr(r->out, " 1M"), "SIZE is not human-readable by default:\n%s", r->out);
+	locks_args(r, "-H", NULL);
+	cr_expect(r->status == 0 && strstr(r->out, "SIZE ") && strstr(r->out, "BLOCKER "),
+		  "-H: %d\n%s", r->status, r->out);
+
+	/* Cluster lines: none in node scope; the control, cluster scope
+	 * without an agent, says so. */
+	{
+		char *argv[] = { RS_CLI, "locks", "--shm", shm_name, NULL };
+
+		run_cli(r, argv, node_env);
+		cr_expect(!strstr(r->out, "cluster"), "node scope printed a cluster line:\n%s", r->out);
+		run_cli(r, argv, cl_env);
+		cr_expect(strstr(r->out, "cluster: "), "cluster scope: no line about the agent:\n%s",
+			  r->out);
+	}
+	cr_expect(!strstr(r->out, "(("), "doubled parentheses:\n%s", r->out);
+
+	close(release);
+	waitpid(k, &status, 0);
+	cr_expect_eq(WEXITSTATUS(status), 0);
+	cr_assert_eq(holder_finish(&h), 0);
+	unlink(other);
+	free(r);
+}

@@ -29,7 +29,7 @@ _rangeshim()
         --lib) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --paths|--shm|--seconds|--block|--readers|--watch|-p|--pid) return ;;
         -o|--output)
-            COMPREPLY=($(compgen -W "COMMAND PID PSTATE STATE MODE USERS WANTED AGE BLOCKER RANGE DEV:INO PATH" -- "$cur"))
+            COMPREPLY=($(compgen -W "$(rangeshim locks -H 2>/dev/null | awk 'NR > 1 { print $1 }')" -- "$cur"))
             return ;;
     esac
 
@@ -56,7 +56,7 @@ _rangeshim()
             COMPREPLY=($(compgen -W "--scope --lock --paths --stats --stats= --log --shm --lib -h --help" -- "$cur")) ;;
         locks)
             if [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W "--shm -J --json -p --pid -o --output -n --noheadings -r --raw --watch -h --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "--shm -J --json -p --pid -o --output -n --noheadings -r --raw --output-all -u --notruncate -b --bytes -H --list-columns --watch -h --help" -- "$cur"))
             else
                 COMPREPLY=($(compgen -f -- "$cur"))
             fi ;;

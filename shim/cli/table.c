@@ -47,6 +47,18 @@ int parse_table_opts(const struct command *cmd, int argc, char **argv,
 		case 'o':
 			o->cols = optarg;
 			break;
+		case 'u':
+			/* lslocks' --notruncate: locks never truncates. */
+			break;
+		case 'b':
+			o->bytes = true;
+			break;
+		case 'H':
+			o->list_columns = true;
+			break;
+		case OPT_OUTPUT_ALL:
+			o->output_all = true;
+			break;
 		case 'n':
 			o->noheadings = true;
 			break;
@@ -66,8 +78,10 @@ int parse_table_opts(const struct command *cmd, int argc, char **argv,
 			return getopt_error(c, argv);
 		}
 	}
-	if (is_locks && o->json && (o->cols || o->raw || o->noheadings))
-		return usage_error("%s", "--json takes no -o, --raw or --noheadings");
+	if (is_locks && o->json && (o->cols || o->raw || o->noheadings || o->output_all))
+		return usage_error("%s", "--json takes no -o, --output-all, --raw or --noheadings");
+	if (o->cols && o->output_all)
+		return usage_error("%s", "-o and --output-all exclude each other");
 	if (is_locks) {
 		o->paths = argv + optind;
 		o->npaths = argc - optind;
@@ -186,13 +200,14 @@ int read_table(int fd, struct rs_segment *seg, char *why, size_t whylen)
  * pid may name some other process by now.  "?" when /proc has no word on
  * a live one (another pid namespace, hidepid).
  */
-static void proc_info(struct proc_info *pi, int32_t pid, bool alive)
+void proc_info(struct proc_info *pi, int32_t pid, bool alive)
 {
 	char comm[64];
 
 	if (!alive) {
 		pi->state = "dead";
-		snprintf(pi->comm, sizeof(pi->comm), "(dead)");
+		/* Bare: the lines that quote it put it in parentheses. */
+		snprintf(pi->comm, sizeof(pi->comm), "dead");
 		return;
 	}
 	switch (rs_nt_proc_stat(pid, comm, sizeof(comm))) {

@@ -27,6 +27,7 @@ struct table_opts {
 	bool json, force;
 	/* locks only: */
 	bool noheadings, raw;
+	bool bytes, output_all, list_columns;  /* -b, --output-all, -H */
 	long pid;              /* -p: 0 for every process */
 	const char *cols;      /* -o: NULL for the default columns */
 	double watch;          /* --watch SECONDS: 0 for one listing */
@@ -66,5 +67,6 @@ void free_table(struct table *t);
 bool ours(const struct stat *st);
 bool file_locked(int fd);
 void load_fds(struct fd_list *l, int32_t pid);
+void proc_info(struct proc_info *pi, int32_t pid, bool alive);
 
 #endif
