@@ -792,6 +792,7 @@ Test(cli, check_fs_refusals)
  */
 Test(cli, stats_top_files_by_waits)
 {
+	char key[PATH_MAX + 4];
 	struct rs_run r;
 	char *base = rs_make_base("/dev/shm", "rs-cli-waits."), stats_env[PATH_MAX + 32];
 	char a[PATH_MAX], b[PATH_MAX], c[PATH_MAX], fa[PATH_MAX + 8], fb[PATH_MAX + 8];
@@ -829,10 +830,13 @@ Test(cli, stats_top_files_by_waits)
 	cr_assert(strstr(r.out, "top files by lock waits ("), "no file ranking:\n%s", r.out);
 	cr_assert_null(strstr(r.out, c), "C had no wait but is listed:\n%s", r.out);
 	/* WAITS LOCK_WAITS NODE_WAITS WAIT_MS PROCS PATH */
-	cr_assert_eq(line_fields(r.out, a, f, 8), 6, "A not listed:\n%s", r.out);
+	/* The row, not the job's command line, which names A too. */
+	snprintf(key, sizeof key, " %s\n", a);
+	cr_assert_eq(line_fields(r.out, key, f, 8), 7, "A not listed:\n%s", r.out);
 	cr_assert_gt(atoll(f[2]), 0, "A's waits are node waits:\n%s", r.out);
 	cr_assert_geq(atoi(f[4]), 1, "%s", r.out);
-	cr_assert_eq(line_fields(r.out, b, f, 8), 6, "B not listed:\n%s", r.out);
+	snprintf(key, sizeof key, " %s\n", b);
+	cr_assert_eq(line_fields(r.out, key, f, 8), 7, "B not listed:\n%s", r.out);
 	cr_assert_gt(atoll(f[1]), 0, "B's waits are range-lock waits:\n%s", r.out);
 	cr_assert_eq(atoll(f[2]), 0, "B was used by one process only:\n%s", r.out);
 	cr_assert_eq(atoi(f[4]), 1, "%s", r.out);
@@ -897,7 +901,7 @@ Test(cli, stats_files_merge_and_rank)
 	p3 = strstr(r.out, "/x/low");
 	cr_assert(p1 && p2 && p3 && p1 < p3 && p3 < p2,
 		  "not ranked high (3 waits), low (2, 9 ms), mid (2, 5 ms):\n%s", r.out);
-	cr_assert(strstr(r.out, "           2            1            1          9.0     2  /x/low\n"),
+	cr_assert(strstr(r.out, "           2            1            1          9.0     2  1:2:5            /x/low\n"),
 		  "low merged over both reports:\n%s", r.out);
 	cr_assert_null(strstr(r.out, "low-other-name"), "%s", r.out);
 }
@@ -1566,4 +1570,83 @@ Test(cli, locks_like_lslocks)
 	cr_assert_eq(holder_finish(&h), 0);
 	unlink(other);
 	free(r);
+}
+
+/* The job summary: a header (command, start/end/wall, host, uid, batch
+ * job), processes without I/O folded into one line, programs left out by
+ * RANGESHIM_SKIP_CMDS / RANGESHIM_ONLY_CMDS named as not coordinated, and
+ * --json.  The control: the same job without the skip list, where cat's
+ * reads are coordinated and it is a row of its own. */
+Test(cli, stats_job_summary)
+{
+	char *base = rs_make_base("/tmp", "rs-cli-job."), cmd[PATH_MAX * 3], stats[PATH_MAX + 32];
+	char dir[PATH_MAX + 8], want[512];
+	struct rs_run *r = malloc(sizeof(*r)), *js = malloc(sizeof(*js));
+	const char *skip_env[] = { "SLURM_JOB_ID=4242", "RANGESHIM_SKIP_CMDS=cat,true",
+				   "RANGESHIM_LOG=info", NULL };
+	const char *plain_env[] = { "SLURM_JOB_ID=4242", NULL };
+
+	cr_assert(r && js);
+	snprintf(cmd, sizeof cmd, "dd if=/dev/zero of=%s bs=64k count=4 2>/dev/null; basename x >/dev/null; "
+		 "cat %s >/dev/null; /bin/true", data, data);
+	for (int leg = 0; leg < 2; leg++) {
+		snprintf(dir, sizeof dir, "%s/%d", base, leg);
+		snprintf(stats, sizeof stats, "--stats=%s/%%p.json", dir);
+		{
+			char *argv[] = { RS_CLI, "run", "--shm", shm_name, stats, "--", "/bin/sh", "-c",
+					 cmd, NULL };
+
+			run_cli(r, argv, leg ? plain_env : skip_env);
+		}
+		cr_assert_eq(r->status, 0, "run: %s", r->out);
+		if (!leg)
+			cr_expect(strstr(r->out, "cat is in RANGESHIM_SKIP_CMDS: its I/O is NOT coordinated"),
+				  "no info line for the skipped cat:\n%s", r->out);
+		{
+			char *argv[] = { RS_CLI, "stats", dir, NULL };
+			char *jargv[] = { RS_CLI, "stats", "--json", dir, NULL };
+
+			run_cli(r, argv, NULL);
+			run_cli(js, jargv, NULL);
+		}
+		cr_log_info("stats, %s:\n%s", leg ? "control" : "cat and true skipped", r->out);
+		cr_assert_eq(r->status, 0, "%s", r->out);
+		cr_assert_eq(js->status, 0, "%s", js->out);
+		snprintf(want, sizeof want, "  command:  /bin/sh -c dd if=/dev/zero of=%s", data);
+		cr_expect(strstr(r->out, want), "no command line in the header:\n%s", r->out);
+		cr_expect(strstr(r->out, "  start:    ") && strstr(r->out, " wall: "), "%s", r->out);
+		snprintf(want, sizeof want, "   uid: %u   batch job: 4242\n", (unsigned)getuid());
+		cr_expect(strstr(r->out, want), "no uid or batch job '%s':\n%s", want, r->out);
+		cr_expect(strstr(r->out, "without I/O on coordinated files: ") &&
+			  strstr(r->out, "basename (1)"), "basename not folded:\n%s", r->out);
+		cr_expect(!strstr(r->out, " basename         "), "basename has a row:\n%s", r->out);
+		cr_expect(strstr(r->out, " dd "), "dd has no row:\n%s", r->out);
+		cr_expect(strstr(js->out, "\"batch_job\": \"4242\"") &&
+			  strstr(js->out, "\"folded\": {") && strstr(js->out, "\"basename\": 1"),
+			  "--json:\n%s", js->out);
+		if (!leg) {
+			cr_expect(strstr(r->out, "NOT coordinated: ") && strstr(r->out, "cat (1)") &&
+				  strstr(r->out, "true (1)"), "cat and true not named as left out:\n%s",
+				  r->out);
+			cr_expect(!strstr(r->out, " cat    "), "a skipped cat has a row:\n%s", r->out);
+			cr_expect(strstr(js->out, "\"left_out\": {\"cat\": 1, \"true\": 1}") ||
+				  strstr(js->out, "\"left_out\": {\"true\": 1, \"cat\": 1}"),
+				  "--json left_out:\n%s", js->out);
+		} else {
+			cr_expect(strstr(r->out, " cat  "), "control: cat's reads have no row:\n%s", r->out);
+			cr_expect(!strstr(r->out, "NOT coordinated"), "control:\n%s", r->out);
+		}
+	}
+	{
+		/* A bad list: one line, and every program stays coordinated. */
+		char *argv[] = { RS_CLI, "run", "--shm", shm_name, "--", "/bin/true", NULL };
+
+		run_cli(r, argv, (const char *const[]){ "RANGESHIM_SKIP_CMDS=a/b", NULL });
+		cr_expect(strstr(r->out, "RANGESHIM_SKIP_CMDS='a/b' is not") &&
+			  strstr(r->out, "every program is coordinated"), "%s", r->out);
+	}
+	rs_rm_rf(base);
+	free(base);
+	free(r);
+	free(js);
 }

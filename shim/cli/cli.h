@@ -61,7 +61,7 @@ int cmd_check(const struct command *cmd, int argc, char **argv);
 
 /* stats.c: merge JSON reports (files, or directories of *.json) and print
  * the job summary; returns how many reports were read, -1 on no memory. */
-int stats_summary(FILE *out, char **paths, int npaths);
+int stats_summary(FILE *out, char **paths, int npaths, bool json);
 
 void usage(FILE *out);
 int usage_error(const char *fmt, const char *arg);

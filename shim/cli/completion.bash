@@ -62,7 +62,7 @@ _rangeshim()
             fi ;;
         stats)
             if [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W "-h --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "--json -h --help" -- "$cur"))
             else
                 COMPREPLY=($(compgen -f -- "$cur"))
             fi ;;

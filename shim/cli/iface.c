@@ -92,6 +92,9 @@ const struct iface_opt iface_opts[] = {
 	{ "clean", 0, "force", IA_NONE, NULL, NULL, OPT_FORCE,
 	  "also remove a table locked by something other than an attached process" },
 
+	{ "stats", 0, "json", IA_NONE, NULL, NULL, OPT_STATS_JSON,
+	  "one JSON object: the job, its totals, files and processes" },
+
 	{ "check", 0, "seconds", IA_REQUIRED, "S", NULL, OPT_SECONDS,
 	  "each of the two runs lasts S seconds (default 2)" },
 	{ "check", 0, "block", IA_REQUIRED, "SIZE", NULL, OPT_BLOCK,
@@ -123,6 +126,10 @@ const struct iface_env iface_envs[] = {
 	{ "RANGESHIM_STATS", NULL, "no report",
 	  "1: a summary on stderr at exit; a path (%p: the pid): a JSON report", "library" },
 	{ "RANGESHIM_LOG", "error warn info debug", "warn", "the log level", "library" },
+	{ "RANGESHIM_ONLY_CMDS", NULL, "every program",
+	  "coordinate only these programs (comma-separated names)", "library" },
+	{ "RANGESHIM_SKIP_CMDS", NULL, "none",
+	  "leave these programs uncoordinated, by choice (comma-separated names)", "library" },
 	{ "RANGESHIM_LIB", NULL, "found next to the command, in ../lib or ../lib/rangeshim",
 	  "the library run, env and check preload", "command" },
 };

@@ -200,7 +200,7 @@ static int run_with_summary(char **argv)
 		char *paths[] = { dir };
 
 		fflush(stderr);
-		stats_summary(stderr, paths, 1);
+		stats_summary(stderr, paths, 1, false);
 	}
 	/* Our directory, our files: remove the reports, then it. */
 	{
