@@ -1650,3 +1650,66 @@ Test(cli, stats_job_summary)
 	free(r);
 	free(js);
 }
+
+/* Bypasses said once by default: a process that stored through a
+ * writable shared mapping of a coordinated file, and one that set up
+ * io_uring, say so in one line at exit, at the default log level, naming
+ * the kind and (where the kind has one) the file.  Controls: the same
+ * programs on a file RANGESHIM_PATHS leaves out say nothing about it, and
+ * stdio (at info only) stays quiet. */
+Test(cli, bypass_said_once_at_exit)
+{
+	char *base = rs_make_base("/dev/shm", "rs-cli-bypass."), file[PATH_MAX], id[64];
+	char want[PATH_MAX + 256], paths[PATH_MAX + 32], shm[128];
+	struct rs_run *r = malloc(sizeof(*r));
+	struct stat st;
+	int fd;
+
+	cr_assert(r);
+	snprintf(file, sizeof file, "%s/mapped", base);
+	fd = open(file, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, 65536), 0);
+	close(fd);
+	cr_assert_eq(stat(file, &st), 0);
+	snprintf(id, sizeof id, "%u:%u:%llu", major(st.st_dev), minor(st.st_dev),
+		 (unsigned long long)st.st_ino);
+	snprintf(shm, sizeof shm, "RANGESHIM_SHM=%s", shm_name);
+	{
+		char *argv[] = { RS_HELPER("cov_probe"), "mmap", file, NULL };
+
+		rs_run(r, argv, (const char *const[]){ shm, NULL }, 1, 60);
+		cr_assert_eq(r->status, 0, "%s", r->out);
+		cr_expect_eq(count_of(r->out, "NOT coordinated"), 1, "not one line:\n%s", r->out);
+		snprintf(want, sizeof want, "NOT coordinated in this process: stores through a writable "
+			 "MAP_SHARED mapping of a coordinated file (2, first: file %s %s)", id, file);
+		cr_expect(strstr(r->out, want), "no '%s':\n%s", want, r->out);
+
+		snprintf(paths, sizeof paths, "RANGESHIM_PATHS=%s/elsewhere", base);
+		rs_run(r, argv, (const char *const[]){ shm, paths, NULL }, 1, 60);
+		cr_assert_eq(r->status, 0, "%s", r->out);
+		cr_expect(!strstr(r->out, "NOT coordinated"), "control: a file left out:\n%s", r->out);
+	}
+	{
+		char *argv[] = { RS_HELPER("cov_probe"), "uring", file, NULL };
+
+		rs_run(r, argv, (const char *const[]){ shm, NULL }, 1, 60);
+		if (strstr(r->out, "ENOSYS") || strstr(r->out, "not supported"))
+			cr_log_warn("io_uring unavailable here: %s", r->out);
+		else
+			cr_expect(strstr(r->out, "NOT coordinated in this process: I/O submitted through "
+					 "an io_uring ring (") && strstr(r->out, "files not known)"),
+				  "io_uring not said:\n%s", r->out);
+	}
+	{
+		char *argv[] = { RS_HELPER("cov_probe"), "stdio", file, NULL };
+
+		rs_run(r, argv, (const char *const[]){ shm, NULL }, 1, 60);
+		cr_assert_eq(r->status, 0, "%s", r->out);
+		cr_expect(!strstr(r->out, "NOT coordinated"), "stdio spoke at the default level:\n%s",
+			  r->out);
+	}
+	rs_rm_rf(base);
+	free(base);
+	free(r);
+}
