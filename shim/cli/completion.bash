@@ -68,7 +68,7 @@ _rangeshim()
             fi ;;
         check)
             if [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W "--seconds --block --readers --direct --processes --lib -h --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "--seconds --block --readers --direct --json --processes --lib -h --help" -- "$cur"))
             else
                 COMPREPLY=($(compgen -d -- "$cur"))
             fi ;;

@@ -101,6 +101,8 @@ const struct iface_opt iface_opts[] = {
 	  "bytes per write and read, suffix k or M (default 1M)" },
 	{ "check", 0, "readers", IA_REQUIRED, "N", NULL, OPT_READERS, "reader threads (default 1)" },
 	{ "check", 0, "direct", IA_NONE, NULL, NULL, OPT_DIRECT, "O_DIRECT reads and writes" },
+	{ "check", 0, "json", IA_NONE, NULL, NULL, OPT_CHECK_JSON,
+	  "one JSON object: both races, without and with the shim, and the verdict" },
 	{ "check", 0, "processes", IA_NONE, NULL, NULL, OPT_PROCS,
 	  "the writer in a process of its own (node scope), not a thread" },
 
