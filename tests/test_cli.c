@@ -1777,3 +1777,33 @@ Test(cli, check_appends_and_json)
 	free(base);
 	free(r);
 }
+
+/* run --stats names the program it started that could not be instrumented
+ * (a static binary writes no report); the control, a dynamic one, is not
+ * named. */
+Test(cli, run_stats_names_uninstrumented)
+{
+	struct rs_run r;
+	char tmpdir[PATH_MAX + 8], *base = rs_make_base("/tmp", "rs-cli-static.");
+	const char *env[] = { tmpdir, NULL };
+
+	if (access("/sbin/ldconfig", X_OK) != 0)
+		cr_skip_test("no /sbin/ldconfig to serve as a static binary");
+	snprintf(tmpdir, sizeof tmpdir, "TMPDIR=%s", base);
+	{
+		char *argv[] = { RS_CLI, "run", "--stats", "--", "/sbin/ldconfig", "--version", NULL };
+
+		run_cli(&r, argv, env);
+		cr_expect(strstr(r.out, "1 program of the job could not be instrumented: "
+				 "/sbin/ldconfig (statically linked"), "%s", r.out);
+	}
+	{
+		char *argv[] = { RS_CLI, "run", "--stats", "--", "/bin/true", NULL };
+
+		run_cli(&r, argv, env);
+		cr_expect(strstr(r.out, "rangeshim job summary: 1 process report(s)") &&
+			  !strstr(r.out, "could not be instrumented"), "control:\n%s", r.out);
+	}
+	rs_rm_rf(base);
+	free(base);
+}
