@@ -522,7 +522,7 @@ static const struct column {
 	{ "TYPE", 7, false, "NODE (table grant), CLUSTER (agent), POSIX, OFDLCK or FLOCK (kernel)" },
 	{ "START", 10, true, "first byte of the range" },
 	{ "END", 10, true, "last byte of the range (included, as lslocks), EOF: to infinity" },
-	{ "SIZE", 6, true, "bytes in the range (human-readable unless --bytes), EOF: to infinity" },
+	{ "SIZE", 6, true, "bytes in the range (lslocks: the file's size), human-readable unless --bytes" },
 };
 
 /* --bytes: SIZE in bytes. */

@@ -581,15 +581,32 @@ static void print_coverage_line(FILE *out, const struct job *j)
 }
 
 /* Did the process do coordinated I/O, or I/O the shim could not
- * coordinate?  The others are folded into one line. */
+ * coordinate?  The others are folded into one line.  stdio does not count:
+ * every shell reads its script through it, and the coverage line already
+ * says how often it happened. */
 static bool did_io(const struct report *r)
 {
 	if (value(r, "io_calls") || value(r, "bytes_read") || value(r, "bytes_written"))
 		return true;
 	for (unsigned i = 0; i < r->nkeys; i++)
-		if (!strncmp(r->key[i], "uncovered_", 10) && r->val[i])
+		if (!strncmp(r->key[i], "uncovered_", 10) && strcmp(r->key[i], "uncovered_stdio") &&
+		    r->val[i])
 			return true;
 	return false;
+}
+
+/* Bytes moved, then calls: the processes that matter first. */
+static int io_cmp(const void *a, const void *b)
+{
+	const struct report *x = *(const struct report *const *)a, *y = *(const struct report *const *)b;
+	unsigned long long bx = value(x, "bytes_read") + value(x, "bytes_written");
+	unsigned long long by = value(y, "bytes_read") + value(y, "bytes_written");
+
+	if (bx != by)
+		return bx < by ? 1 : -1;
+	if (value(x, "io_calls") != value(y, "io_calls"))
+		return value(x, "io_calls") < value(y, "io_calls") ? 1 : -1;
+	return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
 /* "bash (80), readlink (40)": the programs of the reports that match
@@ -643,33 +660,56 @@ static const char *const row_cols[] = { "io_calls", "lock_waits", "node_waits", 
 					"bytes_written" };
 #define NROW_COLS (sizeof(row_cols) / sizeof(row_cols[0]))
 
-/* One row per process that did I/O, the others folded into a line. */
+#define TOP_PROCS 16
+
+/* One row per process that did I/O, the most bytes first, at most
+ * TOP_PROCS of them and the rest summed on one line; the processes
+ * without I/O folded into another. */
 static void print_rows(FILE *out, const struct job *j)
 {
+	const struct report **io = calloc(j->nreports + 1, sizeof(*io));
 	struct tally *t;
 	unsigned shown = 0, folded = 0, nt;
 
-	for (unsigned i = 0; i < j->nreports; i++)
-		shown += did_io(&j->rep[i]) && !j->rep[i].skipped[0];
-	fprintf(out, "  processes with I/O (%u of %u):\n", shown, j->nreports);
+	if (!io)
+		return;
+	for (unsigned i = 0; i < j->nreports; i++) {
+		if (j->rep[i].skipped[0])
+			continue;
+		if (did_io(&j->rep[i]))
+			io[shown++] = &j->rep[i];
+		else
+			folded++;
+	}
+	qsort(io, shown, sizeof(*io), io_cmp);
+	fprintf(out, "  processes with I/O (%u of %u), most bytes first:\n", shown, j->nreports);
 	fprintf(out, "  %-8s %-16s", "PID", "PROGRAM");
 	for (size_t c = 0; c < NROW_COLS; c++)
 		fprintf(out, " %14s", row_cols[c]);
 	fputc('\n', out);
-	for (unsigned i = 0; i < j->nreports; i++) {
-		const struct report *r = &j->rep[i];
+	for (unsigned i = 0; i < shown && i < TOP_PROCS; i++) {
+		const struct report *r = io[i];
 		char prog[64];
 
-		if (!did_io(r) || r->skipped[0]) {
-			folded += !r->skipped[0];
-			continue;
-		}
 		escape_text(r->program[0] ? r->program : "-", prog, sizeof(prog));
 		fprintf(out, "  %-8ld %-16s", r->pid, prog);
 		for (size_t c = 0; c < NROW_COLS; c++)
 			fprintf(out, " %14llu", value(r, row_cols[c]));
 		fputc('\n', out);
 	}
+	if (shown > TOP_PROCS) {
+		unsigned long long sum[NROW_COLS] = { 0 };
+
+		for (unsigned i = TOP_PROCS; i < shown; i++)
+			for (size_t c = 0; c < NROW_COLS; c++)
+				sum[c] = sat_add(sum[c], value(io[i], row_cols[c]));
+		fprintf(out, "  %-8s %-16s", "+", "the other");
+		for (size_t c = 0; c < NROW_COLS; c++)
+			fprintf(out, " %14llu", sum[c]);
+		fprintf(out, "\n  (%u more process(es) with less I/O, summed above)\n",
+			shown - TOP_PROCS);
+	}
+	free(io);
 	nt = tally(j, 0, &t);
 	if (folded) {
 		fprintf(out, "  + %u process(es) without I/O on coordinated files: ", folded);
