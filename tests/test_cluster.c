@@ -370,7 +370,7 @@ Test(cluster, grace_period, .timeout = 120)
 	cr_log_info("grace_period: writer %s; reader %s; agent %s", w.out, r.out, ag.out);
 	cr_expect_eq(st, 0, "writer: %s", w.out);
 	cr_expect_null(strstr(ag.out, "lost the cluster locks"), "agent: %s", ag.out);
-	snprintf(name, sizeof name, "rs-clu-grace.%d (file", (int)getpid());
+	snprintf(name, sizeof name, "rs-clu-grace.%d for now", (int)getpid());
 	cr_expect(strstr(ag.out, "refuses lock requests on") && strstr(ag.out, name),
 		  "no line naming the file: %s", ag.out);
 	cr_expect_eq(count_lines(ag.out, "refuses lock requests"), 1, "agent: %s", ag.out);

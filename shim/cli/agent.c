@@ -89,12 +89,12 @@ static _Atomic int conns;
 static _Atomic uint64_t last_activity_ns;
 static int verbose;
 
-/* Files as everywhere else (fileid.h); the path only when someone reads
- * the lines (--foreground), as finding it scans our descriptors. */
+/* Files as everywhere else (fileid.h).  The path only in the rare error
+ * lines: finding it scans our descriptors, and the --foreground lines are
+ * printed on the paths that serve pins, where that scan's time changed
+ * what the cluster tests' rigs observe. */
 #define FILE_ID(d, i) rs_file_id((char[RS_FILE_ID_LEN]){ 0 }, RS_FILE_ID_LEN, (d), (i))
-#define FILE_NAME(d, i)                                                                     \
-	(verbose ? rs_file_name((char[RS_FILE_NAME_LEN]){ 0 }, RS_FILE_NAME_LEN, (d), (i)) :  \
-		   FILE_ID((d), (i)))
+#define FILE_NAME(d, i) rs_file_name((char[RS_FILE_NAME_LEN]){ 0 }, RS_FILE_NAME_LEN, (d), (i))
 static uint32_t openings;   /* files_mu */
 
 static uint64_t now_ns(void)
@@ -334,7 +334,7 @@ static int make_room(void)
 	v->evicting = 1;
 	pthread_mutex_unlock(&files_mu);
 	forget(v);
-	say("file %s given back (room for another)", FILE_NAME(v->dev, v->ino));
+	say("file %s given back (room for another)", FILE_ID(v->dev, v->ino));
 	pthread_mutex_lock(&files_mu);
 	v->used = 0;
 	v->evicting = 0;
@@ -411,7 +411,7 @@ again:
 			p.warn_fn = grace_warn;
 			rs_cl_init(&f->cl, own, &p);
 			f->has_poller = pthread_create(&f->poller, NULL, file_poller, f) == 0;
-			say("file %s opened%s", FILE_NAME(dev, ino),
+			say("file %s opened%s", FILE_ID(dev, ino),
 			    ro ? " read-only (read locks only)" : "");
 		} else if (own >= 0) {
 			close(own);
@@ -460,7 +460,7 @@ static void adopt(struct afile *f, int old)
 			"%s\n", (int)getpid(), strerror(errno));
 	undrain(f);
 	pthread_mutex_unlock(&f->cl.mu);
-	say("file %s: took over a dead agent's description", FILE_NAME(f->dev, f->ino));
+	say("file %s: took over a dead agent's description", FILE_ID(f->dev, f->ino));
 }
 
 /* How long one listing waits for the caches of all files together. */
@@ -774,7 +774,7 @@ static int tick(void)
 			 * files_mu). */
 			forget(f);
 			f->used = 0;
-			say("file %s given back (idle)", FILE_NAME(f->dev, f->ino));
+			say("file %s given back (idle)", FILE_ID(f->dev, f->ino));
 		}
 		pthread_mutex_unlock(&files_mu);
 	}
