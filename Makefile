@@ -71,7 +71,7 @@ $(FAULTLIB): tests/helpers/lib/fault_fcntl.c
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) -fPIC -shared -o $@ $< -ldl
 
-$(BUILD)/tests/test_%: tests/test_%.c $(UNIT_SRCS) $(wildcard tests/*.h) $(wildcard shim/*.h)
+$(BUILD)/tests/test_%: tests/test_%.c $(UNIT_SRCS) $(wildcard tests/*.h) $(wildcard shim/*.h) $(wildcard shim/cli/iface.*)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DRS_BUILD_DIR='"$(abspath $(BUILD))"' -DRS_SAN='"$(SAN)"' -DRS_SRC_DIR='"$(abspath .)"' \
 	    -o $@ $< $(UNIT_SRCS) $(LDFLAGS) -lcriterion -lpthread -ldl

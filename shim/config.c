@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include <errno.h>
 #include <fnmatch.h>
 #include <stdio.h>
 #include <string.h>
@@ -156,6 +157,64 @@ static void load_cluster_fs(struct rs_config *c, const char *v)
 	strcpy(c->cluster_fs, v);
 }
 
+/* Is name one of the comma-separated list? */
+static int listed(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = list; *p; p += strcspn(p, ","), p += *p == ',')
+		if (strcspn(p, ",") == n && !strncmp(p, name, n))
+			return 1;
+	return 0;
+}
+
+/*
+ * RANGESHIM_ONLY_CMDS and RANGESHIM_SKIP_CMDS, after libfaketime's
+ * FAKETIME_ONLY_CMDS and FAKETIME_SKIP_CMDS: program names (the last part
+ * of argv[0], as ps shows them), comma-separated.  A program left out runs
+ * uncoordinated because the user asked for it, and says so (info); a bad
+ * list, or both lists, leaves every program in: coordinating more is the
+ * safe side.
+ */
+static void load_cmds(struct rs_config *c, const char *only, const char *skip, const char *prog)
+{
+	const char *what = NULL;
+
+	c->only_cmds[0] = c->skip_cmds[0] = '\0';
+	c->skipped = 0;
+	if (only && *only && skip && *skip) {
+		rs_log(RS_LOG_ERROR, "RANGESHIM_ONLY_CMDS and RANGESHIM_SKIP_CMDS are both set; "
+		       "ignoring both: every program is coordinated");
+		return;
+	}
+	for (int i = 0; i < 2; i++) {
+		const char *v = i ? skip : only, *var = i ? "RANGESHIM_SKIP_CMDS" : "RANGESHIM_ONLY_CMDS";
+		char *dst = i ? c->skip_cmds : c->only_cmds;
+
+		if (!v || !*v)
+			continue;
+		if (strlen(v) >= sizeof(c->only_cmds) || v[0] == ',' || v[strlen(v) - 1] == ',' ||
+		    strstr(v, ",,") || strpbrk(v, "/ \t")) {
+			rs_log(RS_LOG_ERROR, "%s='%s' is not a comma-separated list of program names "
+			       "(at most %zu bytes, no '/' or blanks); ignoring it: every program is "
+			       "coordinated", var, v, sizeof(c->only_cmds) - 1);
+			return;
+		}
+		strcpy(dst, v);
+	}
+	if (!prog || !*prog)
+		return;
+	if (c->only_cmds[0] && !listed(c->only_cmds, prog))
+		what = "not in RANGESHIM_ONLY_CMDS";
+	else if (c->skip_cmds[0] && listed(c->skip_cmds, prog))
+		what = "in RANGESHIM_SKIP_CMDS";
+	if (!what || c->scope == RS_SCOPE_OFF)
+		return;
+	c->skipped = 1;
+	c->effective = RS_SCOPE_OFF;
+	rs_log(RS_LOG_INFO, "%s is %s: its I/O is NOT coordinated (the user's choice)", prog, what);
+}
+
 void rs_config_load(struct rs_config *c, const char *(*get)(const char *name))
 {
 	memset(c, 0, sizeof(*c));
@@ -168,6 +227,8 @@ void rs_config_load(struct rs_config *c, const char *(*get)(const char *name))
 	load_paths(c, get("RANGESHIM_PATHS"));
 	load_shm(c, get("RANGESHIM_SHM"));
 	load_cluster_fs(c, get("RANGESHIM_CLUSTER_FS"));
+	load_cmds(c, get("RANGESHIM_ONLY_CMDS"), get("RANGESHIM_SKIP_CMDS"),
+		  program_invocation_short_name);
 }
 
 static int under(const char *path, const char *prefix)

@@ -27,6 +27,13 @@ struct rs_config {
 	char shm_name[256];
 	char cluster_fs[256];         /* RANGESHIM_CLUSTER_FS, commas, no blanks */
 	char paths_buf[RS_PATHS_BUF];
+	/* RANGESHIM_ONLY_CMDS / RANGESHIM_SKIP_CMDS (as libfaketime's
+	 * FAKETIME_ONLY_CMDS / FAKETIME_SKIP_CMDS): comma-separated program
+	 * names.  skipped: this program is left out by the user's choice, so
+	 * effective is off; it says so at RANGESHIM_LOG=info and in its
+	 * report. */
+	char only_cmds[256], skip_cmds[256];
+	int skipped;
 };
 
 /* get(name) returns the value or NULL; normally getenv.  Every invalid

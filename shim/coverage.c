@@ -3,12 +3,17 @@
  * what was not protected instead of trusting a silent shim (issue 12).
  *
  * Each kind below is counted in the stats as uncovered_KIND and named on
- * stderr the first time it happens in a process, at RANGESHIM_LOG=info
- * (the default, warn, stays quiet: coreutils use stdio all the time).
+ * stderr the first time it happens in a process, at RANGESHIM_LOG=info.
+ * At the default level, one line at exit names the kinds that bypassed
+ * the locks of coordinated files in this process, with the first file of
+ * each (major:minor:inode and path, fileid.h) where the kind names one:
+ * io_uring, Linux AIO, POSIX AIO and writable shared mappings, which
+ * ordinary tools do not use.  stdio and splice stay at info: coreutils
+ * use stdio all the time, and every such line would cry wolf.
  * Nothing here changes what a call does: the wrappers make the real call
  * with the arguments they were given and return its result and errno.
- * When neither stats nor info logging is on they do nothing else, so the
- * fd table is left exactly as it was without them.
+ * stdio and splice are looked at only when stats or info logging is on,
+ * so that the default leaves the fd table as it was for them.
  *
  * What is counted, and when (docs/limitations.md says why each one is
  * out of reach):
@@ -46,6 +51,7 @@
 #include "log.h"
 #include "stats.h"
 #include "rawsyscall.h"
+#include "fileid.h"
 
 #define RS_EXPORT __attribute__((visibility("default")))
 
@@ -157,12 +163,20 @@ void rs_cov_resolve(void)
 static _Atomic int said[COV_NKINDS];
 /* Standard streams already counted (bits: stdin, stdout, stderr). */
 static _Atomic int std_counted;
+/* For the line at exit: how many of each kind, and the first file of
+ * each (claimed by the first to set named_state 1, readable at 2). */
+static _Atomic unsigned long seen_count[COV_NKINDS];
+static _Atomic int named_state[COV_NKINDS];
+static char first_file[COV_NKINDS][RS_FILE_NAME_LEN];
 
 void rs_cov_fork_child(void)
 {
 	atomic_store_explicit(&std_counted, 0, memory_order_relaxed);
-	for (int i = 0; i < COV_NKINDS; i++)
+	for (int i = 0; i < COV_NKINDS; i++) {
 		atomic_store_explicit(&said[i], 0, memory_order_relaxed);
+		atomic_store_explicit(&seen_count[i], 0, memory_order_relaxed);
+		atomic_store_explicit(&named_state[i], 0, memory_order_relaxed);
+	}
 }
 
 /* Is anyone listening?  Otherwise the wrappers only pass calls on.  Not
@@ -172,6 +186,18 @@ static inline int cov_on(void)
 {
 	return (RS_LOAD(rs_stats_on) || RS_LOAD(rs_log_level) >= RS_LOG_INFO) &&
 	       atomic_load_explicit(&rs_state, memory_order_acquire) == RS_READY;
+}
+
+/* The kinds the line at exit names are watched also when nobody listens. */
+static inline int said_at_exit(int kind)
+{
+	return kind != COV_stdio && kind != COV_splice;
+}
+
+static inline int cov_on_kind(int kind)
+{
+	return cov_on() || (said_at_exit(kind) &&
+			    atomic_load_explicit(&rs_state, memory_order_acquire) == RS_READY);
 }
 
 static void say(int kind, int fd)
@@ -192,11 +218,40 @@ static void say(int kind, int fd)
 			cov_what[kind], cov_name[kind]);
 }
 
+/* The first file of kind, for the line at exit. */
+static void name_first(int kind, int fd)
+{
+	struct stat st;
+	char path[RS_FILE_NAME_LEN - RS_FILE_ID_LEN], link[40];
+	int z = 0;
+	long n;
+
+	if (fd < 0 || !atomic_compare_exchange_strong(&named_state[kind], &z, 1))
+		return;
+	if (syscall(SYS_fstat, fd, &st) < 0) {
+		snprintf(first_file[kind], sizeof first_file[kind], "fd %d", fd);
+	} else {
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+		n = syscall(SYS_readlinkat, AT_FDCWD, link, path, sizeof(path) - 1);
+		path[n > 0 ? n : 0] = '\0';
+		rs_file_id(first_file[kind], sizeof first_file[kind], (uint64_t)st.st_dev,
+			   (uint64_t)st.st_ino);
+		if (n > 0) {
+			size_t l = strlen(first_file[kind]);
+
+			snprintf(first_file[kind] + l, sizeof first_file[kind] - l, " %s", path);
+		}
+	}
+	atomic_store_explicit(&named_state[kind], 2, memory_order_release);
+}
+
 /* One more of kind; fd (or -1) names the file in the info line. */
 static void noticed(int kind, int fd)
 {
 	int saved = errno;
 
+	atomic_fetch_add_explicit(&seen_count[kind], 1, memory_order_relaxed);
+	name_first(kind, fd);
 	switch (kind) {
 #define RS_COV_COUNT(k, what) case COV_##k: RS_COUNT(uncovered_##k, 1); break;
 	RS_COV_KINDS(RS_COV_COUNT)
@@ -269,7 +324,7 @@ static int coordinated(int fd, enum look how)
 
 static void notice_fd(int kind, int fd)
 {
-	if (cov_on() && coordinated(fd, CLASSIFY))
+	if (cov_on_kind(kind) && coordinated(fd, CLASSIFY))
 		noticed(kind, fd);
 }
 
@@ -326,7 +381,7 @@ RS_COV_AIO(aio_write64, struct aiocb64)
 	RS_COV_BEFORE(int, name,                                              \
 		      (int mode, cb_t *const list[], int n, struct sigevent *sig), \
 		      (mode, list, n, sig), -1,                               \
-		      if ((mode == LIO_WAIT || mode == LIO_NOWAIT) && cov_on()) \
+		      if ((mode == LIO_WAIT || mode == LIO_NOWAIT) && cov_on_kind(COV_posix_aio)) \
 			      for (int i = 0; i < n; i++)                     \
 				      if (list[i] && list[i]->aio_lio_opcode != LIO_NOP) \
 					      notice_fd(COV_posix_aio, list[i]->aio_fildes))
@@ -407,7 +462,7 @@ static inline __attribute__((always_inline)) int shared_writable(int prot, int f
 
 static void notice_map(void *p, int fd)
 {
-	if (p != MAP_FAILED && !RS_LOAD(rs_depth) && cov_on() &&
+	if (p != MAP_FAILED && !RS_LOAD(rs_depth) && cov_on_kind(COV_mmap) &&
 	    !rs_fd_private(fd) && coordinated(fd, CLASSIFY))
 		noticed(COV_mmap, fd);
 }
@@ -472,7 +527,7 @@ void rs_cov_syscall(long nr, long a, long b, long r)
 {
 	unsigned long ctx;
 
-	if ((unsigned long)r > -4096UL || !cov_on())
+	if ((unsigned long)r > -4096UL || !cov_on_kind(COV_io_uring))
 		return;		/* failed: nothing was made */
 	if (nr == SYS_io_uring_setup) {
 		remember(seen_uring, (unsigned long)r + 1);
@@ -602,16 +657,50 @@ static void scan_maps(void)
 	syscall(SYS_close, fd);
 }
 
+/*
+ * Once, at exit, at the default log level: what bypassed the locks of
+ * coordinated files here.  At info every kind was named when it first
+ * happened, so this would say it twice.
+ */
+static void say_at_exit(void)
+{
+	char line[1024];
+	size_t n = 0;
+
+	if (RS_LOAD(rs_log_level) >= RS_LOG_INFO)
+		return;
+	for (int k = 0; k < COV_NKINDS && n < sizeof line; k++) {
+		unsigned long c = atomic_load_explicit(&seen_count[k], memory_order_relaxed);
+
+		if (!c || !said_at_exit(k))
+			continue;
+		n += (size_t)snprintf(line + n, sizeof line - n, "%s%s (%lu", n ? "; " : "",
+				      cov_what[k], c);
+		if (n < sizeof line && atomic_load_explicit(&named_state[k], memory_order_acquire) == 2)
+			n += (size_t)snprintf(line + n, sizeof line - n, ", first: file %s",
+					      first_file[k]);
+		else if (n < sizeof line && (k == COV_io_uring || k == COV_aio))
+			n += (size_t)snprintf(line + n, sizeof line - n, ", files not known");
+		if (n < sizeof line)
+			n += (size_t)snprintf(line + n, sizeof line - n, ")");
+	}
+	if (n)
+		rs_warn("NOT coordinated in this process: %s", line);
+}
+
 void rs_cov_scan(void)
 {
 	int saved = errno;
 
-	if (!cov_on())
+	if (atomic_load_explicit(&rs_state, memory_order_acquire) != RS_READY)
 		return;
 	scan_fds();
 	scan_maps();
-	notice_std(&_IO_2_1_stdin_, LOOK_ONLY);
-	notice_std(&_IO_2_1_stdout_, LOOK_ONLY);
-	notice_std(&_IO_2_1_stderr_, LOOK_ONLY);
+	if (cov_on()) {
+		notice_std(&_IO_2_1_stdin_, LOOK_ONLY);
+		notice_std(&_IO_2_1_stdout_, LOOK_ONLY);
+		notice_std(&_IO_2_1_stderr_, LOOK_ONLY);
+	}
+	say_at_exit();
 	errno = saved;
 }

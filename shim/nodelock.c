@@ -113,6 +113,7 @@
 #include "futex.h"
 #include "log.h"
 #include "rangeshim/rangelock.h"
+#include "fileid.h"
 
 #define WAIT_SLICE_NS   (20ull * 1000 * 1000)
 #define LIVENESS_NS     (100ull * 1000 * 1000)
@@ -825,13 +826,13 @@ struct blocker {
 static void say_blocked(struct rs_nt *t, const struct rs_nt_req *r, const struct blocker *b,
 			uint64_t waited_ns)
 {
-	char who[160];
+	char who[160], file[RS_FILE_NAME_LEN];
 
 	rs_nt_describe(slot_pid(t->map.seg, b->owner), who, sizeof(who));
-	rs_log(RS_LOG_WARN, "blocked for %llu s on a node grant of file %llx:%llu bytes "
+	rs_log(RS_LOG_WARN, "blocked for %llu s on a node grant of file %s bytes "
 	       "[%llu, %llu), held by %s; waiting (no lock is given up while its holder lives)",
-	       (unsigned long long)(waited_ns / 1000000000ull), (unsigned long long)r->dev,
-	       (unsigned long long)r->ino, (unsigned long long)r->start,
+	       (unsigned long long)(waited_ns / 1000000000ull),
+	       rs_file_name(file, sizeof file, r->dev, r->ino), (unsigned long long)r->start,
 	       (unsigned long long)r->end, who);
 }
 

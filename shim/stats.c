@@ -18,7 +18,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config.h"
 #include "utf8.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 /* Per-file waits (filewaits.c): in the library, absent from the unit
  * tests that link this file alone. */
@@ -92,8 +99,21 @@ void rs_count_slow(size_t off, uint64_t n)
 				  memory_order_relaxed);
 }
 
+/* When this program image started counting (wall clock), for the job's
+ * start, end and wall time in `rangeshim stats`. */
+static uint64_t start_ns;
+
+static uint64_t wall_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 void rs_stats_init(void)
 {
+	start_ns = wall_ns();
 	if (!atomic_load(&key_ok) && pthread_key_create(&exit_key, thread_exit) == 0)
 		atomic_store_explicit(&key_ok, 1, memory_order_release);
 }
@@ -139,6 +159,59 @@ unsigned long rs_json_str(char *buf, unsigned long size, unsigned long n, const 
 	return n;
 }
 
+/* The command line, arguments joined by spaces (/proc/self/cmdline; raw
+ * system calls, no allocation: this runs at exit, also from _exit). */
+static void cmdline(char *out, size_t len)
+{
+	long fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/cmdline", O_RDONLY | O_CLOEXEC), got = 0;
+
+	out[0] = '\0';
+	if (fd < 0)
+		return;
+	got = syscall(SYS_read, fd, out, len - 1);
+	syscall(SYS_close, fd);
+	if (got <= 0)
+		return;
+	while (got > 0 && out[got - 1] == '\0')
+		got--;
+	for (long i = 0; i < got; i++)
+		if (out[i] == '\0')
+			out[i] = ' ';
+	out[got] = '\0';
+}
+
+/* What a job summary needs of the process: who, where, when, in which
+ * batch job, and whether the user left it out (RANGESHIM_*_CMDS). */
+static unsigned long job_fields(char *buf, unsigned long size, unsigned long n)
+{
+	const char *job = getenv("SLURM_JOB_ID"), *pbs = getenv("PBS_JOBID");
+	char host[256] = "", cmd[1024];
+
+	if (!job || !*job)
+		job = pbs && *pbs ? pbs : NULL;
+	if (gethostname(host, sizeof host - 1) < 0)
+		host[0] = '\0';
+	cmdline(cmd, sizeof cmd);
+	APPEND(", \"ppid\": %ld, \"uid\": %lu, \"start_ns\": %llu, \"end_ns\": %llu, \"host\": ",
+	       (long)getppid(), (unsigned long)getuid(), (unsigned long long)start_ns,
+	       (unsigned long long)wall_ns());
+	n = rs_json_str(buf, size, n, host);
+	APPEND("%s", ", \"cmdline\": ");
+	n = rs_json_str(buf, size, n, cmd);
+	APPEND("%s", ", \"job_id\": ");
+	if (job)
+		n = rs_json_str(buf, size, n, job);
+	else
+		APPEND("%s", "null");
+	APPEND("%s", ", \"skipped\": ");
+	if (rs_cfg.skipped)
+		n = rs_json_str(buf, size, n, rs_cfg.only_cmds[0] ? "not in RANGESHIM_ONLY_CMDS" :
+						     "in RANGESHIM_SKIP_CMDS");
+	else
+		APPEND("%s", "null");
+	return n;
+}
+
 int rs_stats_json(char *buf, unsigned long size, long pid)
 {
 	unsigned long n = 0;
@@ -147,6 +220,7 @@ int rs_stats_json(char *buf, unsigned long size, long pid)
 	/* argv[0]'s last part, set by glibc before any constructor runs;
 	 * a fork child keeps its parent's, as ps does. */
 	n = rs_json_str(buf, size, n, program_invocation_short_name ? program_invocation_short_name : "");
+	n = job_fields(buf, size, n);
 #define RS_STATS_JSON(name, doc) APPEND(", \"%s\": %llu", #name, RS_STATS_SUM(name));
 	RS_STATS_FIELDS(RS_STATS_JSON)
 #undef RS_STATS_JSON
@@ -161,6 +235,10 @@ int rs_stats_text(char *buf, unsigned long size, long pid)
 	unsigned long n = 0;
 
 	APPEND("rangeshim[%ld] stats:\n", pid);
+	if (rs_cfg.skipped)
+		APPEND("  %s is %s: its I/O was NOT coordinated (the user's choice)\n",
+		       program_invocation_short_name,
+		       rs_cfg.only_cmds[0] ? "not in RANGESHIM_ONLY_CMDS" : "in RANGESHIM_SKIP_CMDS");
 #define RS_STATS_TEXT(name, doc) APPEND("  %-19s %12llu  %s\n", #name, RS_STATS_SUM(name), doc);
 	RS_STATS_FIELDS(RS_STATS_TEXT)
 #undef RS_STATS_TEXT
@@ -172,6 +250,7 @@ int rs_stats_text(char *buf, unsigned long size, long pid)
 /* fork's child: the other threads are gone, and so are their counts. */
 void rs_stats_reset(void)
 {
+	start_ns = wall_ns();
 	for (int k = 0; k < RS_STATS_SLOTS; k++) {
 		memset((void *)&slots[k], 0, sizeof(slots[k]));
 		if (&slots[k] != rs_tstat)

@@ -43,6 +43,7 @@
  *                          top files by lock waits (a file with I/O but no
  *                          wait is the control), escaped program names.
  */
+#include <ctype.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -194,14 +195,15 @@ static int holder_finish(struct holder *h)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* A writer under the shim: node_probe closehold writes [0, 64 KiB). */
-static pid_t start_writer(void)
+/* A writer under the shim: node_probe closehold writes [0, 64 KiB);
+ * its stderr goes to log (NULL: nowhere). */
+static pid_t start_writer_to(const char *log)
 {
 	pid_t p = fork();
 
 	cr_assert_geq(p, 0);
 	if (p == 0) {
-		int null = open("/dev/null", O_WRONLY);
+		int null = log ? open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600) : open("/dev/null", O_WRONLY);
 
 		dup2(null, 1);
 		dup2(null, 2);
@@ -215,6 +217,11 @@ static pid_t start_writer(void)
 		_exit(127);
 	}
 	return p;
+}
+
+static pid_t start_writer(void)
+{
+	return start_writer_to(NULL);
 }
 
 static int cli(struct rs_run *r, const char *cmd, const char *opt)
@@ -785,6 +792,7 @@ Test(cli, check_fs_refusals)
  */
 Test(cli, stats_top_files_by_waits)
 {
+	char key[PATH_MAX + 4];
 	struct rs_run r;
 	char *base = rs_make_base("/dev/shm", "rs-cli-waits."), stats_env[PATH_MAX + 32];
 	char a[PATH_MAX], b[PATH_MAX], c[PATH_MAX], fa[PATH_MAX + 8], fb[PATH_MAX + 8];
@@ -822,10 +830,13 @@ Test(cli, stats_top_files_by_waits)
 	cr_assert(strstr(r.out, "top files by lock waits ("), "no file ranking:\n%s", r.out);
 	cr_assert_null(strstr(r.out, c), "C had no wait but is listed:\n%s", r.out);
 	/* WAITS LOCK_WAITS NODE_WAITS WAIT_MS PROCS PATH */
-	cr_assert_eq(line_fields(r.out, a, f, 8), 6, "A not listed:\n%s", r.out);
+	/* The row, not the job's command line, which names A too. */
+	snprintf(key, sizeof key, " %s\n", a);
+	cr_assert_eq(line_fields(r.out, key, f, 8), 7, "A not listed:\n%s", r.out);
 	cr_assert_gt(atoll(f[2]), 0, "A's waits are node waits:\n%s", r.out);
 	cr_assert_geq(atoi(f[4]), 1, "%s", r.out);
-	cr_assert_eq(line_fields(r.out, b, f, 8), 6, "B not listed:\n%s", r.out);
+	snprintf(key, sizeof key, " %s\n", b);
+	cr_assert_eq(line_fields(r.out, key, f, 8), 7, "B not listed:\n%s", r.out);
 	cr_assert_gt(atoll(f[1]), 0, "B's waits are range-lock waits:\n%s", r.out);
 	cr_assert_eq(atoll(f[2]), 0, "B was used by one process only:\n%s", r.out);
 	cr_assert_eq(atoi(f[4]), 1, "%s", r.out);
@@ -890,7 +901,7 @@ Test(cli, stats_files_merge_and_rank)
 	p3 = strstr(r.out, "/x/low");
 	cr_assert(p1 && p2 && p3 && p1 < p3 && p3 < p2,
 		  "not ranked high (3 waits), low (2, 9 ms), mid (2, 5 ms):\n%s", r.out);
-	cr_assert(strstr(r.out, "           2            1            1          9.0     2  /x/low\n"),
+	cr_assert(strstr(r.out, "           2            1            1          9.0     2  1:2:5            /x/low\n"),
 		  "low merged over both reports:\n%s", r.out);
 	cr_assert_null(strstr(r.out, "low-other-name"), "%s", r.out);
 }
@@ -939,4 +950,860 @@ Test(cli, check_processes_needs_node_scope)
 	cr_assert(strstr(r.out, "does not coordinate processes"), "%s", r.out);
 	cr_assert_eq(rmdir(base), 0, "check left files in %s", base);
 	mkdir(base, 0700);
+}
+
+/* ---- the interface, declared once (shim/cli/iface.c), and its docs ---- */
+
+#include "cli/iface.c"
+
+/* s with roff's "\-" as "-" (malloc'd). */
+static char *unroff(const char *s)
+{
+	char *o = malloc(strlen(s) + 1), *q = o;
+
+	cr_assert(o);
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] == '-')
+			s++;
+		*q++ = *s;
+	}
+	*q = '\0';
+	return o;
+}
+
+static char *read_src(const char *rel)
+{
+	char path[PATH_MAX];
+	char *s;
+
+	snprintf(path, sizeof path, "%s/%s", RS_SRC_DIR, rel);
+	s = rs_read_file(path, NULL);
+	cr_assert(s, "cannot read %s", path);
+	return s;
+}
+
+/* The text from the first line starting with `from` up to the next line
+ * starting with any of `to` (NULL-terminated), malloc'd, or NULL. */
+static char *part(const char *doc, const char *from, const char *const *to)
+{
+	const char *b = NULL, *e = NULL;
+
+	for (const char *l = doc; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		if (!b) {
+			if (!strncmp(l, from, strlen(from)))
+				b = l;
+			continue;
+		}
+		for (const char *const *t = to; *t && !e; t++)
+			if (!strncmp(l, *t, strlen(*t)))
+				e = l;
+		if (e)
+			break;
+	}
+	if (!b)
+		return NULL;
+	if (!e)
+		e = b + strlen(b);
+	return strndup(b, (size_t)(e - b));
+}
+
+/* Does text contain the option word w ("--json", "-J") on its own (not
+ * inside a longer option or word)? */
+static bool has_word(const char *text, const char *w)
+{
+	size_t n = strlen(w);
+
+	for (const char *p = strstr(text, w); p; p = strstr(p + 1, w)) {
+		bool before = p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '-' ||
+					     p[-1] == '_');
+		bool after = !(isalnum((unsigned char)p[n]) || p[n] == '-' || p[n] == '_');
+
+		if (before && after)
+			return true;
+	}
+	return false;
+}
+
+/* Is "--name" an option of one of cmds (space-separated)? */
+static bool declared_long(const char *name, const char *cmds)
+{
+	for (size_t i = 0; i < iface_nopts; i++) {
+		const struct iface_opt *o = &iface_opts[i];
+
+		if (!o->long_name || strcmp(o->long_name, name))
+			continue;
+		for (const char *p = cmds; *p; p += strcspn(p, " "), p += strspn(p, " ")) {
+			char c[16];
+
+			snprintf(c, sizeof c, "%.*s", (int)strcspn(p, " "), p);
+			if (iface_takes(o, c))
+				return true;
+		}
+	}
+	return false;
+}
+
+/* Every "--word" in text (not "--" alone) is an option of one of cmds;
+ * the strays are listed in bad. */
+static int strays(const char *text, const char *cmds, char *bad, size_t len)
+{
+	int n = 0;
+
+	bad[0] = '\0';
+	for (const char *p = strstr(text, "--"); p; p = strstr(p + 2, "--")) {
+		char w[64];
+		size_t k = 0;
+
+		if ((p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '-')) ||
+		    !islower((unsigned char)p[2]))
+			continue;
+		for (const char *q = p + 2; (islower((unsigned char)*q) || *q == '-') && k < 63; q++)
+			w[k++] = *q;
+		while (k && w[k - 1] == '-')
+			k--;
+		w[k] = '\0';
+		if (!declared_long(w, cmds)) {
+			n++;
+			snprintf(bad + strlen(bad), len - strlen(bad), " --%s", w);
+		}
+	}
+	return n;
+}
+
+/* Each option of cmd is in text, as its short and its long form; the
+ * missing ones are listed in miss.  skip_help: --help need not be. */
+static int missing(const char *text, const char *cmd, bool skip_help, bool both,
+		   char *miss, size_t len)
+{
+	int n = 0;
+
+	miss[0] = '\0';
+	for (size_t i = 0; i < iface_nopts; i++) {
+		const struct iface_opt *o = &iface_opts[i];
+		char l[64] = "", s[4] = "";
+
+		if (!iface_takes(o, cmd) || (skip_help && o->val == 'h'))
+			continue;
+		if (o->long_name)
+			snprintf(l, sizeof l, "--%s", o->long_name);
+		if (o->short_name)
+			snprintf(s, sizeof s, "-%c", o->short_name);
+		if ((*l && !has_word(text, l) && (both || !*s || !has_word(text, s))) ||
+		    (*s && both && !has_word(text, s))) {
+			n++;
+			snprintf(miss + strlen(miss), len - strlen(miss), " %s%s%s", s, *s && *l ? "/" : "", l);
+		}
+	}
+	return n;
+}
+
+/* Every value of a choice option or variable is in text. */
+static int missing_choices(const char *text, const char *choices, char *miss, size_t len)
+{
+	int n = 0;
+
+	miss[0] = '\0';
+	for (const char *p = choices; p && *p; p += strspn(p, " ")) {
+		char w[32];
+		size_t k = strcspn(p, " ");
+
+		snprintf(w, sizeof w, "%.*s", (int)k, p);
+		p += k;
+		if (!has_word(text, w)) {
+			n++;
+			snprintf(miss + strlen(miss), len - strlen(miss), " %s", w);
+		}
+	}
+	return n;
+}
+
+/* Every RANGESHIM_X in text is a declared variable. */
+static int stray_vars(const char *text, char *bad, size_t len)
+{
+	int n = 0;
+
+	bad[0] = '\0';
+	for (const char *p = strstr(text, "RANGESHIM_"); p; p = strstr(p + 1, "RANGESHIM_")) {
+		char w[64];
+		size_t k = strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_");
+
+		if (k <= 10 || k >= sizeof w)
+			continue;
+		snprintf(w, sizeof w, "%.*s", (int)k, p);
+		while (w[strlen(w) - 1] == '_')
+			w[strlen(w) - 1] = '\0';
+		if (!iface_env(w) && strlen(w) > 10) {
+			n++;
+			snprintf(bad + strlen(bad), len - strlen(bad), " %s", w);
+		}
+	}
+	return n;
+}
+
+/* `rangeshim CMD --help` of every subcommand: its own usage line, every
+ * option it declares (short and long), the values of each choice, and no
+ * option it does not take. */
+Test(cli, interface_help_agrees)
+{
+	char bad[1024];
+
+	for (size_t i = 0; i < iface_ncmds; i++) {
+		const char *cmd = iface_cmds[i].name;
+		char *argv[] = { RS_CLI, (char *)cmd, "--help", NULL }, want[64];
+		struct rs_run r;
+
+		rs_run(&r, argv, NULL, 0, 30);
+		cr_assert_eq(r.status, 0, "%s --help: exit %d\n%s", cmd, r.status, r.out);
+		snprintf(want, sizeof want, "usage: rangeshim %s ", cmd);
+		cr_expect(!strncmp(r.out, want, strlen(want)), "%s --help is not its own:\n%s", cmd, r.out);
+		cr_expect(!missing(r.out, cmd, false, true, bad, sizeof bad),
+			  "%s --help omits%s", cmd, bad);
+		cr_expect(!strays(r.out, cmd, bad, sizeof bad), "%s --help names%s, not options of %s",
+			  cmd, bad, cmd);
+		for (size_t k = 0; k < iface_nopts; k++)
+			if (iface_takes(&iface_opts[k], cmd))
+				cr_expect(!missing_choices(r.out, iface_opts[k].choices, bad, sizeof bad),
+					  "%s --help: --%s omits the values%s", cmd,
+					  iface_opts[k].long_name, bad);
+	}
+}
+
+/* completion.bash offers exactly the declared subcommands, each one's
+ * options, and the values of each choice option. */
+Test(cli, interface_completion_agrees)
+{
+	char *comp = read_src("shim/cli/completion.bash"), bad[1024], want[512] = "";
+	const char *p = strstr(comp, "local commands=\"");
+
+	cr_assert(p, "completion.bash: no commands list");
+	for (size_t i = 0; i < iface_ncmds; i++)
+		snprintf(want + strlen(want), sizeof want - strlen(want), "%s ", iface_cmds[i].name);
+	strcat(want, "help\"");
+	cr_expect(!strncmp(p + strlen("local commands=\""), want, strlen(want)),
+		  "completion.bash commands: %.80s, want %s", p, want);
+	for (size_t i = 0; i < iface_ncmds; i++) {
+		const char *cmd = iface_cmds[i].name;
+		char head[32], *block, *tail;
+		const char *const ends[] = { "        run)", "        env)", "        locks)",
+					     "        stats)", "        check)", "        agent)",
+					     "        clean)", "    esac", NULL };
+
+		snprintf(head, sizeof head, "        %s)", cmd);
+		block = part(comp, head, ends);
+		cr_assert(block, "completion.bash has no case for %s", cmd);
+		tail = strchr(block, '\n');	/* from after the case label */
+		cr_expect(!missing(tail ? tail : "", cmd, false, true, bad, sizeof bad),
+			  "completion of %s omits%s", cmd, bad);
+		cr_expect(!strays(tail ? tail : "", cmd, bad, sizeof bad),
+			  "completion of %s offers%s, not options of %s", cmd, bad, cmd);
+		free(block);
+	}
+	for (size_t k = 0; k < iface_nopts; k++) {
+		const struct iface_opt *o = &iface_opts[k];
+		char head[64], *line;
+
+		if (!o->choices)
+			continue;
+		snprintf(head, sizeof head, "        --%s)", o->long_name);
+		line = part(comp, head, (const char *const[]){ "        -", "    esac", NULL });
+		cr_assert(line, "completion.bash offers no values for --%s", o->long_name);
+		cr_expect(strstr(line, o->choices), "completion of --%s: %s, want \"%s\"",
+			  o->long_name, line, o->choices);
+		free(line);
+	}
+	free(comp);
+}
+
+/* rangeshim(1): every subcommand in SYNOPSIS, in a section of its own that
+ * names every option it takes and no other, and in EXIT STATUS; the
+ * command's variables in ENVIRONMENT. */
+Test(cli, interface_man1_agrees)
+{
+	char *raw = read_src("docs/man/rangeshim.1"), *man = unroff(raw), bad[1024];
+	const char *const sh[] = { ".SH", ".SS", NULL }, *const sh_only[] = { ".SH", NULL };
+	char *syn = part(man, ".SH SYNOPSIS", sh_only), *ex = part(man, ".SH EXIT STATUS", sh_only);
+	char *envs = part(man, ".SH ENVIRONMENT", sh_only);
+
+	cr_assert(syn && ex && envs, "rangeshim.1 lacks SYNOPSIS, EXIT STATUS or ENVIRONMENT");
+	for (size_t i = 0; i < iface_ncmds; i++) {
+		const char *cmd = iface_cmds[i].name;
+		char want[64], *sec;
+
+		snprintf(want, sizeof want, ".SY rangeshim\n.B %s\n", cmd);
+		cr_expect(strstr(syn, want), "rangeshim.1 SYNOPSIS omits %s", cmd);
+		snprintf(want, sizeof want, ".B %s\n", cmd);
+		cr_expect(strstr(ex, want), "rangeshim.1 EXIT STATUS omits %s", cmd);
+		snprintf(want, sizeof want, ".SS %s ", cmd);
+		sec = part(man, want, sh);
+		cr_assert(sec, "rangeshim.1 has no section '%s'", want);
+		if (!strcmp(cmd, "env") && strstr(sec, "Same options as\n.BR run")) {
+			/* True only if env takes no option that run does not. */
+			for (size_t k = 0; k < iface_nopts; k++)
+				cr_expect(!iface_takes(&iface_opts[k], "env") ||
+					  iface_takes(&iface_opts[k], "run") ||
+					  (iface_opts[k].long_name &&
+					   declared_long(iface_opts[k].long_name, "run")),
+					  "rangeshim.1 says env has run's options; --%s is env's only",
+					  iface_opts[k].long_name);
+			free(sec);
+			sec = part(man, ".SS run ", sh);
+			cmd = "run";
+		}
+		cr_expect(!missing(sec, cmd, true, false, bad, sizeof bad),
+			  "rangeshim.1, %s: omits%s", cmd, bad);
+		cr_expect(!strays(sec, cmd, bad, sizeof bad), "rangeshim.1, %s: names%s, not its options",
+			  cmd, bad);
+		for (size_t k = 0; k < iface_nopts; k++)
+			if (iface_takes(&iface_opts[k], cmd))
+				cr_expect(!missing_choices(sec, iface_opts[k].choices, bad, sizeof bad),
+					  "rangeshim.1, %s --%s omits%s", cmd, iface_opts[k].long_name, bad);
+		free(sec);
+	}
+	for (size_t i = 0; i < iface_nenvs; i++)
+		if (!strcmp(iface_envs[i].reader, "command"))
+			cr_expect(strstr(envs, iface_envs[i].name), "rangeshim.1 ENVIRONMENT omits %s",
+				  iface_envs[i].name);
+	cr_expect(!stray_vars(man, bad, sizeof bad), "rangeshim.1 names undeclared%s", bad);
+	free(syn), free(ex), free(envs), free(man), free(raw);
+}
+
+/* rangeshim(7) and configuration.md: every variable, its values, and no
+ * other; configuration.md also every subcommand and option. */
+Test(cli, interface_man7_config_agree)
+{
+	char *raw = read_src("docs/man/rangeshim.7"), *man = unroff(raw), bad[1024];
+	char *conf = read_src("docs/configuration.md");
+	char *syn = part(man, ".SH SYNOPSIS", (const char *const[]){ ".SH", NULL });
+
+	cr_assert(syn, "rangeshim.7 has no SYNOPSIS");
+	cr_expect(!strstr(syn, "/usr/local"), "rangeshim.7 SYNOPSIS hard-codes a prefix:\n%s", syn);
+	cr_expect(!stray_vars(man, bad, sizeof bad), "rangeshim.7 names undeclared%s", bad);
+	cr_expect(!stray_vars(conf, bad, sizeof bad), "configuration.md names undeclared%s", bad);
+	for (size_t i = 0; i < iface_nenvs; i++) {
+		const struct iface_env *e = &iface_envs[i];
+		char head[64], *sec;
+
+		snprintf(head, sizeof head, ".B %s\n", e->name);
+		if (!strcmp(e->reader, "library"))
+			cr_expect(strstr(man, head), "rangeshim.7 has no entry '.B %s'", e->name);
+		snprintf(head, sizeof head, "## %s\n", e->name);
+		sec = part(conf, head, (const char *const[]){ "## ", NULL });
+		cr_assert(sec, "configuration.md has no section %s", head);
+		cr_expect(!missing_choices(sec, e->choices, bad, sizeof bad),
+			  "configuration.md, %s omits%s", e->name, bad);
+		free(sec);
+	}
+	for (size_t i = 0; i < iface_ncmds; i++) {
+		const char *cmd = iface_cmds[i].name;
+		char want[64], *sec = NULL;
+
+		snprintf(want, sizeof want, "rangeshim %s ", cmd);
+		cr_expect(strstr(conf, want), "configuration.md never shows '%s'", want);
+		/* The "### ..." section whose title names the subcommand. */
+		for (const char *l = strstr(conf, "\n### "); l && !sec; l = strstr(l + 1, "\n### ")) {
+			char title[128];
+
+			snprintf(title, sizeof title, "%.*s", (int)strcspn(l + 5, "\n"), l + 5);
+			if (has_word(title, cmd))
+				sec = part(l + 1, "### ", (const char *const[]){ "## ", "### ", NULL });
+		}
+		cr_assert(sec, "configuration.md has no '### ' section naming %s", cmd);
+		cr_expect(!missing(sec, cmd, true, false, bad, sizeof bad),
+			  "configuration.md, %s: omits%s", cmd, bad);
+		for (size_t k = 0; k < iface_nopts; k++)
+			if (iface_takes(&iface_opts[k], cmd))
+				cr_expect(!missing_choices(sec, iface_opts[k].choices, bad, sizeof bad),
+					  "configuration.md, %s --%s omits%s", cmd,
+					  iface_opts[k].long_name, bad);
+		free(sec);
+	}
+	free(syn), free(man), free(raw), free(conf);
+}
+
+/* run checks every value before it starts anything: a bad one is one line
+ * naming the option and the value, exit 2, and CMD never ran (control: the
+ * same run with good values runs it).  --stats=PATH gets its directory
+ * made; the control, the same PATH through the variable alone, shows the
+ * library's "cannot write" that the check prevents. */
+Test(cli, run_validates_first)
+{
+	static const char *const bad[][2] = {
+		{ "--log", "loud" }, { "--shm", "no-slash" }, { "--shm", "/a/b" },
+		{ "--shm", "/.." }, { "--paths", "rel/dir:/tmp" }, { "--paths", ":::" },
+		{ "--scope", "nodes" }, { "--lock", "spin" },
+	};
+	char *base = rs_make_base("/tmp", "rs-cli-val."), marker[PATH_MAX], stats[PATH_MAX + 32];
+	char var[PATH_MAX + 48];
+	struct rs_run r;
+
+	snprintf(marker, sizeof marker, "%s/ran", base);
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char *argv[] = { RS_CLI, "run", (char *)bad[i][0], (char *)bad[i][1], "--", "touch",
+				 marker, NULL };
+		const char *nl;
+
+		run_cli(&r, argv, NULL);
+		nl = strchr(r.out, '\n');
+		cr_expect_eq(r.status, 2, "run %s %s: exit %d\n%s", bad[i][0], bad[i][1], r.status, r.out);
+		cr_expect(nl && !nl[1], "run %s %s: not one line:\n%s", bad[i][0], bad[i][1], r.out);
+		cr_expect(strstr(r.out, bad[i][0]) && strstr(r.out, bad[i][1]),
+			  "run %s %s: the line does not name both:\n%s", bad[i][0], bad[i][1], r.out);
+		cr_expect(!exists(marker), "run %s %s started the command", bad[i][0], bad[i][1]);
+	}
+	{
+		char *argv[] = { RS_CLI, "run", "--log", "info", "--shm", shm_name, "--paths", base,
+				 "--scope", "cluster", "--lock", "mutex", "--", "touch", marker, NULL };
+
+		run_cli(&r, argv, NULL);
+		cr_expect_eq(r.status, 0, "the control run failed: %d\n%s", r.status, r.out);
+		cr_expect(exists(marker), "the control run did not run the command");
+	}
+
+	snprintf(stats, sizeof stats, "%s/job/deep/%%p.json", base);
+	{
+		char *argv[] = { RS_CLI, "run", "--shm", shm_name, NULL, "--", "sh", "-c",
+				 "cat /dev/null; cat /dev/null", NULL };
+		char dir[PATH_MAX + 16];
+		DIR *d;
+		struct dirent *e;
+		int n = 0;
+
+		/* Control: the variable alone, the directory missing. */
+		snprintf(var, sizeof var, "RANGESHIM_STATS=%s", stats);
+		argv[4] = "--lib=" RS_LIB;
+		run_cli(&r, argv, (const char *const[]){ var, NULL });
+		cr_expect(strstr(r.out, "cannot write"), "control: no 'cannot write' line:\n%s", r.out);
+
+		snprintf(var, sizeof var, "--stats=%s", stats);
+		argv[4] = var;
+		run_cli(&r, argv, NULL);
+		cr_expect_eq(r.status, 0, "run --stats=%s: %d\n%s", stats, r.status, r.out);
+		cr_expect(!strstr(r.out, "cannot write"), "run --stats=PATH:\n%s", r.out);
+		snprintf(dir, sizeof dir, "%s/job/deep", base);
+		d = opendir(dir);
+		cr_assert(d, "run did not make %s", dir);
+		while ((e = readdir(d)))
+			n += strstr(e->d_name, ".json") != NULL;
+		closedir(d);
+		cr_expect(n >= 3, "%d reports in %s, want one per process (sh, cat, cat)", n, dir);
+	}
+	rs_rm_rf(base);
+	free(base);
+}
+
+/* One file, one spelling: the waiter's 5 s line and `locks` both name the
+ * file major:minor:inode (decimal) and by its path. */
+Test(cli, files_named_one_way)
+{
+	struct holder h;
+	struct rs_run *r = malloc(sizeof(*r));
+	char log[PATH_MAX], id[64], want[PATH_MAX + 80], *text = NULL;
+	struct stat st;
+	int status;
+	pid_t w;
+
+	cr_assert(r);
+	cr_assert_eq(stat(data, &st), 0);
+	snprintf(id, sizeof id, "%u:%u:%llu", major(st.st_dev), minor(st.st_dev),
+		 (unsigned long long)st.st_ino);
+	snprintf(log, sizeof log, "%s.writer-log", data);
+	holder_start(&h, 1, 0);
+	cr_assert_eq(waitpid(h.pid, &status, WUNTRACED), h.pid);
+	w = start_writer_to(log);
+	/* The waiter speaks after about 5 s; give it 20. */
+	for (int i = 0; i < 200; i++) {
+		free(text);
+		text = rs_read_file(log, NULL);
+		if (text && strstr(text, "blocked for"))
+			break;
+		usleep(100 * 1000);
+	}
+	cr_assert_eq(cli(r, "locks", NULL), 0, "%s", r->out);
+	kill(h.pid, SIGCONT);
+	cr_assert_eq(holder_finish(&h), 0);
+	waitpid(w, &status, 0);
+	cr_assert(text && strstr(text, "blocked for"), "the waiter never said it waited:\n%s",
+		  text ? text : "(no log)");
+	snprintf(want, sizeof want, "file %s %s ", id, data);
+	cr_expect(strstr(text, want), "the waiter's line does not say '%s':\n%s", want, text);
+	snprintf(want, sizeof want, "of file %s %s, ", id, data);
+	cr_expect(strstr(r->out, want), "locks' waiter line does not say '%s':\n%s", want, r->out);
+	{
+		char f[16][64];
+
+		cr_assert_geq(line_fields(r->out, " HELD ", f, 16), 12, "%s", r->out);
+		cr_expect_str_eq(f[10], id, "locks' DEV:INO is %s, not %s:\n%s", f[10], id, r->out);
+		cr_expect(strstr(r->out, data), "locks does not name %s:\n%s", data, r->out);
+	}
+	free(text);
+	unlink(log);
+	free(r);
+}
+
+/* A process of the job holding the kernel's own locks on a coordinated
+ * file (fcntl, OFD, flock), and one on a file nobody coordinates (the
+ * control: the kernel lists it, locks must not). */
+static pid_t kernel_locker(const char *other, int *release)
+{
+	int rp[2], cp[2];
+	pid_t p;
+	char c;
+
+	cr_assert_eq(pipe2(rp, O_CLOEXEC), 0);
+	cr_assert_eq(pipe2(cp, O_CLOEXEC), 0);
+	p = fork();
+	cr_assert_geq(p, 0);
+	if (p == 0) {
+		int a = open(data, O_RDWR), b = open(data, O_RDWR), d = open(data, O_RDONLY);
+		int o = open(other, O_RDWR | O_CREAT, 0600);
+		struct flock w = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 100 };
+		struct flock rd = { .l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 200, .l_len = 100 };
+		struct flock ow = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 10 };
+
+		if (a < 0 || b < 0 || d < 0 || o < 0 || fcntl(a, F_SETLK, &w) < 0 ||
+		    fcntl(b, F_OFD_SETLK, &rd) < 0 || flock(d, LOCK_SH) < 0 ||
+		    fcntl(o, F_SETLK, &ow) < 0)
+			_exit(2);
+		close(rp[0]);
+		close(cp[1]);
+		if (write(rp[1], "r", 1) != 1 || read(cp[0], &c, 1) < 0)
+			_exit(3);
+		_exit(0);
+	}
+	close(rp[1]);
+	close(cp[0]);
+	cr_assert_eq(read(rp[0], &c, 1), 1, "the kernel locker did not take its locks");
+	close(rp[0]);
+	*release = cp[1];
+	return p;
+}
+
+/* locks beside lslocks: its options (-J -n -r -u -b -o --output-all -H),
+ * START/END/SIZE, the kernel's locks on coordinated files as rows of
+ * their own kind, cluster lines only in cluster scope. */
+Test(cli, locks_like_lslocks)
+{
+	struct holder h;
+	struct rs_run *r = malloc(sizeof(*r));
+	char other[300], pid[16], id[64], want[128], *proc;
+	const char *node_env[] = { "RANGESHIM_SCOPE=node", NULL };
+	const char *cl_env[] = { "RANGESHIM_SCOPE=cluster", NULL };
+	struct stat st, ost;
+	int release, status;
+	pid_t k;
+
+	cr_assert(r);
+	snprintf(other, sizeof other, "%s.other", data);
+	holder_start(&h, 0, 0);
+	k = kernel_locker(other, &release);
+	snprintf(pid, sizeof pid, "%d", (int)k);
+	cr_assert_eq(stat(other, &ost), 0);
+	cr_assert_eq(stat(data, &st), 0);
+
+	/* The control: the kernel has the lock on the other file. */
+	{
+		/* /proc files have no size: read until the end. */
+		FILE *f = fopen("/proc/locks", "r");
+		size_t got = 0;
+
+		proc = calloc(1, 1 << 20);
+		cr_assert(f && proc);
+		got = fread(proc, 1, (1 << 20) - 1, f);
+		proc[got] = '\0';
+		fclose(f);
+	}
+	snprintf(want, sizeof want, "%02x:%02x:%llu ", major(ost.st_dev), minor(ost.st_dev),
+		 (unsigned long long)ost.st_ino);
+	cr_assert(proc && strstr(proc, want), "/proc/locks does not list %s:\n%s", want, proc);
+	free(proc);
+
+	locks_args(r, NULL);
+	cr_log_info("locks with kernel locks:\n%s", r->out);
+	cr_assert_eq(r->status, 0, "%s", r->out);
+	cr_expect(strstr(r->out, " POSIX:WRITE ") && strstr(r->out, " OFDLCK:READ ") &&
+		  strstr(r->out, " FLOCK:READ "), "no row for each kernel lock:\n%s", r->out);
+	snprintf(id, sizeof id, "%u:%u:%llu", major(ost.st_dev), minor(ost.st_dev),
+		 (unsigned long long)ost.st_ino);
+	cr_expect(!strstr(r->out, id), "locks lists the uncoordinated file %s:\n%s", id, r->out);
+	cr_expect(strstr(r->out, "3 kernel lock(s)"), "the summary does not count them:\n%s", r->out);
+	{
+		char f[16][64];
+
+		cr_assert_geq(line_fields(r->out, " POSIX:WRITE ", f, 16), 12, "%s", r->out);
+		cr_expect_str_eq(f[1], pid, "the POSIX row's pid %s, not %s", f[1], pid);
+		cr_expect_str_eq(f[9], "0-100", "the POSIX row's range %s", f[9]);
+	}
+
+	locks_args(r, "-J", NULL);
+	cr_expect(strstr(r->out, "\"kernel_locks\": [{") && strstr(r->out, "\"type\": \"OFDLCK\""),
+		  "-J has no kernel_locks:\n%s", r->out);
+	locks_args(r, "-n", "-r", "-b", "-u", "-o", "PID,TYPE,START,END,SIZE", NULL);
+	snprintf(want, sizeof want, "%d NODE 0 1048575 1048576\n", (int)h.pid);
+	cr_expect(strstr(r->out, want), "-n -r -b -o ... lacks '%s':\n%s", want, r->out);
+	snprintf(want, sizeof want, "%s POSIX 0 99 100\n", pid);
+	cr_expect(strstr(r->out, want), "-n -r -b -o ... lacks '%s':\n%s", want, r->out);
+	cr_expect(!strstr(r->out, "PID"), "-n printed a heading:\n%s", r->out);
+	locks_args(r, "--output-all", NULL);
+	cr_expect(strstr(r->out, " TYPE ") && strstr(r->out, " START ") && strstr(r->out, " END ") &&
+		  strstr(r->out, " SIZE"), "--output-all lacks TYPE/START/END/SIZE:\n%s", r->out);
+	cr_expect(strstr(r->out, " 1M"), "SIZE is not human-readable by default:\n%s", r->out);
+	locks_args(r, "-H", NULL);
+	cr_expect(r->status == 0 && strstr(r->out, "SIZE ") && strstr(r->out, "BLOCKER "),
+		  "-H: %d\n%s", r->status, r->out);
+
+	/* Cluster lines: none in node scope; the control, cluster scope
+	 * without an agent, says so. */
+	{
+		char *argv[] = { RS_CLI, "locks", "--shm", shm_name, NULL };
+
+		run_cli(r, argv, node_env);
+		cr_expect(!strstr(r->out, "cluster"), "node scope printed a cluster line:\n%s", r->out);
+		run_cli(r, argv, cl_env);
+		cr_expect(strstr(r->out, "cluster: "), "cluster scope: no line about the agent:\n%s",
+			  r->out);
+	}
+	cr_expect(!strstr(r->out, "(("), "doubled parentheses:\n%s", r->out);
+
+	close(release);
+	waitpid(k, &status, 0);
+	cr_expect_eq(WEXITSTATUS(status), 0);
+	cr_assert_eq(holder_finish(&h), 0);
+	unlink(other);
+	free(r);
+}
+
+/* The job summary: a header (command, start/end/wall, host, uid, batch
+ * job), processes without I/O folded into one line, programs left out by
+ * RANGESHIM_SKIP_CMDS / RANGESHIM_ONLY_CMDS named as not coordinated, and
+ * --json.  The control: the same job without the skip list, where cat's
+ * reads are coordinated and it is a row of its own. */
+Test(cli, stats_job_summary)
+{
+	char *base = rs_make_base("/tmp", "rs-cli-job."), cmd[PATH_MAX * 3], stats[PATH_MAX + 32];
+	char dir[PATH_MAX + 8], want[512];
+	struct rs_run *r = malloc(sizeof(*r)), *js = malloc(sizeof(*js));
+	const char *skip_env[] = { "SLURM_JOB_ID=4242", "RANGESHIM_SKIP_CMDS=cat,true",
+				   "RANGESHIM_LOG=info", NULL };
+	const char *plain_env[] = { "SLURM_JOB_ID=4242", NULL };
+
+	cr_assert(r && js);
+	snprintf(cmd, sizeof cmd, "dd if=/dev/zero of=%s bs=64k count=4 2>/dev/null; basename x >/dev/null; "
+		 "cat %s >/dev/null; /bin/true", data, data);
+	for (int leg = 0; leg < 2; leg++) {
+		snprintf(dir, sizeof dir, "%s/%d", base, leg);
+		snprintf(stats, sizeof stats, "--stats=%s/%%p.json", dir);
+		{
+			char *argv[] = { RS_CLI, "run", "--shm", shm_name, stats, "--", "/bin/sh", "-c",
+					 cmd, NULL };
+
+			run_cli(r, argv, leg ? plain_env : skip_env);
+		}
+		cr_assert_eq(r->status, 0, "run: %s", r->out);
+		if (!leg)
+			cr_expect(strstr(r->out, "cat is in RANGESHIM_SKIP_CMDS: its I/O is NOT coordinated"),
+				  "no info line for the skipped cat:\n%s", r->out);
+		{
+			char *argv[] = { RS_CLI, "stats", dir, NULL };
+			char *jargv[] = { RS_CLI, "stats", "--json", dir, NULL };
+
+			run_cli(r, argv, NULL);
+			run_cli(js, jargv, NULL);
+		}
+		cr_log_info("stats, %s:\n%s", leg ? "control" : "cat and true skipped", r->out);
+		cr_assert_eq(r->status, 0, "%s", r->out);
+		cr_assert_eq(js->status, 0, "%s", js->out);
+		snprintf(want, sizeof want, "  command:  /bin/sh -c dd if=/dev/zero of=%s", data);
+		cr_expect(strstr(r->out, want), "no command line in the header:\n%s", r->out);
+		cr_expect(strstr(r->out, "  start:    ") && strstr(r->out, " wall: "), "%s", r->out);
+		snprintf(want, sizeof want, "   uid: %u   batch job: 4242\n", (unsigned)getuid());
+		cr_expect(strstr(r->out, want), "no uid or batch job '%s':\n%s", want, r->out);
+		cr_expect(strstr(r->out, "without I/O on coordinated files: ") &&
+			  strstr(r->out, "basename (1)"), "basename not folded:\n%s", r->out);
+		cr_expect(!strstr(r->out, " basename         "), "basename has a row:\n%s", r->out);
+		cr_expect(strstr(r->out, " dd "), "dd has no row:\n%s", r->out);
+		cr_expect(strstr(js->out, "\"batch_job\": \"4242\"") &&
+			  strstr(js->out, "\"folded\": {") && strstr(js->out, "\"basename\": 1"),
+			  "--json:\n%s", js->out);
+		if (!leg) {
+			cr_expect(strstr(r->out, "NOT coordinated: ") && strstr(r->out, "cat (1)") &&
+				  strstr(r->out, "true (1)"), "cat and true not named as left out:\n%s",
+				  r->out);
+			cr_expect(!strstr(r->out, " cat    "), "a skipped cat has a row:\n%s", r->out);
+			cr_expect(strstr(js->out, "\"left_out\": {\"cat\": 1, \"true\": 1}") ||
+				  strstr(js->out, "\"left_out\": {\"true\": 1, \"cat\": 1}"),
+				  "--json left_out:\n%s", js->out);
+		} else {
+			cr_expect(strstr(r->out, " cat  "), "control: cat's reads have no row:\n%s", r->out);
+			cr_expect(!strstr(r->out, "NOT coordinated"), "control:\n%s", r->out);
+		}
+	}
+	{
+		/* A bad list: one line, and every program stays coordinated. */
+		char *argv[] = { RS_CLI, "run", "--shm", shm_name, "--", "/bin/true", NULL };
+
+		run_cli(r, argv, (const char *const[]){ "RANGESHIM_SKIP_CMDS=a/b", NULL });
+		cr_expect(strstr(r->out, "RANGESHIM_SKIP_CMDS='a/b' is not") &&
+			  strstr(r->out, "every program is coordinated"), "%s", r->out);
+	}
+	rs_rm_rf(base);
+	free(base);
+	free(r);
+	free(js);
+}
+
+/* Bypasses said once by default: a process that stored through a
+ * writable shared mapping of a coordinated file, and one that set up
+ * io_uring, say so in one line at exit, at the default log level, naming
+ * the kind and (where the kind has one) the file.  Controls: the same
+ * programs on a file RANGESHIM_PATHS leaves out say nothing about it, and
+ * stdio (at info only) stays quiet. */
+Test(cli, bypass_said_once_at_exit)
+{
+	char *base = rs_make_base("/dev/shm", "rs-cli-bypass."), file[PATH_MAX], id[64];
+	char want[PATH_MAX + 256], paths[PATH_MAX + 32], shm[128];
+	struct rs_run *r = malloc(sizeof(*r));
+	struct stat st;
+	int fd;
+
+	cr_assert(r);
+	snprintf(file, sizeof file, "%s/mapped", base);
+	fd = open(file, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, 65536), 0);
+	close(fd);
+	cr_assert_eq(stat(file, &st), 0);
+	snprintf(id, sizeof id, "%u:%u:%llu", major(st.st_dev), minor(st.st_dev),
+		 (unsigned long long)st.st_ino);
+	snprintf(shm, sizeof shm, "RANGESHIM_SHM=%s", shm_name);
+	{
+		char *argv[] = { RS_HELPER("cov_probe"), "mmap", file, NULL };
+
+		rs_run(r, argv, (const char *const[]){ shm, NULL }, 1, 60);
+		cr_assert_eq(r->status, 0, "%s", r->out);
+		cr_expect_eq(count_of(r->out, "NOT coordinated"), 1, "not one line:\n%s", r->out);
+		snprintf(want, sizeof want, "NOT coordinated in this process: stores through a writable "
+			 "MAP_SHARED mapping of a coordinated file (2, first: file %s %s)", id, file);
+		cr_expect(strstr(r->out, want), "no '%s':\n%s", want, r->out);
+
+		snprintf(paths, sizeof paths, "RANGESHIM_PATHS=%s/elsewhere", base);
+		rs_run(r, argv, (const char *const[]){ shm, paths, NULL }, 1, 60);
+		cr_assert_eq(r->status, 0, "%s", r->out);
+		cr_expect(!strstr(r->out, "NOT coordinated"), "control: a file left out:\n%s", r->out);
+	}
+	{
+		char *argv[] = { RS_HELPER("cov_probe"), "uring", file, NULL };
+
+		rs_run(r, argv, (const char *const[]){ shm, NULL }, 1, 60);
+		if (strstr(r->out, "ENOSYS") || strstr(r->out, "not supported"))
+			cr_log_warn("io_uring unavailable here: %s", r->out);
+		else
+			cr_expect(strstr(r->out, "NOT coordinated in this process: I/O submitted through "
+					 "an io_uring ring (") && strstr(r->out, "files not known)"),
+				  "io_uring not said:\n%s", r->out);
+	}
+	{
+		char *argv[] = { RS_HELPER("cov_probe"), "stdio", file, NULL };
+
+		rs_run(r, argv, (const char *const[]){ shm, NULL }, 1, 60);
+		cr_assert_eq(r->status, 0, "%s", r->out);
+		cr_expect(!strstr(r->out, "NOT coordinated"), "stdio spoke at the default level:\n%s",
+			  r->out);
+	}
+	rs_rm_rf(base);
+	free(base);
+	free(r);
+}
+
+/* check races O_APPEND writers too, and says so in text and --json.  The
+ * read-back must be able to see losses: the control is the same worker
+ * with lseek-then-write instead of O_APPEND, the race O_APPEND closes,
+ * run until it loses a record (bounded; skipped with its counts if this
+ * machine never interleaves them). */
+Test(cli, check_appends_and_json)
+{
+	char *base = rs_make_base("/dev/shm", "rs-cli-app."), file[PATH_MAX];
+	struct rs_run *r = malloc(sizeof(*r));
+	char lib[PATH_MAX + 8];
+	uint64_t lost = 0, runs = 0;
+	int fd;
+
+	cr_assert(r);
+	snprintf(lib, sizeof lib, "--lib=%s", RS_LIB);
+	{
+		char *argv[] = { RS_CLI, "check", lib, "--seconds", "0.5", "--block", "64k", base, NULL };
+
+		run_cli(r, argv, NULL);
+		cr_log_info("check:\n%s", r->out);
+		cr_assert_eq(r->status, 0, "%s", r->out);
+		cr_expect(strstr(r->out, "processes appending 65536-byte records with O_APPEND"),
+			  "%s", r->out);
+		cr_expect(strstr(r->out, "  appends without:  ") &&
+			  strstr(r->out, "  appends with:      0 of "), "%s", r->out);
+		cr_expect(strstr(r->out, " appended records interleaved, 0 lost\n"), "%s", r->out);
+		cr_expect(strstr(r->out, " Appends: "), "the verdict says nothing of appends:\n%s",
+			  r->out);
+	}
+	{
+		char *argv[] = { RS_CLI, "check", "--json", lib, "--seconds", "0.5", "--block", "64k",
+				 base, NULL };
+
+		run_cli(r, argv, NULL);
+		cr_assert_eq(r->status, 0, "%s", r->out);
+		cr_expect(r->out[0] == '{' && strstr(r->out, "\"appends\": {\"writers\": 4, \"record\": 65536, ") &&
+			  strstr(r->out, "\"interleaved\": 0, \"lost\": 0, \"shim_loaded\": true") &&
+			  strstr(r->out, "\"verdict\": \"OK") && strstr(r->out, "\"exit\": 0}\n"),
+			  "--json:\n%s", r->out);
+		cr_expect(!strchr(strchr(r->out, '\n') + 1, '\n'), "--json is not one line:\n%s", r->out);
+	}
+	snprintf(file, sizeof file, "%s/seek", base);
+	fd = open(file, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	for (; runs < 20 && !lost; runs++) {
+		char *argv[] = { RS_CLI, "check", "--append-worker", file, "65536", "4", "0.5", "8388608",
+				 "seek", NULL };
+
+		run_cli(r, argv, NULL);
+		cr_assert_eq(r->status, 0, "%s", r->out);
+		cr_assert_geq(rs_field(r->out, "lost"), 0, "no lost= from the worker: %s", r->out);
+		lost = (uint64_t)rs_field(r->out, "lost");
+	}
+	if (!lost)
+		cr_skip_test("lseek-then-write lost no record in %llu runs here: %s",
+			     (unsigned long long)runs, r->out);
+	cr_log_info("the control lost %llu record(s) in run %llu: %s", (unsigned long long)lost,
+		    (unsigned long long)runs, r->out);
+	rs_rm_rf(base);
+	free(base);
+	free(r);
+}
+
+/* run --stats names the program it started that could not be instrumented
+ * (a static binary writes no report); the control, a dynamic one, is not
+ * named. */
+Test(cli, run_stats_names_uninstrumented)
+{
+	struct rs_run r;
+	char tmpdir[PATH_MAX + 8], *base = rs_make_base("/tmp", "rs-cli-static.");
+	const char *env[] = { tmpdir, NULL };
+
+	if (access("/sbin/ldconfig", X_OK) != 0)
+		cr_skip_test("no /sbin/ldconfig to serve as a static binary");
+	snprintf(tmpdir, sizeof tmpdir, "TMPDIR=%s", base);
+	{
+		char *argv[] = { RS_CLI, "run", "--stats", "--", "/sbin/ldconfig", "--version", NULL };
+
+		run_cli(&r, argv, env);
+		cr_expect(strstr(r.out, "1 program of the job could not be instrumented: "
+				 "/sbin/ldconfig (statically linked"), "%s", r.out);
+	}
+	{
+		char *argv[] = { RS_CLI, "run", "--stats", "--", "/bin/true", NULL };
+
+		run_cli(&r, argv, env);
+		cr_expect(strstr(r.out, "rangeshim job summary: 1 process report(s)") &&
+			  !strstr(r.out, "could not be instrumented"), "control:\n%s", r.out);
+	}
+	rs_rm_rf(base);
+	free(base);
 }

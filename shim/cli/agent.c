@@ -59,6 +59,8 @@
 #include <time.h>
 
 #include "clusteragent.h"
+#include "fileid.h"
+#include "table.h"
 #include "clusterlock.h"
 #include "log.h"
 #include "nodelock.h"
@@ -98,6 +100,13 @@ static struct rs_nt nt;
 static _Atomic int conns;
 static _Atomic uint64_t last_activity_ns;
 static int verbose;
+
+/* Files as everywhere else (fileid.h).  The path only in the rare error
+ * lines: finding it scans our descriptors, and the --foreground lines are
+ * printed on the paths that serve pins, where that scan's time changed
+ * what the cluster tests' rigs observe. */
+#define FILE_ID(d, i) rs_file_id((char[RS_FILE_ID_LEN]){ 0 }, RS_FILE_ID_LEN, (d), (i))
+#define FILE_NAME(d, i) rs_file_name((char[RS_FILE_NAME_LEN]){ 0 }, RS_FILE_NAME_LEN, (d), (i))
 static uint32_t openings;   /* files_mu */
 static uint64_t table_dev, table_ino;   /* the node table we serve */
 static const char *table_name;
@@ -167,9 +176,8 @@ static void lost(struct afile *f)
 	if (f->lost_drained)
 		return;
 	f->lost_drained = 1;
-	fprintf(stderr, "rangeshim agent[%d]: lost the cluster locks of file %llu:%llu; "
-		"calls on it fail with EIO\n", (int)getpid(), (unsigned long long)f->dev,
-		(unsigned long long)f->ino);
+	fprintf(stderr, "rangeshim agent[%d]: lost the cluster locks of file %s; "
+		"calls on it fail with EIO\n", (int)getpid(), FILE_NAME(f->dev, f->ino));
 	drain(f, 0, RS_CL_EOF);
 	undrain(f);
 }
@@ -286,10 +294,10 @@ static void grace_warn(void *arg)
 	snprintf(link, sizeof link, "/proc/self/fd/%d", f->fd);
 	n = readlink(link, name, sizeof name - 1);
 	name[n > 0 ? n : 0] = '\0';
-	fprintf(stderr, "rangeshim agent[%d]: the lock manager refuses lock requests on %s "
-		"(file %llu:%llu) for now (ENOLCK: a grace period after a server restart?); "
+	fprintf(stderr, "rangeshim agent[%d]: the lock manager refuses lock requests on file "
+		"%s%s%s for now (ENOLCK: a grace period after a server restart?); "
 		"waiting it out for up to %llu s before its calls fail with EIO\n", (int)getpid(),
-		n > 0 ? name : "?", (unsigned long long)f->dev, (unsigned long long)f->ino,
+		FILE_ID(f->dev, f->ino), n > 0 ? " " : "", n > 0 ? name : "",
 		(unsigned long long)(f->cl.p.grace_max_ns / 1000000000ULL));
 }
 
@@ -340,8 +348,7 @@ static int make_room(void)
 	v->evicting = 1;
 	pthread_mutex_unlock(&files_mu);
 	forget(v);
-	say("file %llu:%llu given back (room for another)", (unsigned long long)v->dev,
-	    (unsigned long long)v->ino);
+	say("file %s given back (room for another)", FILE_ID(v->dev, v->ino));
 	pthread_mutex_lock(&files_mu);
 	v->used = 0;
 	v->evicting = 0;
@@ -418,7 +425,7 @@ again:
 			p.warn_fn = grace_warn;
 			rs_cl_init(&f->cl, own, &p);
 			f->has_poller = pthread_create(&f->poller, NULL, file_poller, f) == 0;
-			say("file %llu:%llu opened%s", (unsigned long long)dev, (unsigned long long)ino,
+			say("file %s opened%s", FILE_ID(dev, ino),
 			    ro ? " read-only (read locks only)" : "");
 		} else if (own >= 0) {
 			close(own);
@@ -467,8 +474,7 @@ static void adopt(struct afile *f, int old)
 			"%s\n", (int)getpid(), strerror(errno));
 	undrain(f);
 	pthread_mutex_unlock(&f->cl.mu);
-	say("file %llu:%llu: took over a dead agent's description", (unsigned long long)f->dev,
-	    (unsigned long long)f->ino);
+	say("file %s: took over a dead agent's description", FILE_ID(f->dev, f->ino));
 }
 
 /* How long one listing waits for the caches of all files together. */
@@ -557,9 +563,37 @@ static void list_grants(int s)
 	rs_ag_send(s, &r, -1);
 }
 
+/* The path of (dev, ino) as the agent pid has it open, escaped; "?" if
+ * none is found. */
+static void agent_path(struct fd_list *fds, int32_t pid, uint64_t dev, uint64_t ino, char *out,
+		       size_t len)
+{
+	char link[64], name[PATH_MAX];
+
+	snprintf(out, len, "?");
+	if (pid <= 0)
+		return;
+	if (!fds->loaded)
+		load_fds(fds, pid);
+	for (size_t i = 0; i < fds->n; i++) {
+		ssize_t n;
+
+		if (fds->v[i].dev != dev || fds->v[i].ino != ino)
+			continue;
+		snprintf(link, sizeof link, "/proc/%d/fd/%d", (int)pid, fds->v[i].fd);
+		n = readlink(link, name, sizeof name - 1);
+		if (n > 0 && name[0] == '/') {
+			name[n] = '\0';
+			escape_text(name, out, len);
+			return;
+		}
+	}
+}
+
 /* `rangeshim agent --grants`: ask the running agent. */
 static int print_grants(const char *shm)
 {
+	struct fd_list fds = { 0 };
 	struct agent_grants a;
 	char line[512];
 
@@ -568,26 +602,29 @@ static int print_grants(const char *shm)
 		puts(line);
 		return 0;
 	}
-	printf("%-20s %20s %20s %6s %6s %10s\n", "FILE(DEV:INO)", "START", "END", "USERS",
-	       "WANTED", "HELD_MS");
+	printf("%-20s %20s %20s %6s %6s %10s %s\n", "DEV:INO", "START", "END", "USERS",
+	       "WANTED", "HELD_MS", "PATH");
 	for (size_t k = 0; k < a.n; k++) {
 		const struct agent_grant *g = &a.v[k];
-		char file[64], end[24];
+		char file[RS_FILE_ID_LEN], end[24], path[PATH_MAX * 4];
 
-		snprintf(file, sizeof file, "%llu:%llu", (unsigned long long)g->dev,
-			 (unsigned long long)g->ino);
+		rs_file_id(file, sizeof file, g->dev, g->ino);
+		/* The agent holds every file it locks open: its fds name it. */
+		agent_path(&fds, a.pid, g->dev, g->ino, path, sizeof path);
 		if (g->flags & RS_AG_L_BUSY) {
-			printf("%-20s busy: a grant is being given back (the node drains)\n", file);
+			printf("%-20s busy: a grant is being given back (the node drains) %s\n", file,
+			       path);
 			continue;
 		}
 		if (g->end >= RS_CL_EOF)
 			snprintf(end, sizeof end, "EOF");
 		else
 			snprintf(end, sizeof end, "%llu", (unsigned long long)g->end);
-		printf("%-20s %20llu %20s %6llu %6s %10llu\n", file, (unsigned long long)g->start,
+		printf("%-20s %20llu %20s %6llu %6s %10llu %s\n", file, (unsigned long long)g->start,
 		       end, (unsigned long long)g->users, g->flags & RS_AG_L_WANTED ? "yes" : "no",
-		       (unsigned long long)(g->held_ns / 1000000));
+		       (unsigned long long)(g->held_ns / 1000000), path);
 	}
+	free(fds.v);
 	agent_grants_free(&a);
 	return 0;
 }
@@ -820,8 +857,7 @@ static int tick(void)
 			 * files_mu). */
 			forget(f);
 			f->used = 0;
-			say("file %llu:%llu given back (idle)", (unsigned long long)f->dev,
-			    (unsigned long long)f->ino);
+			say("file %s given back (idle)", FILE_ID(f->dev, f->ino));
 		}
 		pthread_mutex_unlock(&files_mu);
 	}
@@ -846,23 +882,16 @@ static void *poller(void *arg)
 
 int cmd_agent(const struct command *cmd, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "foreground", no_argument, NULL, 'f' },
-		{ "grants", no_argument, NULL, 'g' },
-		{ "shm", required_argument, NULL, 's' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	const char *shm = getenv("RANGESHIM_SHM");
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	char why[256];
 	int fg = 0, grants = 0, c, ls, len;
 	pthread_t th;
 
-	(void)cmd;
 	/* Nothing of the process that started us: its pipes, its files. */
 	syscall(SYS_close_range, 3U, ~0U, 0);
-	while ((c = getopt_long(argc, argv, "+fgs:h", opts, NULL)) != -1) {
+	optind = 1;
+	while ((c = iface_getopt(cmd->name, argc, argv)) != -1) {
 		switch (c) {
 		case 'f':
 			fg = 1;
@@ -870,18 +899,14 @@ int cmd_agent(const struct command *cmd, int argc, char **argv)
 		case 'g':
 			grants = 1;
 			break;
-		case 's':
+		case OPT_SHM:
 			shm = optarg;
 			break;
 		case 'h':
-			printf("usage: rangeshim agent [--foreground] [--shm NAME]\n"
-			       "       rangeshim agent --grants [--shm NAME]\n"
-			       "  the node's owner of cluster grants (RANGESHIM_SCOPE=cluster); the\n"
-			       "  library starts it on first use, and it exits when idle; --grants\n"
-			       "  lists the cluster grants the running agent holds\n");
+			iface_help(cmd->name, stdout);
 			return 0;
 		default:
-			return 2;
+			return getopt_error(c, argv);
 		}
 	}
 	if (!shm)

@@ -250,10 +250,118 @@ static int worker(char **argv)
 	return fflush(stdout) == 0 ? 0 : 1;
 }
 
+/*
+ * check --append-worker FILE RECORD WRITERS SECONDS CAP: WRITERS processes
+ * append RECORD-byte records to FILE through O_APPEND descriptors of
+ * their own, each record filled with its writer's tag (1..WRITERS), until
+ * SECONDS pass or the file would pass CAP bytes.  Then the file is read
+ * back record by record: a record whose bytes are not all one tag was
+ * interleaved with another's; records written but not in the file (or
+ * the file not a whole number of records) were lost.  A 6th argument,
+ * "seek", has the writers find the end with lseek and then write, without
+ * O_APPEND: the race O_APPEND exists to close, which loses records; the
+ * tests use it to show that this read-back sees losses.
+ */
+struct appenders {
+	uint64_t deadline_ns, cap_records;
+	atomic_uint_fast64_t total;            /* records written, all writers */
+	uint64_t written[MAX_READERS];
+	atomic_int err;
+};
+
+static void append_writer(struct appenders *a, const char *path, size_t record, int tag,
+			  bool seek)
+{
+	unsigned char *buf = malloc(record);
+	int fd = open(path, O_WRONLY | O_CLOEXEC | (seek ? 0 : O_APPEND));
+
+	if (!buf || fd < 0) {
+		int z = 0;
+
+		atomic_compare_exchange_strong(&a->err, &z, errno ? errno : ENOMEM);
+		_exit(1);
+	}
+	memset(buf, tag, record);
+	while (mono_ns() < a->deadline_ns &&
+	       atomic_fetch_add(&a->total, 1) < a->cap_records) {
+		ssize_t n;
+
+		if (seek && lseek(fd, 0, SEEK_END) < 0)
+			break;
+		n = write(fd, buf, record);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n != (ssize_t)record) {
+			int z = 0;
+
+			atomic_compare_exchange_strong(&a->err, &z, n < 0 ? errno : ENOSPC);
+			break;
+		}
+		a->written[tag - 1]++;
+	}
+	close(fd);
+	_exit(0);
+}
+
+static int append_worker(char **argv)
+{
+	struct appenders *a = mmap(NULL, sizeof(*a), PROT_READ | PROT_WRITE,
+				   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	const char *path = argv[0];
+	size_t record = (size_t)strtoull(argv[1], NULL, 10);
+	unsigned writers = (unsigned)strtoul(argv[2], NULL, 10);
+	uint64_t written = 0, records = 0, interleaved = 0, lost = 0;
+	unsigned char *buf;
+	struct stat st;
+	int fd, st_;
+
+	if (a == MAP_FAILED || record < 2 || writers < 2 || writers > MAX_READERS)
+		return EXIT_USAGE;
+	a->deadline_ns = mono_ns() + (uint64_t)(strtod(argv[3], NULL) * 1e9);
+	a->cap_records = strtoull(argv[4], NULL, 10) / record;
+	fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+	if (fd < 0)
+		return perror("rangeshim check: open"), 1;
+	close(fd);
+	fflush(stdout);
+	for (unsigned w = 0; w < writers; w++) {
+		pid_t p = fork();
+
+		if (p == 0)
+			append_writer(a, path, record, (int)w + 1, argv[5] && !strcmp(argv[5], "seek"));
+		if (p < 0)
+			__atomic_store_n(&a->deadline_ns, 0, __ATOMIC_RELAXED); /* stop the others */
+	}
+	while (wait(&st_) > 0 || errno == EINTR)
+		;
+	for (unsigned w = 0; w < writers; w++)
+		written += a->written[w];
+	buf = malloc(record);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (!buf || fd < 0 || fstat(fd, &st) < 0)
+		return perror("rangeshim check: read back"), 1;
+	for (off_t off = 0; off + (off_t)record <= st.st_size; off += (off_t)record) {
+		if (pread(fd, buf, record, off) != (ssize_t)record)
+			return perror("rangeshim check: read back"), 1;
+		records++;
+		if (!uniform(buf, record) || buf[0] > writers)
+			interleaved++;
+	}
+	close(fd);
+	free(buf);
+	/* Lost: written but not there, or a tail that is no whole record. */
+	lost = (written > records ? written - records : 0) + (st.st_size % (off_t)record != 0);
+	printf("appends=%" PRIu64 " records=%" PRIu64 " interleaved=%" PRIu64 " lost=%" PRIu64
+	       " shim=%d err=%d\n", written, records, interleaved, lost, shim_mapped(),
+	       atomic_load(&a->err));
+	return fflush(stdout) == 0 ? 0 : 1;
+}
+
 /* ---- the check ---- */
 
 struct leg {
 	uint64_t reads, torn, writes;
+	uint64_t appends, records, interleaved, lost;   /* the append race */
 	int shim, err;
 	const char *trouble;   /* why the leg has no result, or NULL */
 };
@@ -417,7 +525,7 @@ static bool field(const char *s, const char *key, uint64_t *v)
  * granted) is a failure to report, not a hang.
  */
 static void run_leg(struct leg *leg, const char *preload, size_t block, unsigned readers,
-		    double seconds, bool direct, bool procs, int timeout_s)
+		    double seconds, bool direct, bool procs, int timeout_s, uint64_t append_cap)
 {
 	char bs[32], rs[16], ss[32], out[512];
 	size_t used = 0;
@@ -447,8 +555,16 @@ static void run_leg(struct leg *leg, const char *preload, size_t block, unsigned
 			setenv("LD_PRELOAD", preload, 1);
 		else
 			unsetenv("LD_PRELOAD");
-		execl("/proc/self/exe", "rangeshim", "check", "--worker", test_file, bs, rs, ss,
-		      direct ? "1" : "0", procs ? "1" : "0", (char *)NULL);
+		if (append_cap) {
+			char cs[32];
+
+			snprintf(cs, sizeof(cs), "%" PRIu64, append_cap);
+			execl("/proc/self/exe", "rangeshim", "check", "--append-worker", test_file,
+			      bs, rs, ss, cs, (char *)NULL);
+		} else {
+			execl("/proc/self/exe", "rangeshim", "check", "--worker", test_file, bs, rs,
+			      ss, direct ? "1" : "0", procs ? "1" : "0", (char *)NULL);
+		}
 		perror("rangeshim check: exec /proc/self/exe");
 		_exit(127);
 	}
@@ -485,8 +601,12 @@ static void run_leg(struct leg *leg, const char *preload, size_t block, unsigned
 					       : "the worker failed";
 		return;
 	}
-	if (!field(out, "reads=", &leg->reads) || !field(out, "torn=", &leg->torn) ||
-	    !field(out, "writes=", &leg->writes) || !field(out, "shim=", &v)) {
+	if (append_cap ? !field(out, "appends=", &leg->appends) ||
+			 !field(out, "records=", &leg->records) ||
+			 !field(out, "interleaved=", &leg->interleaved) ||
+			 !field(out, "lost=", &leg->lost) || !field(out, "shim=", &v)
+		       : !field(out, "reads=", &leg->reads) || !field(out, "torn=", &leg->torn) ||
+			 !field(out, "writes=", &leg->writes) || !field(out, "shim=", &v)) {
 		leg->trouble = "the worker printed no result";
 		return;
 	}
@@ -528,38 +648,220 @@ static bool parse_block(const char *s, size_t *out)
 	return true;
 }
 
+#define APPENDERS 4
+#define APPEND_CAP (32ull << 20)
+
+/* The outcome: a word (OK, OK with less proof, FAIL) and one line. */
+struct verdict {
+	const char *status;
+	char line[PATH_MAX * 4 + 512];
+};
+
+/* Exit status of the check, and v filled.  a_ctl/a_with NULL: no append
+ * race (O_DIRECT). */
+static int verdict(const struct leg *ctl, const struct leg *with, const struct leg *a_ctl,
+		   const struct leg *a_with, bool procs, const char *dir, struct verdict *v)
+{
+	const struct leg *all[] = { ctl, with, a_ctl, a_with };
+	char shown[PATH_MAX * 4 + 8];
+
+	v->status = "FAIL";
+	for (int i = 0; i < 4; i++) {
+		const struct leg *l = all[i];
+
+		if (l && !l->trouble && l->err) {
+			escape_text(dir, shown, sizeof(shown));
+			snprintf(v->line, sizeof v->line, "FAIL: the %s run %s the shim hit an I/O "
+				 "error on %s: %s", i < 2 ? "read" : "append", i & 1 ? "with" : "without",
+				 shown, fs_reason(l->err));
+			return l->err == ENOSPC || l->err == EROFS || l->err == EDQUOT ||
+			       l->err == EFBIG ? EXIT_FS : 1;
+		}
+		if (l && l->trouble) {
+			snprintf(v->line, sizeof v->line, "FAIL: the %s run %s the shim %s",
+				 i < 2 ? "read" : "append", i & 1 ? "with" : "without", l->trouble);
+			return 1;
+		}
+		if (l && (i & 1) && !l->shim) {
+			snprintf(v->line, sizeof v->line, "FAIL: the library was not loaded into the "
+				 "run with the shim (LD_PRELOAD ignored?); nothing was checked");
+			return 1;
+		}
+		if (l && !(i & 1) && l->shim) {
+			snprintf(v->line, sizeof v->line, "FAIL: the library was loaded into the run "
+				 "without the shim (preloaded some other way, e.g. /etc/ld.so.preload); "
+				 "the control is void");
+			return 1;
+		}
+	}
+	if (!with->writes || !with->reads || !ctl->writes || !ctl->reads ||
+	    (a_with && (!a_with->appends || !a_ctl->appends))) {
+		snprintf(v->line, sizeof v->line, "FAIL: a run finished no write, read or append; "
+			 "a clean result would prove nothing");
+		return 1;
+	}
+	if (with->torn) {
+		snprintf(v->line, sizeof v->line, "FAIL: %" PRIu64 " of %" PRIu64 " reads tore with "
+			 "the shim. Is this directory outside RANGESHIM_PATHS, or RANGESHIM_SCOPE=off%s?",
+			 with->torn, with->reads, procs ? " or process (which does not coordinate "
+			 "processes)" : "");
+		return 1;
+	}
+	if (a_with && (a_with->interleaved || a_with->lost)) {
+		snprintf(v->line, sizeof v->line, "FAIL: with the shim, %" PRIu64 " of %" PRIu64
+			 " appended records were interleaved and %" PRIu64 " lost. Is this directory "
+			 "outside RANGESHIM_PATHS, or RANGESHIM_SCOPE off or process?",
+			 a_with->interleaved, a_with->records, a_with->lost);
+		return 1;
+	}
+	{
+		/* What the appends add: proof when the control lost or mixed
+		 * records, a plain statement when it did not. */
+		const char *appends = !a_ctl ? "" :
+				      a_ctl->interleaved || a_ctl->lost ?
+				      " Appends: records were interleaved or lost without the shim, "
+				      "and none with it." :
+				      " Appends: no record was interleaved or lost, with or without "
+				      "the shim (this file system keeps O_APPEND writes whole by itself).";
+
+		if (!ctl->torn) {
+			v->status = "OK, with less proof";
+			snprintf(v->line, sizeof v->line, "OK, with less proof: no read tore with the "
+				 "shim, but none tore without it either (this file system, or this run, "
+				 "kept reads whole by itself, as XFS does for buffered I/O); try "
+				 "--seconds 10 or --direct.%s", appends);
+			return 0;
+		}
+		v->status = "OK";
+		snprintf(v->line, sizeof v->line, "OK: reads tear here without the shim, and none "
+			 "tore with it.%s", appends);
+		return 0;
+	}
+}
+
+static void print_append_leg(const char *name, const struct leg *l)
+{
+	if (l->trouble) {
+		printf("  %-18s %s\n", name, l->trouble);
+		return;
+	}
+	printf("  %-18s %" PRIu64 " of %" PRIu64 " appended records interleaved, %" PRIu64
+	       " lost\n", name, l->interleaved, l->records, l->lost);
+}
+
+static void print_text(const char *dir, const char *fs, const char *preload, size_t block,
+		       unsigned readers, double seconds, bool direct, bool procs,
+		       const struct leg *ctl, const struct leg *with, const struct leg *a_ctl,
+		       const struct leg *a_with, const struct verdict *v)
+{
+	char shown[PATH_MAX * 4 + 8];
+
+	escape_text(dir, shown, sizeof(shown));
+	printf("rangeshim check: %s (%s): %zu-byte pwrite racing %u pread reader(s)%s%s, "
+	       "%.1f s per run\n", shown, fs, block, readers,
+	       procs ? " in another process" : "", direct ? ", O_DIRECT" : "", seconds);
+	if (a_ctl)
+		printf("  then %d processes appending %zu-byte records with O_APPEND, %.1f s per "
+		       "run\n", APPENDERS, block < (1u << 20) ? block : (size_t)1 << 20, seconds);
+	printf("  library: %s\n", preload);
+	for (int i = 0; i < SET_COUNT; i++) {
+		const char *val = getenv(setting_names[i].var);
+
+		if (val) {
+			escape_text(val, shown, sizeof(shown));
+			printf("  setting: %s=%s\n", setting_names[i].var, shown);
+		}
+	}
+	print_leg("without rangeshim:", ctl);
+	print_leg("with rangeshim:", with);
+	if (a_ctl) {
+		print_append_leg("appends without:", a_ctl);
+		print_append_leg("appends with:", a_with);
+	}
+	puts(v->line);
+}
+
+static void json_leg(const char *name, const struct leg *l, bool append)
+{
+	printf("\"%s\": {", name);
+	if (append)
+		printf("\"appends\": %" PRIu64 ", \"records\": %" PRIu64 ", \"interleaved\": %"
+		       PRIu64 ", \"lost\": %" PRIu64, l->appends, l->records, l->interleaved, l->lost);
+	else
+		printf("\"reads\": %" PRIu64 ", \"torn\": %" PRIu64 ", \"writes\": %" PRIu64,
+		       l->reads, l->torn, l->writes);
+	printf(", \"shim_loaded\": %s, \"trouble\": ", l->shim ? "true" : "false");
+	json_string(l->trouble);
+	putchar('}');
+}
+
+static void print_json(const char *dir, const char *fs, const char *preload, size_t block,
+		       unsigned readers, double seconds, bool direct, bool procs,
+		       const struct leg *ctl, const struct leg *with, const struct leg *a_ctl,
+		       const struct leg *a_with, const struct verdict *v, int rc)
+{
+	fputs("{\"path\": ", stdout);
+	json_string(dir);
+	fputs(", \"fs\": ", stdout);
+	json_string(fs);
+	fputs(", \"library\": ", stdout);
+	json_string(preload);
+	printf(", \"block\": %zu, \"readers\": %u, \"seconds\": %.3f, \"direct\": %s, "
+	       "\"processes\": %s, \"settings\": {", block, readers, seconds,
+	       direct ? "true" : "false", procs ? "true" : "false");
+	for (int i = 0, n = 0; i < SET_COUNT; i++) {
+		const char *val = getenv(setting_names[i].var);
+
+		if (!val)
+			continue;
+		printf("%s\"%s\": ", n++ ? ", " : "", setting_names[i].var);
+		json_string(val);
+	}
+	fputs("}, \"reads\": {", stdout);
+	json_leg("without", ctl, false);
+	fputs(", ", stdout);
+	json_leg("with", with, false);
+	fputs("}, \"appends\": ", stdout);
+	if (a_ctl) {
+		printf("{\"writers\": %d, \"record\": %zu, ", APPENDERS,
+		       block < (1u << 20) ? block : (size_t)1 << 20);
+		json_leg("without", a_ctl, true);
+		fputs(", ", stdout);
+		json_leg("with", a_with, true);
+		putchar('}');
+	} else {
+		fputs("null", stdout);
+	}
+	fputs(", \"verdict\": ", stdout);
+	json_string(v->status);
+	fputs(", \"message\": ", stdout);
+	json_string(v->line);
+	printf(", \"exit\": %d}\n", rc);
+}
+
 int cmd_check(const struct command *cmd, int argc, char **argv)
 {
-	enum { OPT_SECONDS = 0x300, OPT_BLOCK, OPT_READERS, OPT_DIRECT, OPT_PROCS };
-	static const struct option longopts[] = {
-		{ "seconds", required_argument, NULL, OPT_SECONDS },
-		{ "block", required_argument, NULL, OPT_BLOCK },
-		{ "readers", required_argument, NULL, OPT_READERS },
-		{ "direct", no_argument, NULL, OPT_DIRECT },
-		{ "processes", no_argument, NULL, OPT_PROCS },
-		{ "lib", required_argument, NULL, OPT_LIB },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 }
-	};
 	struct settings s = { 0 };
-	struct leg ctl, with;
+	struct leg ctl, with, actl, awith;
+	struct verdict v;
+	bool json = false;
 	double seconds = 2.0;
 	size_t block = 1u << 20;
 	unsigned readers = 1;
 	bool direct = false, procs = false;
 	const char *dir = ".";
-	char *preload, *end, fsbuf[32], shown[PATH_MAX * 4 + 8];
+	char *preload, *end, fsbuf[32];
 	int c, rc, timeout_s;
 
-	(void)cmd;
 	if (argc == 8 && !strcmp(argv[1], "--worker"))
 		return worker(argv + 2);
-	opterr = 0;
+	if ((argc == 7 || argc == 8) && !strcmp(argv[1], "--append-worker"))
+		return append_worker(argv + 2);
 	optind = 1;
-	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+	while ((c = iface_getopt(cmd->name, argc, argv)) != -1) {
 		switch (c) {
 		case 'h':
-			usage(stdout);
+			iface_help(cmd->name, stdout);
 			return 0;
 		case OPT_SECONDS:
 			errno = 0;
@@ -583,6 +885,9 @@ int cmd_check(const struct command *cmd, int argc, char **argv)
 			break;
 		case OPT_PROCS:
 			procs = true;
+			break;
+		case OPT_CHECK_JSON:
+			json = true;
 			break;
 		case OPT_LIB:
 			if (!*optarg)
@@ -621,69 +926,32 @@ int cmd_check(const struct command *cmd, int argc, char **argv)
 	}
 	atexit(remove_test_file);
 
-	escape_text(dir, shown, sizeof(shown));
-	printf("rangeshim check: %s (%s): %zu-byte pwrite racing %u pread reader(s)%s%s, "
-	       "%.1f s per run\n", shown, fs_type(dir, fsbuf, sizeof(fsbuf)), block, readers,
-	       procs ? " in another process" : "", direct ? ", O_DIRECT" : "", seconds);
-	printf("  library: %s\n", preload);
-	for (int i = 0; i < SET_COUNT; i++) {
-		const char *v = getenv(setting_names[i].var);
-
-		if (v) {
-			escape_text(v, shown, sizeof(shown));
-			printf("  setting: %s=%s\n", setting_names[i].var, shown);
-		}
-	}
 	timeout_s = (int)(seconds * 3) + 30;
-	run_leg(&ctl, NULL, block, readers, seconds, direct, procs, timeout_s);
-	run_leg(&with, preload, block, readers, seconds, direct, procs, timeout_s);
+	run_leg(&ctl, NULL, block, readers, seconds, direct, procs, timeout_s, 0);
+	run_leg(&with, preload, block, readers, seconds, direct, procs, timeout_s, 0);
+	if (!direct) {
+		/* The append race: APPENDERS processes, records of the block
+		 * size (at most 1 MiB), at most APPEND_CAP bytes a run. */
+		size_t record = block < (1u << 20) ? block : (1u << 20);
+		struct statvfs sv;
+		uint64_t cap = APPEND_CAP;
+
+		if (statvfs(dir, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize / 4 < cap)
+			cap = (uint64_t)sv.f_bavail * sv.f_frsize / 4;
+		if (cap < 8 * record)
+			cap = 8 * record;
+		run_leg(&actl, NULL, record, APPENDERS, seconds, false, true, timeout_s, cap);
+		run_leg(&awith, preload, record, APPENDERS, seconds, false, true, timeout_s, cap);
+	}
+	rc = verdict(&ctl, &with, direct ? NULL : &actl, direct ? NULL : &awith, procs, dir, &v);
+	if (json)
+		print_json(dir, fs_type(dir, fsbuf, sizeof(fsbuf)), preload, block, readers, seconds,
+			   direct, procs, &ctl, &with, direct ? NULL : &actl, direct ? NULL : &awith,
+			   &v, rc);
+	else
+		print_text(dir, fs_type(dir, fsbuf, sizeof(fsbuf)), preload, block, readers, seconds,
+			   direct, procs, &ctl, &with, direct ? NULL : &actl, direct ? NULL : &awith,
+			   &v);
 	free(preload);
-	print_leg("without rangeshim:", &ctl);
-	print_leg("with rangeshim:", &with);
-
-	for (int i = 0; i < 2; i++) {
-		const struct leg *l = i ? &with : &ctl;
-
-		if (!l->trouble && l->err) {
-			escape_text(dir, shown, sizeof(shown));
-			printf("FAIL: the run %s the shim hit an I/O error on %s: %s\n",
-			       i ? "with" : "without", shown, fs_reason(l->err));
-			return l->err == ENOSPC || l->err == EROFS || l->err == EDQUOT ||
-			       l->err == EFBIG ? EXIT_FS : 1;
-		}
-	}
-	if (with.trouble || ctl.trouble) {
-		printf("FAIL: the run %s the shim %s\n", with.trouble ? "with" : "without",
-		       with.trouble ? with.trouble : ctl.trouble);
-		return 1;
-	}
-	if (!with.shim) {
-		puts("FAIL: the library was not loaded into the run with the shim "
-		     "(LD_PRELOAD ignored?); nothing was checked");
-		return 1;
-	}
-	if (ctl.shim) {
-		puts("FAIL: the library was loaded into the run without the shim "
-		     "(preloaded some other way, e.g. /etc/ld.so.preload); the control is void");
-		return 1;
-	}
-	if (!with.writes || !with.reads || !ctl.writes || !ctl.reads) {
-		puts("FAIL: a run finished no write or no read; a clean result would prove nothing");
-		return 1;
-	}
-	if (with.torn) {
-		printf("FAIL: %" PRIu64 " of %" PRIu64 " reads tore with the shim. Is this "
-		       "directory outside RANGESHIM_PATHS, or RANGESHIM_SCOPE=off%s?\n",
-		       with.torn, with.reads, procs ? " or process (which does not coordinate "
-		       "processes)" : "");
-		return 1;
-	}
-	if (!ctl.torn) {
-		puts("OK, with less proof: no read tore with the shim, but none tore without it "
-		     "either (this file system, or this run, kept reads whole by itself, as XFS "
-		     "does for buffered I/O); try --seconds 10 or --direct");
-		return 0;
-	}
-	puts("OK: reads tear here without the shim, and none tore with it.");
-	return 0;
+	return rc;
 }

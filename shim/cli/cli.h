@@ -1,7 +1,8 @@
 /*
  * rangeshim: the command-line front end, one file per subcommand.
  *
- *   main.c      dispatch, usage and the shared option errors
+ *   main.c      dispatch and the shared option errors
+ *   iface.c     the interface declared once: subcommands, options, variables
  *   preload.c   the options of run and env, and finding the library
  *   run.c env.c locks.c clean.c stats.c check.c    the subcommands
  *   table.c     the one reader of the node lock table (locks, clean)
@@ -30,6 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "iface.h"
+
 #ifndef RS_VERSION
 #define RS_VERSION "0.1.0"
 #endif
@@ -43,10 +46,10 @@ enum {
 	EXIT_ENOENT = 127,
 };
 
+/* A subcommand; its synopsis, options and help are in iface.c. */
 struct command {
 	const char *name;
 	int (*fn)(const struct command *cmd, int argc, char **argv);
-	const char *help;
 };
 
 int cmd_run(const struct command *cmd, int argc, char **argv);
@@ -58,7 +61,7 @@ int cmd_check(const struct command *cmd, int argc, char **argv);
 
 /* stats.c: merge JSON reports (files, or directories of *.json) and print
  * the job summary; returns how many reports were read, -1 on no memory. */
-int stats_summary(FILE *out, char **paths, int npaths);
+int stats_summary(FILE *out, char **paths, int npaths, bool json);
 
 void usage(FILE *out);
 int usage_error(const char *fmt, const char *arg);

@@ -32,15 +32,16 @@ static void print_assignment(const char *name, const char *value)
 int cmd_env(const struct command *cmd, int argc, char **argv)
 {
 	struct settings s = { 0 };
-	int rc = parse_settings(argc, argv, &s);
+	int rc = parse_settings(cmd->name, argc, argv, &s);
 	char *preload;
 
-	(void)cmd;
 	if (rc >= 0)
 		return rc;
 	if (optind < argc)
 		return usage_error("env: unexpected argument '%s' (did you mean 'run'?)",
 				   argv[optind]);
+	if ((rc = check_settings(&s)) >= 0)
+		return rc;
 
 	preload = build_preload(&s);
 	if (!preload)

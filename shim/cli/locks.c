@@ -2,14 +2,21 @@
  * rangeshim locks: list the node lock table's grants, like lslocks, and
  * next to them the cluster grants the node's agent holds through the
  * file system's lock manager (cluster scope, agentq.c): one row each, by
- * file and offset, before the node grants that lie inside it.
+ * file and offset, before the node grants that lie inside it.  The
+ * kernel's own locks (/proc/locks: fcntl, OFD, flock) on the files of the
+ * table, or open in an attached process, are rows of their own kind, so
+ * a job stuck in its own lock does not look idle.
  */
 #include "table.h"
 
+#include <signal.h>
+
 #include "clusteragent.h"
 #include "clusterlock.h"
+#include "fileid.h"
 
 #define MAX_BLOCKERS 32
+#define MAX_KERNEL 4096   /* kernel locks listed at most */
 
 /* One grant, copied out of the table with its holder resolved. */
 struct row {
@@ -19,6 +26,13 @@ struct row {
 	 * RS_NPROC if it has none); busy: its file's grants are unknown (the
 	 * agent is giving one back), a line, not a row of the table. */
 	bool cluster, busy, rdlck;
+	/* A kernel lock from /proc/locks: its type, read or write, and for
+	 * a blocked request the pid of the lock it waits behind (0: none
+	 * known).  kpi: its process, which may not be attached. */
+	const char *ktype;
+	bool kwrite;
+	int32_t kblocker;
+	struct proc_info kpi;
 	int32_t pid;
 	uint64_t dev, ino, start, end, since_ns;
 	char *path;                   /* malloc'd, or NULL if not found */
@@ -53,6 +67,30 @@ static char *path_in(const struct table *t, struct fd_list *fds, uint32_t p,
 		}
 	}
 	return NULL;
+}
+
+/* The path of (dev, ino) as process pid (not attached) has it open. */
+static char *path_of_pid(int32_t pid, uint64_t dev, uint64_t ino)
+{
+	struct fd_list l = { 0 };
+	char *path = NULL;
+
+	load_fds(&l, pid);
+	for (size_t i = 0; i < l.n && !path; i++) {
+		char link[64], target[PATH_MAX];
+		ssize_t n;
+
+		if (l.v[i].dev != dev || l.v[i].ino != ino)
+			continue;
+		snprintf(link, sizeof(link), "/proc/%d/fd/%d", (int)pid, l.v[i].fd);
+		n = readlink(link, target, sizeof(target) - 1);
+		if (n > 0) {
+			target[n] = '\0';
+			path = strdup(target);
+		}
+	}
+	free(l.v);
+	return path;
 }
 
 /* Name a grant's file: from its holder's fds first, else any live process's
@@ -90,7 +128,7 @@ static bool conflict(const struct row *a, const struct row *b)
 {
 	bool a_all = a->start >= a->end, b_all = b->start >= b->end;
 
-	if (a->cluster || b->cluster || a->owner == b->owner || a->dev != b->dev ||
+	if (a->cluster || b->cluster || a->ktype || b->ktype || a->owner == b->owner || a->dev != b->dev ||
 	    a->ino != b->ino)
 		return false;
 	if (a->mode == b->mode && (a->mode == RS_G_SHARED || a->mode == RS_G_APPEND))
@@ -137,13 +175,141 @@ static uint32_t agent_slot(const struct table *t, int32_t pid)
 	return RS_NPROC;
 }
 
+/* Is (dev, ino) a file of the rows, or open in a live attached process
+ * (fds of every live slot, loaded here)?  Never the table's own file,
+ * which every attached process has open and OFD-locks for liveness. */
+static bool coordinated(const struct table *t, struct fd_list *fds, const struct row *rows,
+			size_t n, const struct stat *seg, uint64_t dev, uint64_t ino)
+{
+	if (dev == (uint64_t)seg->st_dev && ino == (uint64_t)seg->st_ino)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!rows[i].ktype && rows[i].dev == dev && rows[i].ino == ino)
+			return true;
+	for (uint32_t p = 0; p < RS_NPROC; p++) {
+		if (!t->alive[p])
+			continue;
+		if (!fds[p].loaded)
+			load_fds(&fds[p], t->seg->procs[p].pid);
+		for (size_t i = 0; i < fds[p].n; i++)
+			if (fds[p].v[i].dev == dev && fds[p].v[i].ino == ino)
+				return true;
+	}
+	return false;
+}
+
+/* Is this OFD lock the agent's: a cluster grant listed as such already,
+ * or its grant and intent byte spaces past RS_CL_EOF (clusterlock.h)? */
+static bool agents_own(const struct row *rows, size_t n, const char *type, uint64_t dev,
+		       uint64_t ino, uint64_t start, const char *endw)
+{
+	uint64_t end = !strcmp(endw, "EOF") ? RS_RANGE_EOF : strtoull(endw, NULL, 10) + 1;
+
+	if (!strcmp(type, "OFDLCK") && start >= RS_CL_EOF)
+		return true;
+	for (size_t i = 0; i < n && !strcmp(type, "OFDLCK"); i++)
+		if (rows[i].cluster && rows[i].dev == dev && rows[i].ino == ino &&
+		    rows[i].start == start && rows[i].end == end)
+			return true;
+	return false;
+}
+
+/* The slot of a live attached process pid, or RS_NPROC. */
+static uint32_t live_slot(const struct table *t, int32_t pid)
+{
+	for (uint32_t p = 0; pid > 0 && p < RS_NPROC; p++)
+		if (t->alive[p] && t->seg->procs[p].pid == pid)
+			return p;
+	return RS_NPROC;
+}
+
+/*
+ * The kernel's locks on coordinated files, from /proc/locks, appended at
+ * rows + n (room for max).  A line is "ID: [-> ]TYPE ADVISORY MODE PID
+ * MAJ:MIN:INO START END", MAJ:MIN in hex, END inclusive or EOF; a "->"
+ * line is a request blocked behind the lock of the same ID before it.
+ * OFD locks have no pid (-1): the process is the one that opened the
+ * description, which the kernel does not say.
+ */
+static size_t kernel_rows(const struct table *t, struct fd_list *fds, struct row *rows, size_t n,
+			  size_t max)
+{
+	FILE *f = fopen("/proc/locks", "re");
+	char line[256];
+	struct stat seg;
+	size_t n0 = n;
+	int32_t holder_pid = 0;
+	unsigned holder_id = 0;
+
+	if (!f)
+		return n;
+	if (fstat(t->map.fd, &seg) < 0)
+		memset(&seg, 0, sizeof seg);
+	while (n < max && fgets(line, sizeof line, f)) {
+		char type[16], adv[16], mode[16], endw[24], *p = line;
+		unsigned id, maj, min;
+		unsigned long long ino, start;
+		int pid, used;
+		bool blocked;
+		struct row *r = &rows[n];
+
+		if (sscanf(p, "%u:%n", &id, &used) != 1)
+			continue;
+		p += used;
+		p += strspn(p, " ");
+		blocked = !strncmp(p, "->", 2);
+		if (blocked)
+			p += 2;
+		if (sscanf(p, "%15s %15s %15s %d %x:%x:%llu %llu %23s", type, adv, mode, &pid, &maj,
+			   &min, &ino, &start, endw) != 9)
+			continue;
+		if (!blocked) {
+			holder_id = id;
+			holder_pid = pid;
+		}
+		if (strcmp(type, "POSIX") && strcmp(type, "OFDLCK") && strcmp(type, "FLOCK"))
+			continue;	/* leases and delegations lock no bytes */
+		if (!coordinated(t, fds, rows, n0, &seg, (uint64_t)makedev(maj, min), ino) ||
+		    agents_own(rows, n0, type, (uint64_t)makedev(maj, min), ino, start, endw))
+			continue;
+		*r = (struct row){
+			.ktype = !strcmp(type, "POSIX") ? "POSIX" : !strcmp(type, "FLOCK") ? "FLOCK" :
+				 "OFDLCK",
+			.kwrite = strcmp(mode, "READ") != 0,
+			.state = blocked ? RS_G_WAIT : RS_G_HELD,
+			.kblocker = blocked && holder_id == id ? holder_pid : 0,
+			.pid = pid, .dev = (uint64_t)makedev(maj, min), .ino = ino, .start = start,
+			.end = !strcmp(endw, "EOF") ? RS_RANGE_EOF : strtoull(endw, NULL, 10) + 1,
+		};
+		r->owner = live_slot(t, pid);
+		r->alive = pid > 0 && (r->owner < RS_NPROC || kill(pid, 0) == 0 || errno == EPERM);
+		if (r->owner < RS_NPROC) {
+			r->kpi = t->proc[r->owner];
+		} else if (pid > 0) {
+			proc_info(&r->kpi, pid, r->alive);
+		} else {
+			snprintf(r->kpi.comm, sizeof r->kpi.comm, "?");
+			r->kpi.state = "?";
+			r->alive = true;	/* an OFD lock lives as long as its description */
+		}
+		r->path = r->owner < RS_NPROC ? path_in(t, fds, r->owner, r->dev, r->ino) :
+			  pid > 0 ? path_of_pid(pid, r->dev, r->ino) : NULL;
+		for (uint32_t s = 0; s < RS_NPROC && !r->path; s++)
+			if (t->alive[s])
+				r->path = path_in(t, fds, s, r->dev, r->ino);
+		n++;
+	}
+	fclose(f);
+	return n;
+}
+
 /* The HELD and WAIT grants of the copy and the agent's cluster grants,
  * sorted by file and offset. */
 static struct row *collect_rows(const struct table *t, const struct agent_grants *a,
 				size_t *nrows)
 {
 	struct fd_list *fds = calloc(RS_NPROC, sizeof(*fds));
-	struct row *rows = calloc(RS_NGRANT + a->n, sizeof(*rows));
+	struct row *rows = calloc(RS_NGRANT + a->n + MAX_KERNEL, sizeof(*rows));
 	uint32_t aslot = agent_slot(t, a->pid);
 	uint64_t now = realtime_now_ns();
 	size_t n = 0;
@@ -191,6 +357,13 @@ static struct row *collect_rows(const struct table *t, const struct agent_grants
 		};
 		r->path = find_path(t, fds, r);
 	}
+	n = kernel_rows(t, fds, rows, n, RS_NGRANT + a->n + MAX_KERNEL);
+	/* A file no attached process has open may be named by a kernel
+	 * lock's process. */
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = 0; j < n && !rows[i].path; j++)
+			if (rows[j].path && rows[j].dev == rows[i].dev && rows[j].ino == rows[i].ino)
+				rows[i].path = strdup(rows[j].path);
 	for (uint32_t p = 0; p < RS_NPROC; p++)
 		free(fds[p].v);
 	free(fds);
@@ -204,6 +377,11 @@ static struct row *collect_rows(const struct table *t, const struct agent_grants
 
 static const char *mode_name(const struct row *r)
 {
+	static const char *const kmodes[][2] = { { "POSIX:READ", "POSIX:WRITE" },
+		{ "OFDLCK:READ", "OFDLCK:WRITE" }, { "FLOCK:READ", "FLOCK:WRITE" } };
+
+	if (r->ktype)
+		return kmodes[r->ktype[0] == 'P' ? 0 : r->ktype[0] == 'O' ? 1 : 2][r->kwrite];
 	if (r->cluster)	/* an OFD lock of the node's: write, or read on a
 			 * file the user may not write */
 		return r->rdlck ? "CLUSTER-RD" : "CLUSTER";
@@ -215,6 +393,8 @@ static const struct proc_info *row_proc(const struct table *t, const struct row 
 {
 	static const struct proc_info unknown = { "?", "?" };
 
+	if (r->ktype)
+		return &r->kpi;
 	return r->owner < RS_NPROC ? &t->proc[r->owner] : &unknown;
 }
 
@@ -275,17 +455,31 @@ static void print_waiters(const struct table *t, const struct row *rows, size_t 
 		const struct row *r = &rows[i];
 		const uint32_t *who = r->nblockers ? r->blockers : r->ahead;
 		uint32_t nwho = r->nblockers ? r->nblockers : r->nahead;
-		char age[32], range[48], desc[256];
+		char age[32], range[48], desc[256], id[RS_FILE_ID_LEN], path[PATH_MAX * 4];
 
 		if (r->state != RS_G_WAIT)
 			continue;
+		escape_text(r->path ? r->path : "?", path, sizeof path);
 		format_age(age, sizeof(age), now, r->since_ns);
 		if (r->end == RS_RANGE_EOF)
 			snprintf(range, sizeof(range), "%" PRIu64 "-EOF", r->start);
 		else
 			snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, r->start, r->end);
-		printf("waiting: pid %d (%s) for %s %s, %s so far, ", (int)r->pid,
-		       t->proc[r->owner].comm, mode_name(r), range, age);
+		if (r->ktype)
+			format_age(age, sizeof(age), 1, 0);	/* the kernel does not say */
+		printf("waiting: pid %d (%s) for %s %s of file %s %s, %s so far, ", (int)r->pid,
+		       row_proc(t, r)->comm, mode_name(r), range,
+		       rs_file_id(id, sizeof id, r->dev, r->ino), path, age);
+		if (r->ktype) {
+			/* The kernel queues it, not the table: its own lock. */
+			if (r->kblocker > 0) {
+				rs_nt_describe(r->kblocker, desc, sizeof(desc));
+				printf("blocked in the kernel by the lock of %s\n", desc);
+			} else {
+				puts("blocked in the kernel by an OFD lock (no pid)");
+			}
+			continue;
+		}
 		if (!nwho) {
 			puts("on nobody now (about to be granted)");
 			continue;
@@ -301,20 +495,65 @@ static void print_waiters(const struct table *t, const struct row *rows, size_t 
 	}
 }
 
-/* The text columns, as lslocks: default order, minimum width, alignment. */
+/* The text columns, as lslocks: default order, minimum width, alignment.
+ * The first NDEFAULT are the default ones; --output-all shows all. */
 enum { C_COMMAND, C_PID, C_PSTATE, C_STATE, C_MODE, C_USERS, C_WANTED, C_AGE,
-       C_BLOCKER, C_RANGE, C_DEVINO, C_PATH, NCOLS };
+       C_BLOCKER, C_RANGE, C_DEVINO, C_PATH, NDEFAULT,
+       C_TYPE = NDEFAULT, C_START, C_END, C_SIZE, NCOLS };
 
 static const struct column {
 	const char *name;
 	int width;
 	bool right;
+	const char *help;
 } columns[NCOLS] = {
-	{ "COMMAND", 15, false }, { "PID", 7, true }, { "PSTATE", 8, false },
-	{ "STATE", 5, false }, { "MODE", 6, false }, { "USERS", 5, true },
-	{ "WANTED", 6, false }, { "AGE", 7, true }, { "BLOCKER", 15, false },
-	{ "RANGE", 23, false }, { "DEV:INO", 14, false }, { "PATH", 0, false },
+	{ "COMMAND", 15, false, "the holder's command, (dead) if its liveness lock is gone" },
+	{ "PID", 7, true, "the holder's pid" },
+	{ "PSTATE", 8, false, "the holder's process state: running, sleeping, stopped, ..." },
+	{ "STATE", 5, false, "HELD, or WAIT for a queued request" },
+	{ "MODE", 6, false, "EXSH, SHARED, APPEND, CLUSTER; kernel locks TYPE:READ or TYPE:WRITE" },
+	{ "USERS", 5, true, "calls in progress inside the grant" },
+	{ "WANTED", 6, false, "whether another process asked for it back" },
+	{ "AGE", 7, true, "time since it was granted, or queued" },
+	{ "BLOCKER", 15, false, "for a WAIT entry, the pids whose locks block it" },
+	{ "RANGE", 23, false, "START-END in bytes, END excluded; EOF: to infinity" },
+	{ "DEV:INO", 14, false, "the file, major:minor:inode" },
+	{ "PATH", 0, false, "the file's path, ? if no process shows it" },
+	{ "TYPE", 7, false, "NODE (table grant), CLUSTER (agent), POSIX, OFDLCK or FLOCK (kernel)" },
+	{ "START", 10, true, "first byte of the range" },
+	{ "END", 10, true, "last byte of the range (included, as lslocks), EOF: to infinity" },
+	{ "SIZE", 6, true, "bytes in the range (lslocks: the file's size), human-readable unless --bytes" },
 };
+
+/* --bytes: SIZE in bytes. */
+static bool size_in_bytes;
+
+/* lslocks -H: the columns and what they mean. */
+static void list_columns(void)
+{
+	printf("%-8s %s\n", "COLUMN", "MEANING");
+	for (int c = 0; c < NCOLS; c++)
+		printf("%-8s %s%s\n", columns[c].name, columns[c].help, c < NDEFAULT ? "" : " (-o)");
+}
+
+/* 4096 -> "4K", as lslocks' SIZE (powers of 1024). */
+static void human_size(char *buf, size_t len, uint64_t v)
+{
+	static const char units[] = "BKMGTPE";
+	int u = 0;
+	double d = (double)v;
+
+	while (d >= 1024 && u < 6) {
+		d /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%" PRIu64 "B", v);
+	else if (d < 10 && d != (double)(uint64_t)d)
+		snprintf(buf, len, "%.1f%c", d, units[u]);
+	else
+		snprintf(buf, len, "%.0f%c", d, units[u]);
+}
 
 /* The chosen columns: "-o" as lslocks takes it (comma-separated names, any
  * case; "+LIST" adds to the default ones).  Returns how many, or -1 after
@@ -323,9 +562,11 @@ static int parse_columns(const char *spec, int *sel)
 {
 	int n = 0;
 
-	if (!spec || *spec == '+') {
-		for (int c = 0; c < NCOLS; c++)
+	if (!spec || *spec == '+' || !strcmp(spec, "all")) {
+		for (int c = 0; c < (spec && !strcmp(spec, "all") ? NCOLS : NDEFAULT); c++)
 			sel[n++] = c;
+		if (spec && !strcmp(spec, "all"))
+			return n;
 		if (!spec)
 			return n;
 		spec++;
@@ -339,7 +580,8 @@ static int parse_columns(const char *spec, int *sel)
 			c++;
 		if (c == NCOLS || n == 4 * NCOLS) {
 			fprintf(stderr, "rangeshim: %s column '%.*s' (columns: COMMAND,PID,PSTATE,"
-				"STATE,MODE,USERS,WANTED,AGE,BLOCKER,RANGE,DEV:INO,PATH)\n",
+				"STATE,MODE,USERS,WANTED,AGE,BLOCKER,RANGE,DEV:INO,PATH,TYPE,START,"
+				"END,SIZE; 'rangeshim locks -H' says what they mean)\n",
 				c == NCOLS ? "unknown" : "too many", (int)l, p);
 			return -1;
 		}
@@ -369,11 +611,38 @@ static void format_cell(char *buf, size_t len, const struct table *t, const stru
 	case C_PSTATE: text = r->alive ? pi->state : "dead"; break;
 	case C_STATE: text = state_name(r->state); break;
 	case C_MODE: text = mode_name(r); break;
-	case C_USERS: snprintf(tmp, sizeof(tmp), "%u", r->users); break;
-	case C_WANTED: text = r->state == RS_G_WAIT ? "-" : r->wanted ? "yes" : "no"; break;
+	case C_USERS:
+		if (r->ktype)
+			text = "-";
+		else
+			snprintf(tmp, sizeof(tmp), "%u", r->users);
+		break;
+	case C_WANTED:
+		text = r->state == RS_G_WAIT || r->ktype ? "-" : r->wanted ? "yes" : "no";
+		break;
+	case C_TYPE: text = r->ktype ? r->ktype : r->cluster ? "CLUSTER" : "NODE"; break;
+	case C_START: snprintf(tmp, sizeof(tmp), "%" PRIu64, r->start); break;
+	case C_END:
+		if (r->end == RS_RANGE_EOF)
+			text = "EOF";
+		else
+			snprintf(tmp, sizeof(tmp), "%" PRIu64, r->end > r->start ? r->end - 1 : r->start);
+		break;
+	case C_SIZE:
+		if (r->end == RS_RANGE_EOF)
+			text = "EOF";
+		else if (size_in_bytes)
+			snprintf(tmp, sizeof(tmp), "%" PRIu64, r->end - r->start);
+		else
+			human_size(tmp, sizeof(tmp), r->end - r->start);
+		break;
 	case C_AGE: format_age(tmp, sizeof(tmp), now, r->since_ns); break;
 	case C_BLOCKER:
-		if (r->state == RS_G_WAIT)
+		if (r->ktype && r->state == RS_G_WAIT && r->kblocker > 0)
+			snprintf(tmp, sizeof(tmp), "%d", (int)r->kblocker);
+		else if (r->ktype)
+			text = "-";
+		else if (r->state == RS_G_WAIT)
 			format_pids(tmp, sizeof(tmp), t, r->blockers, r->nblockers, 3);
 		else
 			text = "-";
@@ -385,8 +654,7 @@ static void format_cell(char *buf, size_t len, const struct table *t, const stru
 			snprintf(tmp, sizeof(tmp), "%" PRIu64 "-%" PRIu64, r->start, r->end);
 		break;
 	case C_DEVINO:
-		snprintf(tmp, sizeof(tmp), "%u:%u:%" PRIu64, major((dev_t)r->dev),
-			 minor((dev_t)r->dev), r->ino);
+		rs_file_id(tmp, sizeof(tmp), r->dev, r->ino);
 		break;
 	default:
 		/* comm is escaped already (table.c); a path is any bytes. */
@@ -449,9 +717,17 @@ static void print_table(const struct table *t, const struct row *rows, size_t n,
 static void print_cluster(const struct row *rows, size_t n, const struct table_opts *o,
 			  const struct agent_grants *a)
 {
+	const char *scope = getenv("RANGESHIM_SCOPE");
 	char line[512];
-	unsigned shown = 0;
+	unsigned shown = 0, cluster = 0;
 
+	/* Cluster lines belong to cluster scope: an agent that answers, a
+	 * cluster grant, or a caller in cluster scope, who wants to hear
+	 * that no agent runs. */
+	for (size_t i = 0; i < n; i++)
+		cluster += rows[i].cluster;
+	if (!cluster && a->state == AGENT_NONE && !(scope && !strcmp(scope, "cluster")))
+		return;
 	for (size_t i = 0; i < n; i++) {
 		const struct row *r = &rows[i];
 
@@ -461,9 +737,12 @@ static void print_cluster(const struct row *rows, size_t n, const struct table_o
 			shown++;
 			continue;
 		}
-		printf("cluster: %u:%u:%" PRIu64 " %s: grants not read, the agent is giving one "
-		       "back (it waits for the calls inside)\n", major((dev_t)r->dev),
-		       minor((dev_t)r->dev), r->ino, r->path ? r->path : "?");
+		char id[RS_FILE_ID_LEN], path[PATH_MAX * 4];
+
+		escape_text(r->path ? r->path : "?", path, sizeof path);
+		printf("cluster: %s %s: grants not read, the agent is giving one "
+		       "back (it waits for the calls inside)\n", rs_file_id(id, sizeof id, r->dev, r->ino),
+		       path);
 	}
 	if (a->state == AGENT_OK && (o->pid || o->npaths) && shown != a->n)
 		printf("cluster: %u of the agent's %zu grants shown (pid %d holds them)\n", shown,
@@ -479,7 +758,7 @@ static void print_rows_text(const struct table *t, const struct row *rows, size_
 			    const struct agent_grants *a)
 {
 	uint64_t now = realtime_now_ns();
-	unsigned held = 0, waiting = 0, live = 0, dead = 0;
+	unsigned held = 0, waiting = 0, live = 0, dead = 0, kernel = 0;
 
 	print_table(t, rows, n, sel, nsel, o, now);
 	/* The waiter lines and the summary are for people: --raw is for
@@ -487,7 +766,8 @@ static void print_rows_text(const struct table *t, const struct row *rows, size_
 	if (o->raw)
 		return;
 	for (size_t i = 0; i < n; i++) {
-		if (rows[i].cluster)
+		kernel += rows[i].ktype != NULL;
+		if (rows[i].cluster || rows[i].ktype)
 			continue;
 		if (rows[i].state == RS_G_WAIT)
 			waiting++;
@@ -508,6 +788,8 @@ static void print_rows_text(const struct table *t, const struct row *rows, size_
 	printf("%u grants held, %u waiting, %u live processes", held, waiting, live);
 	if (dead)
 		printf(", %u dead (not yet reclaimed)", dead);
+	if (kernel)
+		printf("; %u kernel lock(s) (fcntl, OFD, flock) on these files", kernel);
 	putchar('\n');
 	print_cluster(rows, n, o, a);
 }
@@ -544,11 +826,14 @@ static void json_pids(const struct table *t, const uint32_t *slots, uint32_t n)
 	putchar(']');
 }
 
-/* "dev": "M:m", "ino": N, "path": P (a row's file). */
+/* "file": "M:m:I", "dev": "M:m", "ino": N, "path": P (a row's file). */
 static void json_file(const struct row *r)
 {
-	printf("\"dev\": \"%u:%u\", \"ino\": %" PRIu64 ", \"path\": ", major((dev_t)r->dev),
-	       minor((dev_t)r->dev), r->ino);
+	char id[RS_FILE_ID_LEN];
+
+	printf("\"file\": \"%s\", \"dev\": \"%u:%u\", \"ino\": %" PRIu64 ", \"path\": ",
+	       rs_file_id(id, sizeof id, r->dev, r->ino), major((dev_t)r->dev), minor((dev_t)r->dev),
+	       r->ino);
 	json_string(r->path);
 }
 
@@ -642,7 +927,7 @@ static void print_rows_json(const char *path, const struct table *t,
 	for (size_t i = 0; i < n; i++) {
 		const struct row *r = &rows[i];
 
-		if (r->cluster)
+		if (r->cluster || r->ktype)
 			continue;
 		printf("%s{\"slot\": %u, ", sep, r->idx);
 		sep = ", ";
@@ -659,6 +944,25 @@ static void print_rows_json(const char *path, const struct table *t,
 		json_pids(t, r->blockers, r->nblockers);
 		fputs(", \"queued_behind\": ", stdout);
 		json_pids(t, r->ahead, r->nahead);
+		putchar('}');
+	}
+	fputs("], \"kernel_locks\": [", stdout);
+	sep = "";
+	for (size_t i = 0; i < n; i++) {
+		const struct row *r = &rows[i];
+
+		if (!r->ktype)
+			continue;
+		printf("%s{", sep);
+		sep = ", ";
+		json_range(r);
+		printf(", \"type\": \"%s\", \"state\": \"%s\", \"pid\": ", r->ktype,
+		       state_name(r->state));
+		json_pid(r->pid);
+		fputs(", \"command\": ", stdout);
+		json_proc(&r->kpi, r->alive);
+		fputs(", \"blocker\": ", stdout);
+		json_pid(r->kblocker);
 		putchar('}');
 	}
 	putchar(']');
@@ -751,7 +1055,12 @@ int cmd_locks(const struct command *cmd, int argc, char **argv)
 
 	if (rc >= 0)
 		return rc;
-	nsel = parse_columns(o.cols, sel);
+	if (o.list_columns) {
+		list_columns();
+		return fflush(stdout) == 0 ? 0 : 1;
+	}
+	size_in_bytes = o.bytes;
+	nsel = parse_columns(o.output_all ? "all" : o.cols, sel);
 	if (nsel < 0)
 		return EXIT_USAGE;
 	files = calloc((size_t)o.npaths + 1, sizeof(*files));

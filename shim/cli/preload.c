@@ -1,5 +1,6 @@
 /* The options of `run` and `env`, and finding the library to preload. */
 #include "preload.h"
+#include "config.h"
 
 const struct setting_name setting_names[SET_COUNT] = {
 	[SET_SCOPE] = { "scope", "RANGESHIM_SCOPE" },
@@ -15,31 +16,18 @@ const struct setting_name setting_names[SET_COUNT] = {
  * should go on, otherwise the exit status.  Parsing stops at the first
  * non-option ("+"), so `run` passes CMD's own options through untouched.
  */
-int parse_settings(int argc, char **argv, struct settings *s)
+int parse_settings(const char *cmd, int argc, char **argv, struct settings *s)
 {
-	static const char *const scopes[] = { "off", "process", "node", NULL };
+	static const char *const scopes[] = { "off", "process", "node", "cluster", NULL };
 	static const char *const locks[] = { "range", "mutex", NULL };
-	static const struct option longopts[] = {
-		{ "scope", required_argument, NULL, OPT_SET(SET_SCOPE) },
-		{ "lock", required_argument, NULL, OPT_SET(SET_LOCK) },
-		{ "paths", required_argument, NULL, OPT_SET(SET_PATHS) },
-		/* Optional, so `--stats CMD` still runs CMD; a path needs '='. */
-		{ "stats", optional_argument, NULL, OPT_SET(SET_STATS) },
-		{ "log", required_argument, NULL, OPT_SET(SET_LOG) },
-		{ "shm", required_argument, NULL, OPT_SET(SET_SHM) },
-		{ "lib", required_argument, NULL, OPT_LIB },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 }
-	};
 	int c;
 
 	/* Our own messages, so every usage error has the same shape. */
-	opterr = 0;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
+	while ((c = iface_getopt(cmd, argc, argv)) != -1) {
 		switch (c) {
 		case 'h':
-			usage(stdout);
+			iface_help(cmd, stdout);
 			return 0;
 		case ':':
 		case '?':
@@ -63,7 +51,7 @@ int parse_settings(int argc, char **argv, struct settings *s)
 				return usage_error("option '--%s' needs a non-empty value",
 						   setting_names[i].opt);
 			if (i == SET_SCOPE && !is_one_of(optarg, scopes))
-				return usage_error("bad --scope '%s' (use off, process or node)",
+				return usage_error("bad --scope '%s' (use off, process, node or cluster)",
 						   optarg);
 			if (i == SET_LOCK && !is_one_of(optarg, locks))
 				return usage_error("bad --lock '%s' (use range or mutex)",
@@ -71,6 +59,86 @@ int parse_settings(int argc, char **argv, struct settings *s)
 			s->value[i] = optarg;
 			break;
 		}
+		}
+	}
+	return -1;
+}
+
+/* mkdir -p of the directory part of path (up to the last '/'). */
+static int make_parents(const char *path)
+{
+	char dir[PATH_MAX];
+	const char *slash = strrchr(path, '/');
+
+	if (!slash || slash == path)
+		return 0;
+	if ((size_t)(slash - path) >= sizeof dir)
+		return errno = ENAMETOOLONG, -1;
+	memcpy(dir, path, (size_t)(slash - path));
+	dir[slash - path] = '\0';
+	for (char *p = dir + 1;; p++) {
+		if (*p == '/' || !*p) {
+			char c = *p;
+
+			*p = '\0';
+			if (mkdir(dir, 0777) < 0 && errno != EEXIST)
+				return -1;
+			*p = c;
+			if (!c)
+				break;
+		}
+	}
+	return access(dir, W_OK | X_OK);
+}
+
+/*
+ * The values the library would refuse or fail on, refused before anything
+ * starts: the library's rules (config.c) on one line each, so that a typo
+ * never turns into a line per process of the job.  --stats=PATH gets its
+ * directory made, as the reports need it.  -1 to go on, else the status.
+ */
+int check_settings(const struct settings *s)
+{
+	static const char *const logs[] = { "error", "warn", "info", "debug", "0", "1", "2", "3", NULL };
+	const char *v;
+
+	if ((v = s->value[SET_LOG]) && !is_one_of(v, logs))
+		return usage_error("bad --log '%s' (use error, warn, info, debug or 0 to 3)", v);
+	if ((v = s->value[SET_SHM]) &&
+	    (v[0] != '/' || !v[1] || strlen(v) > 200 || strchr(v + 1, '/') || !strcmp(v, "/.") ||
+	     !strcmp(v, "/..")))
+		return usage_error("bad --shm '%s' (a '/', then 1 to 199 bytes without '/', "
+				   "not . or ..; e.g. /rangeshim-job42)", v);
+	if ((v = s->value[SET_PATHS])) {
+		int n = 0;
+
+		if (strlen(v) >= RS_PATHS_BUF)
+			return usage_error("bad --paths: longer than %s bytes", "4095");
+		for (const char *p = v; *p; p += strcspn(p, ":")) {
+			p += strspn(p, ":");
+			if (!*p)
+				break;
+			if (*p != '/') {
+				char msg[PATH_MAX + 64];
+
+				snprintf(msg, sizeof msg, "bad --paths '%%s': entry '%.*s' is not "
+					 "absolute", (int)strcspn(p, ":"), p);
+				return usage_error(msg, v);
+			}
+			n++;
+		}
+		if (n == 0)
+			return usage_error("bad --paths '%s': no absolute path or glob", v);
+		if (n > RS_MAX_PATHS)
+			return usage_error("bad --paths '%s': more than 32 entries", v);
+	}
+	if ((v = s->value[SET_STATS]) && strcmp(v, "1") != 0 && strcmp(v, "0") != 0) {
+		if (strlen(v) >= 512)
+			return usage_error("bad --stats=PATH '%s': 512 bytes or more", v);
+		if (make_parents(v) < 0) {
+			fprintf(stderr, "rangeshim: --stats=%s: cannot make or write its directory: "
+				"%s\n", v, strerror(errno));
+			return EXIT_USAGE;
 		}
 	}
 	return -1;

@@ -3,6 +3,7 @@
 #define RS_CLI_PRELOAD_H
 
 #include "cli.h"
+#include "iface.h"
 
 /* Variables `run` and `env` may set, in the order `env` prints them. */
 enum setting {
@@ -26,7 +27,6 @@ extern const struct setting_name setting_names[SET_COUNT];
  * 0, which getopt also uses for "unknown long option" in optopt.
  */
 #define OPT_SET(i) (0x100 + (i))
-#define OPT_LIB OPT_SET(SET_COUNT)
 
 /* What the options of `run` and `env` asked for; NULL means "leave alone". */
 struct settings {
@@ -34,7 +34,8 @@ struct settings {
 	const char *lib;       /* --lib, before canonicalisation */
 };
 
-int parse_settings(int argc, char **argv, struct settings *s);
+int parse_settings(const char *cmd, int argc, char **argv, struct settings *s);
+int check_settings(const struct settings *s);
 char *build_preload(const struct settings *s);
 
 #endif

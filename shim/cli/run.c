@@ -137,13 +137,19 @@ static bool not_coverable(const char *path, char *why, size_t len, int depth)
 	}
 }
 
-static void warn_uncoverable(const char *cmd)
+/* One line if cmd cannot be instrumented; then *what (malloc'd) names it
+ * for the job summary. */
+static void warn_uncoverable(const char *cmd, char **what)
 {
 	char *path = resolve(cmd), why[512];
 
-	if (path && not_coverable(path, why, sizeof(why), 0))
+	*what = NULL;
+	if (path && not_coverable(path, why, sizeof(why), 0)) {
 		fprintf(stderr, "rangeshim: %s is %s; the shim cannot apply to it, and its I/O "
 			"is not coordinated\n", path, why);
+		if (asprintf(what, "%s (%s)", path, why) < 0)
+			*what = NULL;
+	}
 	free(path);
 }
 
@@ -159,7 +165,7 @@ static int exit_code(int st)
  * CMD through the process group; we ignore it meanwhile, as time(1) does,
  * so that the summary of an interrupted job is still printed.
  */
-static int run_with_summary(char **argv)
+static int run_with_summary(char **argv, const char *uncovered)
 {
 	const char *tmp = getenv("TMPDIR");
 	char dir[PATH_MAX], var[PATH_MAX + 16];
@@ -200,7 +206,12 @@ static int run_with_summary(char **argv)
 		char *paths[] = { dir };
 
 		fflush(stderr);
-		stats_summary(stderr, paths, 1);
+		stats_summary(stderr, paths, 1, false);
+		/* Programs that load no library write no report: the one we
+		 * started is named here; those it starts in turn are not seen. */
+		if (uncovered)
+			fprintf(stderr, "1 program of the job could not be instrumented: %s\n",
+				uncovered);
 	}
 	/* Our directory, our files: remove the reports, then it. */
 	{
@@ -220,15 +231,16 @@ static int run_with_summary(char **argv)
 int cmd_run(const struct command *cmd, int argc, char **argv)
 {
 	struct settings s = { 0 };
-	int rc = parse_settings(argc, argv, &s);
+	int rc = parse_settings(cmd->name, argc, argv, &s);
 	char *preload;
 	bool summary;
 
-	(void)cmd;
 	if (rc >= 0)
 		return rc;
 	if (optind >= argc)
 		return usage_error("%s", "run: missing command");
+	if ((rc = check_settings(&s)) >= 0)
+		return rc;
 
 	preload = build_preload(&s);
 	if (!preload)
@@ -245,9 +257,17 @@ int cmd_run(const struct command *cmd, int argc, char **argv)
 			perror("rangeshim: setenv");
 			return EXIT_USAGE;
 		}
-	warn_uncoverable(argv[optind]);
-	if (summary)
-		return run_with_summary(argv + optind);
+	{
+		char *uncovered;
+
+		warn_uncoverable(argv[optind], &uncovered);
+		if (summary) {
+			rc = run_with_summary(argv + optind, uncovered);
+			free(uncovered);
+			return rc;
+		}
+		free(uncovered);
+	}
 
 	execvp(argv[optind], argv + optind);
 	rc = errno;

@@ -31,8 +31,11 @@ struct file_waits {
 };
 
 struct report {
-	long pid;
+	long pid, ppid;
+	unsigned long long uid, start_ns, end_ns;   /* ~0 uid: absent */
 	char program[64];
+	char host[64], cmdline[1024], job_id[64];
+	char skipped[64];             /* why the user left it out, or "" */
 	unsigned nkeys;
 	char key[MAX_KEYS][KEY_LEN];
 	unsigned long long val[MAX_KEYS];
@@ -325,6 +328,7 @@ static int parse_report(const char *text, size_t len, struct report *r, struct j
 	bool have_pid = false;
 
 	memset(r, 0, sizeof(*r));
+	r->uid = ~0ull;
 	j->ncur = 0;
 	ws(&s);
 	if (s.p >= s.end || *s.p++ != '{')
@@ -345,8 +349,17 @@ static int parse_report(const char *text, size_t len, struct report *r, struct j
 				return snprintf(why, whylen, "no ':' after \"%s\"", key), -1;
 			ws(&s);
 			if (s.p < s.end && *s.p == '"' &&
-			    (!strcmp(key, "program") || !strcmp(key, "comm") || !strcmp(key, "exe"))) {
-				if (str(&s, r->program, sizeof(r->program)) < 0)
+			    (!strcmp(key, "program") || !strcmp(key, "comm") || !strcmp(key, "exe") ||
+			     !strcmp(key, "host") || !strcmp(key, "cmdline") ||
+			     !strcmp(key, "job_id") || !strcmp(key, "skipped"))) {
+				char *dst = key[0] == 'h' ? r->host : key[0] == 'c' && key[1] == 'm' ?
+					    r->cmdline : key[0] == 'j' ? r->job_id : key[0] == 's' ?
+					    r->skipped : r->program;
+				size_t dlen = key[0] == 'h' ? sizeof r->host : key[0] == 'c' && key[1] == 'm' ?
+					      sizeof r->cmdline : key[0] == 'j' ? sizeof r->job_id :
+					      key[0] == 's' ? sizeof r->skipped : sizeof r->program;
+
+				if (str(&s, dst, dlen) < 0)
 					return snprintf(why, whylen, "bad string for \"%s\"", key), -1;
 			} else if (!strcmp(key, "files") && s.p < s.end && *s.p == '[') {
 				if (files_array(&s, j) < 0)
@@ -357,6 +370,14 @@ static int parse_report(const char *text, size_t len, struct report *r, struct j
 				if (!strcmp(key, "pid")) {
 					r->pid = v <= 0x7fffffff ? (long)v : -1;
 					have_pid = true;
+				} else if (!strcmp(key, "ppid")) {
+					r->ppid = v <= 0x7fffffff ? (long)v : -1;
+				} else if (!strcmp(key, "uid")) {
+					r->uid = v;
+				} else if (!strcmp(key, "start_ns")) {
+					r->start_ns = v;
+				} else if (!strcmp(key, "end_ns")) {
+					r->end_ns = v;
 				} else if (r->nkeys < MAX_KEYS) {
 					snprintf(r->key[r->nkeys], KEY_LEN, "%s", key);
 					r->val[r->nkeys++] = v;
@@ -559,27 +580,143 @@ static void print_coverage_line(FILE *out, const struct job *j)
 	fputc('\n', out);
 }
 
-/* Per-process rows when there is more than one: the counters that say who
- * did the I/O and who waited. */
-static void print_rows(FILE *out, const struct job *j)
+/* Did the process do coordinated I/O, or I/O the shim could not
+ * coordinate?  The others are folded into one line.  stdio does not count:
+ * every shell reads its script through it, and the coverage line already
+ * says how often it happened. */
+static bool did_io(const struct report *r)
 {
-	static const char *const cols[] = { "io_calls", "lock_waits", "node_waits",
-					    "bytes_read", "bytes_written" };
+	if (value(r, "io_calls") || value(r, "bytes_read") || value(r, "bytes_written"))
+		return true;
+	for (unsigned i = 0; i < r->nkeys; i++)
+		if (!strncmp(r->key[i], "uncovered_", 10) && strcmp(r->key[i], "uncovered_stdio") &&
+		    r->val[i])
+			return true;
+	return false;
+}
 
-	fprintf(out, "  %-8s %-16s", "PID", "PROGRAM");
-	for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++)
-		fprintf(out, " %14s", cols[c]);
-	fputc('\n', out);
+/* Bytes moved, then calls: the processes that matter first. */
+static int io_cmp(const void *a, const void *b)
+{
+	const struct report *x = *(const struct report *const *)a, *y = *(const struct report *const *)b;
+	unsigned long long bx = value(x, "bytes_read") + value(x, "bytes_written");
+	unsigned long long by = value(y, "bytes_read") + value(y, "bytes_written");
+
+	if (bx != by)
+		return bx < by ? 1 : -1;
+	if (value(x, "io_calls") != value(y, "io_calls"))
+		return value(x, "io_calls") < value(y, "io_calls") ? 1 : -1;
+	return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+/* "bash (80), readlink (40)": the programs of the reports that match
+ * want (folded: no I/O; skipped: left out by the user), most first. */
+struct tally {
+	char program[64];
+	unsigned n;
+};
+
+static unsigned tally(const struct job *j, int which, struct tally **out)
+{
+	struct tally *t = calloc(j->nreports + 1, sizeof(*t));
+	unsigned n = 0;
+
+	*out = t;
+	if (!t)
+		return 0;
 	for (unsigned i = 0; i < j->nreports; i++) {
 		const struct report *r = &j->rep[i];
+		unsigned k = 0;
+
+		if (which == 0 ? r->skipped[0] || did_io(r) : !r->skipped[0])
+			continue;
+		while (k < n && strcmp(t[k].program, r->program))
+			k++;
+		if (k == n)
+			memcpy(t[n++].program, r->program, sizeof(r->program));
+		t[k].n++;
+	}
+	for (unsigned a = 0; a < n; a++)	/* most first, a few entries */
+		for (unsigned b = a + 1; b < n; b++)
+			if (t[b].n > t[a].n) {
+				struct tally x = t[a];
+
+				t[a] = t[b], t[b] = x;
+			}
+	return n;
+}
+
+static void print_tally(FILE *out, const struct tally *t, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		char prog[256];
+
+		escape_text(t[i].program[0] ? t[i].program : "-", prog, sizeof(prog));
+		fprintf(out, "%s%s (%u)", i ? ", " : "", prog, t[i].n);
+	}
+}
+
+static const char *const row_cols[] = { "io_calls", "lock_waits", "node_waits", "bytes_read",
+					"bytes_written" };
+#define NROW_COLS (sizeof(row_cols) / sizeof(row_cols[0]))
+
+#define TOP_PROCS 16
+
+/* One row per process that did I/O, the most bytes first, at most
+ * TOP_PROCS of them and the rest summed on one line; the processes
+ * without I/O folded into another. */
+static void print_rows(FILE *out, const struct job *j)
+{
+	const struct report **io = calloc(j->nreports + 1, sizeof(*io));
+	struct tally *t;
+	unsigned shown = 0, folded = 0, nt;
+
+	if (!io)
+		return;
+	for (unsigned i = 0; i < j->nreports; i++) {
+		if (j->rep[i].skipped[0])
+			continue;
+		if (did_io(&j->rep[i]))
+			io[shown++] = &j->rep[i];
+		else
+			folded++;
+	}
+	qsort(io, shown, sizeof(*io), io_cmp);
+	fprintf(out, "  processes with I/O (%u of %u), most bytes first:\n", shown, j->nreports);
+	fprintf(out, "  %-8s %-16s", "PID", "PROGRAM");
+	for (size_t c = 0; c < NROW_COLS; c++)
+		fprintf(out, " %14s", row_cols[c]);
+	fputc('\n', out);
+	for (unsigned i = 0; i < shown && i < TOP_PROCS; i++) {
+		const struct report *r = io[i];
 		char prog[64];
 
 		escape_text(r->program[0] ? r->program : "-", prog, sizeof(prog));
 		fprintf(out, "  %-8ld %-16s", r->pid, prog);
-		for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++)
-			fprintf(out, " %14llu", value(r, cols[c]));
+		for (size_t c = 0; c < NROW_COLS; c++)
+			fprintf(out, " %14llu", value(r, row_cols[c]));
 		fputc('\n', out);
 	}
+	if (shown > TOP_PROCS) {
+		unsigned long long sum[NROW_COLS] = { 0 };
+
+		for (unsigned i = TOP_PROCS; i < shown; i++)
+			for (size_t c = 0; c < NROW_COLS; c++)
+				sum[c] = sat_add(sum[c], value(io[i], row_cols[c]));
+		fprintf(out, "  %-8s %-16s", "+", "the other");
+		for (size_t c = 0; c < NROW_COLS; c++)
+			fprintf(out, " %14llu", sum[c]);
+		fprintf(out, "\n  (%u more process(es) with less I/O, summed above)\n",
+			shown - TOP_PROCS);
+	}
+	free(io);
+	nt = tally(j, 0, &t);
+	if (folded) {
+		fprintf(out, "  + %u process(es) without I/O on coordinated files: ", folded);
+		print_tally(out, t, nt);
+		fputc('\n', out);
+	}
+	free(t);
 }
 
 static int file_cmp(const void *a, const void *b)
@@ -595,8 +732,17 @@ static int file_cmp(const void *a, const void *b)
 	return strcmp(x->path, y->path);
 }
 
-/* The files the job waited on most: lock_waits (threads) plus node_waits
- * (processes), then time waited. */
+/* "major:minor:inode" of a merged file, or "?" without a dev. */
+static void file_id(const struct file_waits *f, char *buf, size_t len)
+{
+	if (f->dev[0])
+		snprintf(buf, len, "%s:%llu", f->dev, f->ino);
+	else
+		snprintf(buf, len, "?");
+}
+
+/* The files the job waited on, totals over its processes: lock_waits
+ * (threads) plus node_waits (processes), then time waited. */
 static void print_files(FILE *out, struct job *j)
 {
 	unsigned n = j->nfiles < TOP_FILES ? j->nfiles : TOP_FILES;
@@ -604,17 +750,19 @@ static void print_files(FILE *out, struct job *j)
 	if (!j->nfiles)
 		return;
 	qsort(j->files, j->nfiles, sizeof(*j->files), file_cmp);
-	fprintf(out, "  top files by lock waits (%u of %u):\n", n, j->nfiles);
-	fprintf(out, "  %12s %12s %12s %12s %5s  %s\n", "WAITS", "LOCK_WAITS", "NODE_WAITS",
-		"WAIT_MS", "PROCS", "PATH");
+	fprintf(out, "  top files by lock waits (%u of %u), totals over the job's processes:\n", n,
+		j->nfiles);
+	fprintf(out, "  %12s %12s %12s %12s %5s  %-16s %s\n", "WAITS", "LOCK_WAITS", "NODE_WAITS",
+		"WAIT_MS", "PROCS", "DEV:INO", "PATH");
 	for (unsigned i = 0; i < n; i++) {
 		const struct file_waits *f = &j->files[i];
-		char path[PATH_LEN * 4 + 8];
+		char path[PATH_LEN * 4 + 8], id[64];
 
 		escape_text(f->path[0] ? f->path : "?", path, sizeof(path));
-		fprintf(out, "  %12llu %12llu %12llu %12.1f %5u  %s\n",
+		file_id(f, id, sizeof id);
+		fprintf(out, "  %12llu %12llu %12llu %12.1f %5u  %-16s %s\n",
 			sat_add(f->lock_waits, f->node_waits), f->lock_waits, f->node_waits,
-			(double)f->wait_ns / 1e6, f->procs, path);
+			(double)f->wait_ns / 1e6, f->procs, id, path);
 	}
 }
 
@@ -625,16 +773,119 @@ static int report_cmp(const void *a, const void *b)
 	return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
+/* The job: its first process (the one whose parent is not in the job,
+ * earliest started), its span, where and as whom it ran. */
+struct header {
+	const struct report *root;
+	unsigned long long start_ns, end_ns;
+	const char *host, *job_id;
+	unsigned long long uid;
+	bool hosts_differ, uids_differ;
+};
+
+static void job_header(const struct job *j, struct header *h)
+{
+	memset(h, 0, sizeof(*h));
+	h->uid = ~0ull;
+	for (unsigned i = 0; i < j->nreports; i++) {
+		const struct report *r = &j->rep[i];
+		bool parent_in = false;
+
+		for (unsigned k = 0; k < j->nreports && !parent_in; k++)
+			parent_in = j->rep[k].pid == r->ppid && k != i;
+		if (r->start_ns && !parent_in && (!h->root || r->start_ns < h->root->start_ns))
+			h->root = r;
+		if (r->start_ns && (!h->start_ns || r->start_ns < h->start_ns))
+			h->start_ns = r->start_ns;
+		if (r->end_ns > h->end_ns)
+			h->end_ns = r->end_ns;
+		if (r->host[0]) {
+			h->hosts_differ |= h->host && strcmp(h->host, r->host);
+			if (!h->host)
+				h->host = r->host;
+		}
+		if (r->job_id[0] && !h->job_id)
+			h->job_id = r->job_id;
+		if (r->uid != ~0ull) {
+			h->uids_differ |= h->uid != ~0ull && h->uid != r->uid;
+			if (h->uid == ~0ull)
+				h->uid = r->uid;
+		}
+	}
+}
+
+static void format_time(char *buf, size_t len, unsigned long long ns)
+{
+	time_t t = (time_t)(ns / 1000000000ull);
+	struct tm tm;
+	size_t n;
+
+	if (!ns || !localtime_r(&t, &tm)) {
+		snprintf(buf, len, "?");
+		return;
+	}
+	n = strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+	n += (size_t)snprintf(buf + n, len - n, ".%03llu", ns / 1000000ull % 1000);
+	strftime(buf + n, len - n, " %Z", &tm);
+}
+
+static void print_header(FILE *out, const struct job *j, const struct header *h)
+{
+	char a[64], b[64], cmd[4096 + 8];
+	struct tally *t;
+	unsigned nt;
+
+	if (!h->start_ns)
+		return;	/* reports of a library that does not record these */
+	escape_text(h->root && h->root->cmdline[0] ? h->root->cmdline : "?", cmd, sizeof cmd);
+	fprintf(out, "  command:  %s\n", cmd);
+	format_time(a, sizeof a, h->start_ns);
+	format_time(b, sizeof b, h->end_ns);
+	fprintf(out, "  start:    %s   end: %s   wall: %.3f s\n", a, b,
+		h->end_ns > h->start_ns ? (double)(h->end_ns - h->start_ns) / 1e9 : 0.0);
+	escape_text(h->host ? h->host : "?", a, sizeof a);
+	fprintf(out, "  host:     %s%s   uid: ", a, h->hosts_differ ? " (and others)" : "");
+	if (h->uid == ~0ull)
+		fputs("?", out);
+	else
+		fprintf(out, "%llu%s", h->uid, h->uids_differ ? " (and others)" : "");
+	escape_text(h->job_id ? h->job_id : "-", b, sizeof b);
+	fprintf(out, "   batch job: %s\n", b);
+	nt = tally(j, 1, &t);
+	if (nt) {
+		fputs("  left out by RANGESHIM_ONLY_CMDS/RANGESHIM_SKIP_CMDS, NOT coordinated: ", out);
+		print_tally(out, t, nt);
+		fputc('\n', out);
+	}
+	free(t);
+}
+
 static void print_job(FILE *out, struct job *j)
 {
+	struct header h;
+
 	fprintf(out, "rangeshim job summary: %u process report(s)", j->nreports);
 	if (j->nbad)
 		fprintf(out, ", %u file(s) skipped", j->nbad);
 	fputs("\n", out);
 	if (!j->nreports)
 		return;
-	for (unsigned k = 0; k < j->nkeys; k++)
-		fprintf(out, "  %-22s %20llu\n", j->key[k], j->total[k]);
+	job_header(j, &h);
+	print_header(out, j, &h);
+	{
+		unsigned zero = 0;
+
+		/* The counters that say something; the zeros in one line. */
+		for (unsigned k = 0; k < j->nkeys; k++) {
+			if (!j->total[k] && strcmp(j->key[k], "io_calls")) {
+				zero++;
+				continue;
+			}
+			fprintf(out, "  %-22s %20llu\n", j->key[k], j->total[k]);
+		}
+		if (zero)
+			fprintf(out, "  (%u other counters are 0; --json lists them)\n", zero);
+	}
 	if (j->nreports > 1) {
 		qsort(j->rep, j->nreports, sizeof(*j->rep), report_cmp);
 		print_rows(out, j);
@@ -643,7 +894,94 @@ static void print_job(FILE *out, struct job *j)
 	print_coverage_line(out, j);
 }
 
-int stats_summary(FILE *out, char **paths, int npaths)
+/* ---- --json: the same, as one object ---- */
+
+static void json_u64_or_null(unsigned long long v, bool known)
+{
+	if (known)
+		printf("%llu", v);
+	else
+		fputs("null", stdout);
+}
+
+static void json_tally(const struct job *j, int which)
+{
+	struct tally *t;
+	unsigned nt = tally(j, which, &t);
+
+	putchar('{');
+	for (unsigned i = 0; i < nt; i++) {
+		fputs(i ? ", " : "", stdout);
+		json_string(t[i].program);
+		printf(": %u", t[i].n);
+	}
+	putchar('}');
+	free(t);
+}
+
+static void print_job_json(struct job *j)
+{
+	struct header h;
+
+	job_header(j, &h);
+	printf("{\"reports\": %u, \"skipped_files\": %u, \"job\": {\"command\": ", j->nreports,
+	       j->nbad);
+	json_string(h.root && h.root->cmdline[0] ? h.root->cmdline : NULL);
+	fputs(", \"start_ns\": ", stdout);
+	json_u64_or_null(h.start_ns, h.start_ns != 0);
+	fputs(", \"end_ns\": ", stdout);
+	json_u64_or_null(h.end_ns, h.end_ns != 0);
+	fputs(", \"wall_ns\": ", stdout);
+	json_u64_or_null(h.end_ns - h.start_ns, h.start_ns && h.end_ns > h.start_ns);
+	fputs(", \"host\": ", stdout);
+	json_string(h.host);
+	fputs(", \"uid\": ", stdout);
+	json_u64_or_null(h.uid, h.uid != ~0ull);
+	fputs(", \"batch_job\": ", stdout);
+	json_string(h.job_id);
+	fputs("}, \"totals\": {", stdout);
+	for (unsigned k = 0; k < j->nkeys; k++) {
+		fputs(k ? ", " : "", stdout);
+		json_string(j->key[k]);
+		printf(": %llu", j->total[k]);
+	}
+	fputs("}, \"files\": [", stdout);
+	qsort(j->files, j->nfiles, sizeof(*j->files), file_cmp);
+	for (unsigned i = 0; i < j->nfiles; i++) {
+		const struct file_waits *f = &j->files[i];
+		char id[64];
+
+		file_id(f, id, sizeof id);
+		printf("%s{\"file\": ", i ? ", " : "");
+		json_string(f->dev[0] ? id : NULL);
+		fputs(", \"path\": ", stdout);
+		json_string(f->path[0] ? f->path : NULL);
+		printf(", \"lock_waits\": %llu, \"node_waits\": %llu, \"wait_ns\": %llu, \"procs\": %u}",
+		       f->lock_waits, f->node_waits, f->wait_ns, f->procs);
+	}
+	fputs("], \"processes\": [", stdout);
+	qsort(j->rep, j->nreports, sizeof(*j->rep), report_cmp);
+	for (unsigned i = 0, n = 0; i < j->nreports; i++) {
+		const struct report *r = &j->rep[i];
+
+		if (!did_io(r) || r->skipped[0])
+			continue;
+		printf("%s{\"pid\": %ld, \"program\": ", n++ ? ", " : "", r->pid);
+		json_string(r->program);
+		fputs(", \"cmdline\": ", stdout);
+		json_string(r->cmdline[0] ? r->cmdline : NULL);
+		for (size_t c = 0; c < NROW_COLS; c++)
+			printf(", \"%s\": %llu", row_cols[c], value(r, row_cols[c]));
+		putchar('}');
+	}
+	fputs("], \"folded\": ", stdout);
+	json_tally(j, 0);
+	fputs(", \"left_out\": ", stdout);
+	json_tally(j, 1);
+	fputs("}\n", stdout);
+}
+
+int stats_summary(FILE *out, char **paths, int npaths, bool json)
 {
 	struct job *j = calloc(1, sizeof(*j));
 	unsigned n;
@@ -654,7 +992,10 @@ int stats_summary(FILE *out, char **paths, int npaths)
 	}
 	for (int i = 0; i < npaths; i++)
 		add_path(j, paths[i]);
-	print_job(out, j);
+	if (json)
+		print_job_json(j);
+	else
+		print_job(out, j);
 	n = j->nreports;
 	free(j->files);
 	free(j->rep);
@@ -666,21 +1007,23 @@ int cmd_stats(const struct command *cmd, int argc, char **argv)
 {
 	int c;
 
-	(void)cmd;
-	opterr = 0;
+	bool json = false;
+
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "+:h",
-				(const struct option[]){ { "help", no_argument, NULL, 'h' },
-							 { NULL, 0, NULL, 0 } }, NULL)) != -1) {
+	while ((c = iface_getopt(cmd->name, argc, argv)) != -1) {
 		if (c == 'h') {
-			usage(stdout);
+			iface_help(cmd->name, stdout);
 			return 0;
+		}
+		if (c == OPT_STATS_JSON) {
+			json = true;
+			continue;
 		}
 		return getopt_error(c, argv);
 	}
 	if (optind >= argc)
 		return usage_error("%s", "stats: name the report files or their directory");
-	if (stats_summary(stdout, argv + optind, argc - optind) <= 0)
+	if (stats_summary(stdout, argv + optind, argc - optind, json) <= 0)
 		return 1;
 	return fflush(stdout) == 0 ? 0 : 1;
 }

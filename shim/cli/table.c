@@ -19,47 +19,26 @@ static bool shm_name_ok(const char *name)
 int parse_table_opts(const struct command *cmd, int argc, char **argv,
 			    struct table_opts *o)
 {
-	static const struct option longopts[] = {
-		{ "shm", required_argument, NULL, OPT_SHM },
-		{ "json", no_argument, NULL, OPT_JSON },
-		{ "force", no_argument, NULL, OPT_FORCE },
-		{ "noheadings", no_argument, NULL, OPT_NOHEAD },
-		{ "raw", no_argument, NULL, OPT_RAW },
-		{ "watch", required_argument, NULL, OPT_WATCH },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 }
-	};
 	bool is_locks = !strcmp(cmd->name, "locks");
 	const char *name = NULL, *env = getenv("RANGESHIM_SHM");
 	char dflt[64], msg[96], *end;
 	int c;
 
 	memset(o, 0, sizeof(*o));
-	opterr = 0;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, ":hp:o:", longopts, NULL)) != -1) {
-		if (!is_locks && (c == 'p' || c == 'o' || c == OPT_NOHEAD || c == OPT_RAW ||
-				  c == OPT_WATCH)) {
-			snprintf(msg, sizeof(msg), "%s takes no option '%s'", cmd->name,
-				 c == 'p' ? "-p" : c == 'o' ? "-o" : argv[optind - 1]);
-			return usage_error("%s", msg);
-		}
+	while ((c = iface_getopt(cmd->name, argc, argv)) != -1) {
 		switch (c) {
 		case 'h':
-			usage(stdout);
+			iface_help(cmd->name, stdout);
 			return 0;
 		case OPT_SHM:
 			name = optarg;
 			break;
-		case OPT_JSON:
+		case 'J':
+			o->json = true;
+			break;
 		case OPT_FORCE:
-			if (is_locks != (c == OPT_JSON)) {
-				snprintf(msg, sizeof(msg), "%s takes no option '%s'",
-					 cmd->name, argv[optind - 1]);
-				return usage_error("%s", msg);
-			}
-			o->json |= c == OPT_JSON;
-			o->force |= c == OPT_FORCE;
+			o->force = true;
 			break;
 		case 'p':
 			errno = 0;
@@ -70,10 +49,22 @@ int parse_table_opts(const struct command *cmd, int argc, char **argv,
 		case 'o':
 			o->cols = optarg;
 			break;
-		case OPT_NOHEAD:
+		case 'u':
+			/* lslocks' --notruncate: locks never truncates. */
+			break;
+		case 'b':
+			o->bytes = true;
+			break;
+		case 'H':
+			o->list_columns = true;
+			break;
+		case OPT_OUTPUT_ALL:
+			o->output_all = true;
+			break;
+		case 'n':
 			o->noheadings = true;
 			break;
-		case OPT_RAW:
+		case 'r':
 			o->raw = true;
 			break;
 		case OPT_WATCH:
@@ -89,8 +80,10 @@ int parse_table_opts(const struct command *cmd, int argc, char **argv,
 			return getopt_error(c, argv);
 		}
 	}
-	if (is_locks && o->json && (o->cols || o->raw || o->noheadings))
-		return usage_error("%s", "--json takes no -o, --raw or --noheadings");
+	if (is_locks && o->json && (o->cols || o->raw || o->noheadings || o->output_all))
+		return usage_error("%s", "--json takes no -o, --output-all, --raw or --noheadings");
+	if (o->cols && o->output_all)
+		return usage_error("%s", "-o and --output-all exclude each other");
 	if (is_locks) {
 		o->paths = argv + optind;
 		o->npaths = argc - optind;
@@ -234,13 +227,14 @@ int read_table(int fd, struct rs_segment *seg, char *why, size_t whylen)
  * pid may name some other process by now.  "?" when /proc has no word on
  * a live one (another pid namespace, hidepid).
  */
-static void proc_info(struct proc_info *pi, int32_t pid, bool alive)
+void proc_info(struct proc_info *pi, int32_t pid, bool alive)
 {
 	char comm[64];
 
 	if (!alive) {
 		pi->state = "dead";
-		snprintf(pi->comm, sizeof(pi->comm), "(dead)");
+		/* Bare: the lines that quote it put it in parentheses. */
+		snprintf(pi->comm, sizeof(pi->comm), "dead");
 		return;
 	}
 	switch (rs_nt_proc_stat(pid, comm, sizeof(comm))) {

@@ -2,6 +2,7 @@
 #define RS_CLI_TABLE_H
 
 #include "cli.h"
+#include "iface.h"
 #include "rangeshim/rangelock.h"
 #include "nodelock.h"
 #include "segment.h"
@@ -18,8 +19,6 @@
  * our own open file description, which holds no lock itself.
  */
 
-/* getopt values for the options of locks and clean, clear of OPT_SET(). */
-enum { OPT_SHM = 0x200, OPT_JSON, OPT_FORCE, OPT_NOHEAD, OPT_RAW, OPT_WATCH };
 
 struct table_opts {
 	char path[300];        /* /dev/shm/NAME */
@@ -28,6 +27,7 @@ struct table_opts {
 	bool json, force;
 	/* locks only: */
 	bool noheadings, raw;
+	bool bytes, output_all, list_columns;  /* -b, --output-all, -H */
 	long pid;              /* -p: 0 for every process */
 	const char *cols;      /* -o: NULL for the default columns */
 	double watch;          /* --watch SECONDS: 0 for one listing */
@@ -67,5 +67,6 @@ void free_table(struct table *t);
 bool ours(const struct stat *st);
 bool file_locked(int fd);
 void load_fds(struct fd_list *l, int32_t pid);
+void proc_info(struct proc_info *pi, int32_t pid, bool alive);
 
 #endif
