@@ -255,7 +255,7 @@ static int coordinated(int fd, enum look how)
 	if (!rs_enter_slow())
 		return 0;
 	e = rs_fdt_get(fd);
-	if ((how == FRESH || e == RS_FD_UNKNOWN) && syscall(SYS_getpid) == rs_pid) {
+	if ((how == FRESH || e == RS_FD_UNKNOWN) && rs_own_process()) {
 		if (how == FRESH)
 			rs_fdt_replaced(fd);
 		else

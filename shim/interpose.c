@@ -5,6 +5,7 @@
  * generated from a handful of shapes; the lock logic lives in iolock.c and
  * the fd bookkeeping in fdtable.c.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -316,7 +317,7 @@ static int enter_fd_slow(void)
 {
 	if (!rs_enter_slow())
 		return 0;
-	if (syscall(SYS_getpid) != rs_pid) {
+	if (!rs_own_process()) {
 		rs_leave_slow();
 		return 0;
 	}
@@ -380,7 +381,7 @@ static void closed(int fd, uint64_t old)
 		if (enter_fd_slow()) {
 			rs_fdt_closed(fd, old);
 			rs_leave_slow();
-		} else if (RS_LOAD(rs_depth) && syscall(SYS_getpid) == rs_pid) {
+		} else if (RS_LOAD(rs_depth) && rs_own_process()) {
 			/* A signal handler inside the shim: the number is free
 			 * now and fopen/socket/pipe may reuse it unseen. */
 			rs_fdt_forget(fd, old);
@@ -514,7 +515,7 @@ RS_EXPORT void closefrom(int lo)
  * hold the table mutex): classify newfd on first use. */
 static void duped_in_handler(int oldfd, int newfd)
 {
-	if (newfd >= 0 && newfd != oldfd && RS_LOAD(rs_depth) && syscall(SYS_getpid) == rs_pid)
+	if (newfd >= 0 && newfd != oldfd && RS_LOAD(rs_depth) && rs_own_process())
 		rs_fdt_forget(newfd, rs_fdt_get(newfd));
 }
 
@@ -885,6 +886,8 @@ static int clone_child(void *p)
 		va_end(ap);								\
 		if ((flags & CLONE_VM) && !(flags & CLONE_VFORK))			\
 			RS_STORE(rs_solo_ok, 0);					\
+		if (flags & CLONE_VM)							\
+			RS_STORE(rs_vm_shared, 1);					\
 		if (!(flags & CLONE_VM) && fn) {					\
 			struct clone_start c = { fn, arg };				\
 			int locked = fork_begin(), r;					\
@@ -964,6 +967,17 @@ static int thread_like(long nr, long flags)
 	return nr == SYS_clone && (flags & CLONE_VM) && !(flags & CLONE_VFORK);
 }
 
+/* A task sharing our memory (rs_vm_shared): a vfork, or any clone with
+ * CLONE_VM (clone3's flags are behind a pointer: any clone3). */
+static int vm_like(long nr, long flags)
+{
+#ifdef SYS_vfork
+	if (nr == SYS_vfork)
+		return 1;
+#endif
+	return thread_like(nr, flags) || (nr == SYS_clone && (flags & CLONE_VM));
+}
+
 /* va_arg past the arguments given reads the caller's frame, as glibc's
  * assembly does; ASan would take that for an overflow. */
 __attribute__((no_sanitize("address")))
@@ -984,6 +998,8 @@ RS_EXPORT long syscall(long nr, ...)
 		rs_exit_report();
 	if (__builtin_expect(thread_like(nr, a), 0))
 		RS_STORE(rs_solo_ok, 0);
+	if (__builtin_expect(vm_like(nr, a), 0))
+		RS_STORE(rs_vm_shared, 1);
 	if (__builtin_expect(fork_like(nr, a, b), 0)) {
 		int locked = fork_begin();
 
@@ -1006,4 +1022,45 @@ RS_EXPORT long syscall(long nr, ...)
 	}
 	return r;
 }
+#endif
+
+#if defined(__x86_64__)
+/*
+ * vfork: its child shares our memory and runs our wrappers with rs_pid
+ * unchanged, so rs_vm_shared is set first (iolock.h, rs_own_process).
+ * The wrapper must not be a frame of its own: the child returns from
+ * vfork into its caller's frame, and then the parent does, so a C
+ * wrapper's frame would be overwritten under the parent.  So it is a
+ * stub that calls rs_vfork_next (a normal call and return, before the
+ * vfork) and then jumps to the real vfork with the caller's return
+ * address still on top of the stack, as if called directly.  The stack
+ * is realigned around the call (the return address leaves it at 8 mod
+ * 16).
+ */
+void *rs_vfork_next(void) RS_HIDDEN;
+void *rs_vfork_next(void)
+{
+	static void *next;
+	void *p = __atomic_load_n(&next, __ATOMIC_ACQUIRE);
+
+	RS_STORE(rs_vm_shared, 1);
+	if (!p) {
+		p = dlsym(RTLD_NEXT, "vfork");
+		/* Without libc's vfork, fork is a valid vfork. */
+		if (!p)
+			p = (void *)fork;
+		__atomic_store_n(&next, p, __ATOMIC_RELEASE);
+	}
+	return p;
+}
+
+__asm__(".text\n"
+	".globl vfork\n"
+	".type vfork, @function\n"
+	"vfork:\n"
+	"\tsub $8, %rsp\n"
+	"\tcall rs_vfork_next\n"
+	"\tadd $8, %rsp\n"
+	"\tjmp *%rax\n"
+	".size vfork, .-vfork\n");
 #endif
