@@ -27,6 +27,12 @@
 #define RS_FD_UNKNOWN 0u   /* never seen, or closed: classify on use */
 #define RS_FD_PASS    1u   /* seen: not a coordinated regular file */
 #define RS_FD_TRACKED 2u   /* (generation << 32) | (desc index << 2) | 2 */
+/* Opened by a wrapped open, not classified yet: (generation << 32) |
+ * (RS_DESC_* of its open flags << 2) | 3.  Classified at its first use
+ * (rs_fdt_known), or from the application's own fstat of it
+ * (rs_fdt_stat_seen), so that an open costs no system call of ours and a
+ * descriptor used only for fstat, getdents or fchdir none at all. */
+#define RS_FD_LAZY    3u
 
 #define RS_DESC_APPEND 1u
 #define RS_DESC_DIRECT 2u
@@ -115,6 +121,19 @@ static inline struct rs_file *rs_fdt_file(uint32_t idx)
 uint64_t rs_fdt_classify(int fd);
 /* After a successful open/creat of fd with these open flags. */
 void rs_fdt_opened(int fd, int flags);
+/* fd's entry, classified if it was unknown or lazy: tracked, pass, or
+ * RS_FD_UNKNOWN when fd is not open. */
+static inline uint64_t rs_fdt_known(int fd)
+{
+	uint64_t e = rs_fdt_get(fd);
+
+	if (e == RS_FD_UNKNOWN || (e & 3) == RS_FD_LAZY)
+		e = rs_fdt_classify(fd);
+	return e;
+}
+struct stat;
+/* The application's fstat of fd returned st: classify a lazy fd from it. */
+void rs_fdt_stat_seen(int fd, const struct stat *st);
 /* After close(fd); old is the entry read before the real close. */
 void rs_fdt_closed(int fd, uint64_t old);
 /* After close_range/closefrom: forget every fd in [lo, hi]. */

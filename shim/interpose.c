@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <sys/file.h>
 #include <sys/sendfile.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -370,6 +371,62 @@ RS_OPEN_FIXED(__open64_2, (const char *path, int flags), (path, flags), flags)
 RS_OPEN_FIXED(__openat_2, (int dirfd, const char *path, int flags), (dirfd, path, flags), flags)
 RS_OPEN_FIXED(__openat64_2, (int dirfd, const char *path, int flags), (dirfd, path, flags), flags)
 
+/* The application's own fstat of a lazy fd classifies it, so that an
+ * open costs no fstat of ours (fdtable.h, RS_FD_LAZY).  Only a success
+ * says anything; errno is the real call's. */
+static void stat_seen(int fd, const struct stat *st)
+{
+	int saved = errno;
+
+	if (fd >= 0 && (rs_fdt_get(fd) & 3) == RS_FD_LAZY && enter_fd_slow()) {
+		rs_fdt_stat_seen(fd, st);
+		rs_leave_slow();
+	}
+	errno = saved;
+}
+
+#define RS_FSTAT(name, type)                                                  \
+	RS_EXPORT int name(int fd, type *st)                                  \
+	{                                                                     \
+		int r;                                                        \
+		rs_ready();                                                   \
+		r = REAL(int, name, (fd, st));                                \
+		if (r == 0)                                                   \
+			stat_seen(fd, (const struct stat *)st);               \
+		return r;                                                     \
+	}
+
+/* A path the real call accepted: NULL only where the kernel allows it
+ * (AT_EMPTY_PATH on Linux 6.11), which glibc's prototype does not say. */
+static int empty_path(const char *path)
+{
+	const char *p = path;
+
+	__asm__("" : "+r"(p));	/* no nonnull assumption from the caller */
+	return !p || !p[0];
+}
+
+/* fstatat(fd, "", st, AT_EMPTY_PATH) is fstat(fd): glibc's fstat is made
+ * that way, and programs call it so. */
+#define RS_FSTATAT(name, type)                                                \
+	RS_EXPORT int name(int fd, const char *path, type *st, int flags)     \
+	{                                                                     \
+		int r;                                                        \
+		rs_ready();                                                   \
+		r = REAL(int, name, (fd, path, st, flags));                   \
+		if (r == 0 && (flags & AT_EMPTY_PATH) && empty_path(path))    \
+			stat_seen(fd, (const struct stat *)st);               \
+		return r;                                                     \
+	}
+
+/* struct stat64 is struct stat on the 64-bit ABIs (glibc's
+ * __OFF_T_MATCHES_OFF64_T); the fields read are the same either way. */
+_Static_assert(sizeof(struct stat64) == sizeof(struct stat), "stat64 is stat");
+RS_FSTAT(fstat, struct stat)
+RS_FSTAT(fstat64, struct stat64)
+RS_FSTATAT(fstatat, struct stat)
+RS_FSTATAT(fstatat64, struct stat64)
+
 /* Read the entry before the real close: once the fd number is free,
  * another thread may open something else under it. */
 static void closed(int fd, uint64_t old)
@@ -577,8 +634,7 @@ static void dup_begin(struct dup_hold *h, int oldfd, int newfd)
 		e = rs_fdt_get(newfd);
 		/* An inherited fd another thread is about to classify and
 		 * lock counts as tracked too. */
-		if (e == RS_FD_UNKNOWN)
-			e = rs_fdt_classify(newfd);
+		e = rs_fdt_known(newfd);
 		if ((e & 3) != RS_FD_TRACKED)
 			break;
 		h->desc = rs_fdt_desc(e);

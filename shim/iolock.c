@@ -455,10 +455,8 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 	int np = 0, waited = 0;
 
 	for (int i = 0; i < n; i++) {
-		uint64_t e = rs_fdt_get(t[i].fd);
+		uint64_t e = rs_fdt_known(t[i].fd);
 
-		if (e == RS_FD_UNKNOWN)
-			e = rs_fdt_classify(t[i].fd);
 		if ((e & 3) != RS_FD_TRACKED)
 			continue;
 		if (t[i].iov && rs_iov_len(t[i].iov, t[i].iovcnt, &((struct rs_target *)t)[i].len) < 0)
