@@ -255,7 +255,7 @@ static void set_entry(int fd, uint64_t e)
 	uint64_t old = atomic_exchange_explicit(&rs_fd_entries[fd], e, memory_order_acq_rel);
 
 	if ((unsigned)fd >= fd_high)
-		fd_high = (unsigned)fd + 1;
+		__atomic_store_n(&fd_high, (unsigned)fd + 1, __ATOMIC_RELAXED);
 	drop_entry(old);
 }
 
@@ -539,7 +539,7 @@ static uint64_t install(int fd, int oflags, enum how how, uint64_t lazy, const s
 			drop_entry(e);
 			e = expect;
 		} else if ((unsigned)fd >= fd_high) {
-			fd_high = (unsigned)fd + 1;
+			__atomic_store_n(&fd_high, (unsigned)fd + 1, __ATOMIC_RELAXED);
 		}
 	}
 	rs_mutex_unlock(&tbl_mtx);
@@ -573,6 +573,45 @@ static int lazy_oflags(uint64_t e)
 	       ((lazy_flags(e) & RS_DESC_DIRECT) ? O_DIRECT : 0);
 }
 
+_Static_assert(((RS_DESC_APPEND | RS_DESC_DIRECT) << 2) < RS_FD_LAZY_SHARED &&
+	       RS_FD_LAZY_SHARED < (1u << 31), "lazy entry bits overlap");
+
+void rs_fdt_lazy_shared(void)
+{
+	unsigned hi = __atomic_load_n(&fd_high, __ATOMIC_RELAXED);
+
+	if (!rs_fd_entries)
+		return;
+	for (unsigned fd = 0; fd < hi; fd++) {
+		uint64_t e = atomic_load_explicit(&rs_fd_entries[fd], memory_order_relaxed);
+
+		while ((e & 3) == RS_FD_LAZY && !(e & RS_FD_LAZY_SHARED) &&
+		       !atomic_compare_exchange_weak(&rs_fd_entries[fd], &e, e | RS_FD_LAZY_SHARED))
+			;
+	}
+}
+
+uint64_t rs_fdt_known_fresh(int fd, int *fresh)
+{
+	uint64_t e = rs_fdt_get(fd), lazy = e;
+
+	*fresh = 0;
+	if (e == RS_FD_UNKNOWN)
+		return rs_fdt_classify(fd);
+	if ((e & 3) != RS_FD_LAZY)
+		return e;
+	e = rs_fdt_classify(fd);
+	/* Ours only if the entry we classified replaced the lazy one we
+	 * read, unshared: a lazy entry never comes back to one fd with the
+	 * same generation. */
+	if ((e & 3) == RS_FD_TRACKED && !(lazy & RS_FD_LAZY_SHARED) && (e >> 32) > (lazy >> 32)) {
+		/* rs_fdt_classify read the entry again: it was still lazy
+		 * when it installed e only if e's generation follows. */
+		*fresh = 1;
+	}
+	return e;
+}
+
 uint64_t rs_fdt_classify(int fd)
 {
 	uint64_t e;
@@ -583,19 +622,21 @@ uint64_t rs_fdt_classify(int fd)
 		beyond_table(fd);
 		return RS_FD_PASS;
 	}
-	e = rs_fdt_get(fd);
-	if ((e & 3) == RS_FD_LAZY) {
-		uint64_t lazy = e;
+	while (((e = rs_fdt_get(fd)) & 3) == RS_FD_LAZY) {
+		uint64_t r = install(fd, lazy_oflags(e), LAZY_USE, e, NULL);
 
-		e = install(fd, lazy_oflags(e), LAZY_USE, lazy, NULL);
-		if (e == RS_FD_UNKNOWN || (e & 3) == RS_FD_LAZY) {
+		if ((r & 3) != RS_FD_LAZY) {
 			/* Not open any more (closed where we did not see it):
 			 * forget it, as a close would. */
-			atomic_compare_exchange_strong(&rs_fd_entries[fd], &lazy, RS_FD_UNKNOWN);
-			return RS_FD_UNKNOWN;
+			if (r == RS_FD_UNKNOWN)
+				atomic_compare_exchange_strong(&rs_fd_entries[fd], &e,
+							       RS_FD_UNKNOWN);
+			return r;
 		}
-		return e;
+		/* Marked shared, or opened again, meanwhile: once more. */
 	}
+	if (e != RS_FD_UNKNOWN)
+		return e;
 	return install(fd, 0, FIRST_USE, 0, NULL);
 }
 
@@ -705,6 +746,7 @@ int64_t rs_fdt_find(uint64_t dev, uint64_t ino)
 
 void rs_fdt_fork_prepare(void)
 {
+	rs_fdt_lazy_shared();
 	rs_mutex_lock(&tbl_mtx);
 }
 

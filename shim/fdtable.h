@@ -33,6 +33,10 @@
  * (rs_fdt_stat_seen), so that an open costs no system call of ours and a
  * descriptor used only for fstat, getdents or fchdir none at all. */
 #define RS_FD_LAZY    3u
+/* In a lazy entry: another process may have used the description since
+ * the open (a fork, a spawn, a vfork or clone, a descriptor sent), so its
+ * file offset may have moved from 0 (rs_fdt_lazy_shared). */
+#define RS_FD_LAZY_SHARED (RS_DESC_DIRECT << 3)
 
 #define RS_DESC_APPEND 1u
 #define RS_DESC_DIRECT 2u
@@ -134,6 +138,16 @@ static inline uint64_t rs_fdt_known(int fd)
 struct stat;
 /* The application's fstat of fd returned st: classify a lazy fd from it. */
 void rs_fdt_stat_seen(int fd, const struct stat *st);
+/* The same as rs_fdt_known, and *fresh = 1 when this call classified an
+ * entry that was lazy and not shared: a description this process opened
+ * and nobody has used since, so its file offset is 0 (unless another
+ * thread uses it at the same time: only a single-threaded process may
+ * rely on that). */
+uint64_t rs_fdt_known_fresh(int fd, int *fresh);
+/* Before another process may share our descriptions (fork, spawn, vfork,
+ * clone, a descriptor sent over a socket): mark every lazy entry shared.
+ * Lock-free: also from a signal handler inside the shim, or a vfork. */
+void rs_fdt_lazy_shared(void);
 /* After close(fd); old is the entry read before the real close. */
 void rs_fdt_closed(int fd, uint64_t old);
 /* After close_range/closefrom: forget every fd in [lo, hi]. */

@@ -13,8 +13,11 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/file.h>
+#include <spawn.h>
 #include <sys/sendfile.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -510,6 +513,8 @@ static int fork_begin(void)
 {
 	int locked = rs_ready() && !RS_LOAD(rs_depth);
 
+	rs_fdt_lazy_shared();	/* also from a handler: lock-free */
+
 	if (locked)
 		rs_fork_prepare();
 	return locked;
@@ -533,6 +538,66 @@ RS_EXPORT pid_t _Fork(void)
 
 	fork_end(p, locked);
 	return p;
+}
+
+/*
+ * Other ways another process comes to share our descriptions, which run
+ * no fork handler: glibc's spawns (posix_spawn, and system and popen,
+ * which spawn with an internal clone), and a descriptor sent over a
+ * socket (SCM_RIGHTS: any control data is taken for one).  Before each,
+ * lazy entries are marked shared, so that no call takes a description's
+ * offset for 0 after another process may have moved it (fdtable.h).
+ * pidfd_getfd, by which a process with ptrace rights takes our
+ * descriptor, is not seen (limitations.md).
+ */
+#define RS_SPAWN(name)                                                        \
+	RS_EXPORT int name(pid_t *pid, const char *path,                      \
+			   const posix_spawn_file_actions_t *fa,              \
+			   const posix_spawnattr_t *attr, char *const argv[], \
+			   char *const envp[])                                \
+	{                                                                     \
+		rs_ready();                                                   \
+		rs_fdt_lazy_shared();                                         \
+		return REAL(int, name, (pid, path, fa, attr, argv, envp));    \
+	}
+RS_SPAWN(posix_spawn)
+RS_SPAWN(posix_spawnp)
+
+RS_EXPORT int system(const char *cmd)
+{
+	rs_ready();
+	rs_fdt_lazy_shared();
+	return REAL(int, system, (cmd));
+}
+
+RS_EXPORT FILE *popen(const char *cmd, const char *mode)
+{
+	rs_ready();
+	rs_fdt_lazy_shared();
+	if (__builtin_expect(rs_real.popen == NULL, 0)) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	return rs_real.popen(cmd, mode);
+}
+
+RS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	rs_ready();
+	if (msg && msg->msg_controllen)
+		rs_fdt_lazy_shared();
+	return REAL(ssize_t, sendmsg, (fd, msg, flags));
+}
+
+RS_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
+{
+	rs_ready();
+	for (unsigned i = 0; v && i < n; i++)
+		if (v[i].msg_hdr.msg_controllen) {
+			rs_fdt_lazy_shared();
+			break;
+		}
+	return REAL(int, sendmmsg, (fd, v, n, flags));
 }
 
 /* A thread cancelled inside a locked call would keep its locks: see
@@ -942,8 +1007,10 @@ static int clone_child(void *p)
 		va_end(ap);								\
 		if ((flags & CLONE_VM) && !(flags & CLONE_VFORK))			\
 			RS_STORE(rs_solo_ok, 0);					\
-		if (flags & CLONE_VM)							\
+		if (flags & CLONE_VM) {							\
 			RS_STORE(rs_vm_shared, 1);					\
+			rs_fdt_lazy_shared();						\
+		}									\
 		if (!(flags & CLONE_VM) && fn) {					\
 			struct clone_start c = { fn, arg };				\
 			int locked = fork_begin(), r;					\
@@ -1054,8 +1121,10 @@ RS_EXPORT long syscall(long nr, ...)
 		rs_exit_report();
 	if (__builtin_expect(thread_like(nr, a), 0))
 		RS_STORE(rs_solo_ok, 0);
-	if (__builtin_expect(vm_like(nr, a), 0))
+	if (__builtin_expect(vm_like(nr, a), 0)) {
 		RS_STORE(rs_vm_shared, 1);
+		rs_fdt_lazy_shared();
+	}
 	if (__builtin_expect(fork_like(nr, a, b), 0)) {
 		int locked = fork_begin();
 
@@ -1100,6 +1169,7 @@ void *rs_vfork_next(void)
 	void *p = __atomic_load_n(&next, __ATOMIC_ACQUIRE);
 
 	RS_STORE(rs_vm_shared, 1);
+	rs_fdt_lazy_shared();
 	if (!p) {
 		p = dlsym(RTLD_NEXT, "vfork");
 		/* Without libc's vfork, fork is a valid vfork. */

@@ -361,6 +361,7 @@ struct plan {
 	enum rs_where where;
 	int append;
 	unsigned fl_append;     /* RS_DESC_APPEND as read when planning */
+	int fresh;              /* a description nobody has used: offset 0 */
 	uint64_t start, end;
 };
 
@@ -400,6 +401,11 @@ static int compute(struct plan *p, const struct rs_target *t)
 			return -1;
 		p->start = size < (uint64_t)t->off ? size : (uint64_t)t->off;
 		p->end = RS_RANGE_EOF;
+	} else if (p->where == RS_AT_CURSOR && p->fresh && rs_solo()) {
+		/* Opened by this process, used by nobody since (no call of
+		 * ours, no other process: rs_fdt_known_fresh), and no other
+		 * thread to use it now: the offset is where open put it. */
+		p->start = 0;
 	} else if (p->where == RS_AT_CURSOR) {
 		off_t cur = rs_real.lseek(p->fd, 0, SEEK_CUR);
 
@@ -455,7 +461,8 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 	int np = 0, waited = 0;
 
 	for (int i = 0; i < n; i++) {
-		uint64_t e = rs_fdt_known(t[i].fd);
+		int fresh;
+		uint64_t e = rs_fdt_known_fresh(t[i].fd, &fresh);
 
 		if ((e & 3) != RS_FD_TRACKED)
 			continue;
@@ -464,6 +471,7 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 		if (t[i].iov && t[i].len == 0 && !(t[i].flags & RS_T_APPEND))
 			return 0;
 		p[np].fd = t[i].fd;
+		p[np].fresh = fresh;
 		p[np].entry = e;
 		p[np].desc = rs_fdt_desc(e);
 		p[np].file_idx = atomic_load_explicit(&p[np].desc->file, memory_order_acquire);

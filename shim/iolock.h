@@ -399,6 +399,7 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	 * (rangelock.c and nodelock.c, "Appenders"); one mode for both
 	 * locks: the values agree (below). */
 	const unsigned lmode = append ? RS_RL_APPEND : mode;
+	int whole = 0;
 
 	if (how & RS_HOW_IOV) {
 		/* Once, for the lock; the kernel reads the array again.  The
@@ -415,7 +416,28 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 			len = n > RS_MAX_RW ? RS_MAX_RW : n;
 		}
 	}
-	if (how & RS_HOW_CURSOR) {
+	if ((how & RS_HOW_CURSOR) && solo && !append) {
+		/*
+		 * Where the offset is does not matter when nothing can
+		 * conflict with the call at any offset: no other thread
+		 * (solo: no range lock, no offset lock), and a node grant
+		 * held for the whole file (or node scope off), which no other
+		 * process can use while we are in it, whoever else shares the
+		 * description and moves its offset.  Then no lseek.
+		 * Pre:  solo, nothing held.
+		 * Post: whole, with the grant entered on [0, EOF); or nothing
+		 *       entered.
+		 */
+		if (rs_grant_enter_fast(file, 0, RS_RANGE_EOF, lmode, &io->gref[0])) {
+			whole = 1;
+			off = 0;
+		} else if (lean && !atomic_load_explicit(&file->grants[0], memory_order_relaxed)) {
+			/* Nothing cached: the acquisition finds the offset
+			 * (one lseek, not one here and one there). */
+			goto general;
+		}
+	}
+	if ((how & RS_HOW_CURSOR) && !whole) {
 		/* Nothing in this process moves the offset while we hold the
 		 * offset lock; lseek tells us where the kernel will start.
 		 * (Nothing cheaper is safe: stdio, dprintf, another process
@@ -444,10 +466,12 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	start = (uint64_t)off;
 	/* off < 2^63 and the clamped len < 2^31: no overflow.  A vector
 	 * call's len is clamped already. */
-	end = append ? RS_RANGE_EOF
+	end = append || whole ? RS_RANGE_EOF
 		     : start + ((how & RS_HOW_IOV) || len <= RS_MAX_RW ? len : RS_MAX_RW);
 	/* Other processes first, then the other threads (grants.h). */
-	if (lean ? !__builtin_expect(rs_grant_enter_fast(file, start, end, lmode, &io->gref[0]), 1)
+	if (whole)
+		;	/* entered above */
+	else if (lean ? !__builtin_expect(rs_grant_enter_fast(file, start, end, lmode, &io->gref[0]), 1)
 		 : __builtin_expect(rs_grant_enter(file, start, end, lmode, &io->gref[0]), 0) &&
 		   __builtin_expect(!io->gref[0].g && RS_LOAD(rs_cl_eio), 0)) {
 		/* Not cached (lean: the full copy enters it), or the cluster
