@@ -512,7 +512,11 @@ static uint64_t install(int fd, int oflags, enum how how, uint64_t lazy, const s
 						      desc_flags(oflags), memory_order_relaxed);
 				put_file((uint32_t)file);
 			} else {
-				desc = new_desc((uint32_t)file, desc_flags(oflags));
+				/* A lazy entry nobody else can have used: its
+				 * offset is still where open put it. */
+				desc = new_desc((uint32_t)file, desc_flags(oflags) |
+						(how == LAZY_USE && !(lazy & RS_FD_LAZY_SHARED) &&
+						 !(oflags & O_APPEND) ? RS_DESC_FRESH : 0));
 				if (desc < 0)
 					put_file((uint32_t)file);
 			}
@@ -588,28 +592,26 @@ void rs_fdt_lazy_shared(void)
 		while ((e & 3) == RS_FD_LAZY && !(e & RS_FD_LAZY_SHARED) &&
 		       !atomic_compare_exchange_weak(&rs_fd_entries[fd], &e, e | RS_FD_LAZY_SHARED))
 			;
+		if ((e & 3) == RS_FD_TRACKED)
+			atomic_fetch_and_explicit(&rs_fdt_desc(e)->flags, ~RS_DESC_FRESH,
+						  memory_order_relaxed);
 	}
 }
 
-uint64_t rs_fdt_known_fresh(int fd, int *fresh)
+void rs_fdt_moved(int fd)
 {
-	uint64_t e = rs_fdt_get(fd), lazy = e;
+	uint64_t e;
 
-	*fresh = 0;
-	if (e == RS_FD_UNKNOWN)
-		return rs_fdt_classify(fd);
-	if ((e & 3) != RS_FD_LAZY)
-		return e;
-	e = rs_fdt_classify(fd);
-	/* Ours only if the entry we classified replaced the lazy one we
-	 * read, unshared: a lazy entry never comes back to one fd with the
-	 * same generation. */
-	if ((e & 3) == RS_FD_TRACKED && !(lazy & RS_FD_LAZY_SHARED) && (e >> 32) > (lazy >> 32)) {
-		/* rs_fdt_classify read the entry again: it was still lazy
-		 * when it installed e only if e's generation follows. */
-		*fresh = 1;
-	}
-	return e;
+	if (fd < 0 || (unsigned)fd >= rs_fd_cap || !rs_fd_entries)
+		return;
+	e = rs_fdt_get(fd);
+
+	while ((e & 3) == RS_FD_LAZY && !(e & RS_FD_LAZY_SHARED) &&
+	       !atomic_compare_exchange_weak(&rs_fd_entries[fd], &e, e | RS_FD_LAZY_SHARED))
+		;
+	if ((e & 3) == RS_FD_TRACKED)
+		atomic_fetch_and_explicit(&rs_fdt_desc(e)->flags, ~RS_DESC_FRESH,
+					  memory_order_relaxed);
 }
 
 uint64_t rs_fdt_classify(int fd)

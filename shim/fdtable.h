@@ -36,10 +36,19 @@
 /* In a lazy entry: another process may have used the description since
  * the open (a fork, a spawn, a vfork or clone, a descriptor sent), so its
  * file offset may have moved from 0 (rs_fdt_lazy_shared). */
-#define RS_FD_LAZY_SHARED (RS_DESC_DIRECT << 3)
+#define RS_FD_LAZY_SHARED (RS_DESC_FRESH << 3)
 
 #define RS_DESC_APPEND 1u
 #define RS_DESC_DIRECT 2u
+/* Opened by this process and used by nobody since: the file offset is
+ * still 0.  Set when a lazy entry nobody else can have used is
+ * classified; cleared, under the offset lock, by the first call that
+ * uses or moves the offset, by anything that lets another process share
+ * the description (rs_fdt_lazy_shared), by F_SETFL and fdopen (stdio
+ * then moves it unseen), and by a raw system call that may move it
+ * (rs_fdt_moved).  A call at the offset that finds it set under the
+ * offset lock starts at 0 without an lseek. */
+#define RS_DESC_FRESH  4u
 
 /* Node grants this process caches for a file: words of grants.h. */
 #define RS_NCACHE 4
@@ -138,14 +147,12 @@ static inline uint64_t rs_fdt_known(int fd)
 struct stat;
 /* The application's fstat of fd returned st: classify a lazy fd from it. */
 void rs_fdt_stat_seen(int fd, const struct stat *st);
-/* The same as rs_fdt_known, and *fresh = 1 when this call classified an
- * entry that was lazy and not shared: a description this process opened
- * and nobody has used since, so its file offset is 0 (unless another
- * thread uses it at the same time: only a single-threaded process may
- * rely on that). */
-uint64_t rs_fdt_known_fresh(int fd, int *fresh);
+/* A system call we do not lock (syscall(SYS_read, fd, ...)) may move
+ * fd's file offset. */
+void rs_fdt_moved(int fd);
 /* Before another process may share our descriptions (fork, spawn, vfork,
- * clone, a descriptor sent over a socket): mark every lazy entry shared.
+ * clone, a descriptor sent over a socket): mark every lazy entry shared,
+ * and no description fresh.
  * Lock-free: also from a signal handler inside the shim, or a vfork. */
 void rs_fdt_lazy_shared(void);
 /* After close(fd); old is the entry read before the real close. */

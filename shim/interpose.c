@@ -1101,6 +1101,16 @@ static int vm_like(long nr, long flags)
 	return thread_like(nr, flags) || (nr == SYS_clone && (flags & CLONE_VM));
 }
 
+/* System calls, made unlocked through syscall(), that may move a file
+ * offset: the first argument's, and sendfile's second or splice's and
+ * copy_file_range's third (RS_DESC_FRESH, fdtable.h). */
+static int offset_moving(long nr)
+{
+	return nr == SYS_read || nr == SYS_write || nr == SYS_readv || nr == SYS_writev ||
+	       nr == SYS_lseek || nr == SYS_preadv2 || nr == SYS_pwritev2 ||
+	       nr == SYS_sendfile || nr == SYS_splice || nr == SYS_copy_file_range;
+}
+
 /* va_arg past the arguments given reads the caller's frame, as glibc's
  * assembly does; ASan would take that for an overflow. */
 __attribute__((no_sanitize("address")))
@@ -1121,6 +1131,10 @@ RS_EXPORT long syscall(long nr, ...)
 		rs_exit_report();
 	if (__builtin_expect(thread_like(nr, a), 0))
 		RS_STORE(rs_solo_ok, 0);
+	if (__builtin_expect(offset_moving(nr), 0)) {
+		rs_fdt_moved((int)a);
+		rs_fdt_moved((int)(nr == SYS_sendfile ? b : c));
+	}
 	if (__builtin_expect(vm_like(nr, a), 0)) {
 		RS_STORE(rs_vm_shared, 1);
 		rs_fdt_lazy_shared();

@@ -361,7 +361,6 @@ struct plan {
 	enum rs_where where;
 	int append;
 	unsigned fl_append;     /* RS_DESC_APPEND as read when planning */
-	int fresh;              /* a description nobody has used: offset 0 */
 	uint64_t start, end;
 };
 
@@ -401,10 +400,11 @@ static int compute(struct plan *p, const struct rs_target *t)
 			return -1;
 		p->start = size < (uint64_t)t->off ? size : (uint64_t)t->off;
 		p->end = RS_RANGE_EOF;
-	} else if (p->where == RS_AT_CURSOR && p->fresh && rs_solo()) {
-		/* Opened by this process, used by nobody since (no call of
-		 * ours, no other process: rs_fdt_known_fresh), and no other
-		 * thread to use it now: the offset is where open put it. */
+	} else if (p->where == RS_AT_CURSOR &&
+		   (atomic_fetch_and_explicit(&p->desc->flags, ~RS_DESC_FRESH,
+					      memory_order_relaxed) & RS_DESC_FRESH)) {
+		/* Under the offset lock: nobody has used the offset since
+		 * the open (fdtable.h, RS_DESC_FRESH). */
 		p->start = 0;
 	} else if (p->where == RS_AT_CURSOR) {
 		off_t cur = rs_real.lseek(p->fd, 0, SEEK_CUR);
@@ -461,8 +461,7 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 	int np = 0, waited = 0;
 
 	for (int i = 0; i < n; i++) {
-		int fresh;
-		uint64_t e = rs_fdt_known_fresh(t[i].fd, &fresh);
+		uint64_t e = rs_fdt_known(t[i].fd);
 
 		if ((e & 3) != RS_FD_TRACKED)
 			continue;
@@ -471,7 +470,6 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 		if (t[i].iov && t[i].len == 0 && !(t[i].flags & RS_T_APPEND))
 			return 0;
 		p[np].fd = t[i].fd;
-		p[np].fresh = fresh;
 		p[np].entry = e;
 		p[np].desc = rs_fdt_desc(e);
 		p[np].file_idx = atomic_load_explicit(&p[np].desc->file, memory_order_acquire);
@@ -513,6 +511,9 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 	for (int i = 0; i < io->npos; i++)
 		rs_mutex_lock(&io->pos[i]->pos_mtx);
 	if (t[0].where == RS_POS_ONLY) {
+		/* lseek may move the offset (compute clears it for the
+		 * other calls at the offset). */
+		atomic_fetch_and_explicit(&p[0].desc->flags, ~RS_DESC_FRESH, memory_order_relaxed);
 		if (!valid(&p[0])) {
 			release(io);
 			return -1;
@@ -621,6 +622,10 @@ void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
 		return;
 	if (RS_LOAD(rs_depth)) {
 		RS_COUNT(reentrant, 1);
+		/* Unlocked, from a handler: it may move the offset unseen. */
+		for (int i = 0; i < n; i++)
+			if (t[i].where == RS_AT_CURSOR || t[i].where == RS_POS_ONLY)
+				rs_fdt_moved(t[i].fd);
 		return;
 	}
 	for (int i = 0; i < n; i++) {

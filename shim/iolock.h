@@ -431,6 +431,12 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 		if (rs_grant_enter_fast(file, 0, RS_RANGE_EOF, lmode, &io->gref[0])) {
 			whole = 1;
 			off = 0;
+			/* The call moves the offset: not fresh any more. */
+			if (__builtin_expect(atomic_load_explicit(&desc->flags,
+								  memory_order_relaxed) &
+					     RS_DESC_FRESH, 0))
+				atomic_fetch_and_explicit(&desc->flags, ~RS_DESC_FRESH,
+							  memory_order_relaxed);
 		} else if (lean && !atomic_load_explicit(&file->grants[0], memory_order_relaxed)) {
 			/* Nothing cached: the acquisition finds the offset
 			 * (one lseek, not one here and one there). */
@@ -455,6 +461,13 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 				off = (int64_t)size;
 			else
 				goto unlock_pos;
+		} else if (__builtin_expect(atomic_load_explicit(&desc->flags, memory_order_relaxed) &
+					    RS_DESC_FRESH, 0)) {
+			/* Under the offset lock (or alone): nobody has used
+			 * the offset since the open (fdtable.h). */
+			atomic_fetch_and_explicit(&desc->flags, ~RS_DESC_FRESH,
+						  memory_order_relaxed);
+			off = 0;
 		} else {
 			off = rs_lseek_cur(fd);
 			if (__builtin_expect(off < 0, 0))
