@@ -401,6 +401,7 @@ static int compute(struct plan *p, const struct rs_target *t)
 		p->start = size < (uint64_t)t->off ? size : (uint64_t)t->off;
 		p->end = RS_RANGE_EOF;
 	} else if (p->where == RS_AT_CURSOR &&
+		   (atomic_load_explicit(&p->desc->flags, memory_order_relaxed) & RS_DESC_FRESH) &&
 		   (atomic_fetch_and_explicit(&p->desc->flags, ~RS_DESC_FRESH,
 					      memory_order_relaxed) & RS_DESC_FRESH)) {
 		/* Under the offset lock: nobody has used the offset since
@@ -513,7 +514,9 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 	if (t[0].where == RS_POS_ONLY) {
 		/* lseek may move the offset (compute clears it for the
 		 * other calls at the offset). */
-		atomic_fetch_and_explicit(&p[0].desc->flags, ~RS_DESC_FRESH, memory_order_relaxed);
+		if (atomic_load_explicit(&p[0].desc->flags, memory_order_relaxed) & RS_DESC_FRESH)
+			atomic_fetch_and_explicit(&p[0].desc->flags, ~RS_DESC_FRESH,
+						  memory_order_relaxed);
 		if (!valid(&p[0])) {
 			release(io);
 			return -1;

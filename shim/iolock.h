@@ -428,7 +428,15 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 		 * Post: whole, with the grant entered on [0, EOF); or nothing
 		 *       entered.
 		 */
-		if (rs_grant_enter_fast(file, 0, RS_RANGE_EOF, lmode, &io->gref[0])) {
+		struct rs_segment *seg = __atomic_load_n(&rs_node_seg, __ATOMIC_RELAXED);
+		uint64_t w;
+
+		/* The first cache entry only (a whole-file grant is the one
+		 * a file used alone keeps), so that a call that goes on to
+		 * lseek pays a few instructions for the look. */
+		if (seg ? (w = atomic_load_explicit(&file->grants[0], memory_order_acquire)) != 0 &&
+			  rs_grant_try(seg, w, 0, RS_RANGE_EOF, lmode, &io->gref[0]) > 0
+			: !__atomic_load_n(&rs_node_on, __ATOMIC_RELAXED) && !(io->gref[0].g = 0)) {
 			whole = 1;
 			off = 0;
 			/* The call moves the offset: not fresh any more. */
