@@ -134,6 +134,26 @@ void rs_fork_parent(void);
 /* Our pid, refreshed in a forked child; a mismatch means a vfork child. */
 extern long rs_pid;
 
+/*
+ * Set for good once a task that shares our memory but is another process
+ * may exist: a vfork (vfork(), syscall(SYS_vfork)) or a clone with
+ * CLONE_VM made through us (interpose.c).  Such a task sees rs_pid as we
+ * left it, so only a system call can tell it from us; until one may
+ * exist, rs_pid is our pid in every task that runs this code (forks
+ * refresh it in the child: rs_after_fork_child), and the fd bookkeeping
+ * asks the kernel nothing.  Set from the start where vfork is not
+ * wrapped (not x86-64).  A vfork or clone made by inline assembly is not
+ * seen (limitations.md).
+ */
+extern char rs_vm_shared RS_HIDDEN;
+
+/* This task is the process rs_pid names, not a vfork child or another
+ * process sharing our memory: only they may change the fd table. */
+static inline int rs_own_process(void)
+{
+	return !RS_LOAD(rs_vm_shared) || rs_raw_getpid() == rs_pid;
+}
+
 /* Cleared for good before a thread glibc does not know of is made
  * (clone or syscall(SYS_clone) with CLONE_VM, any clone3: interpose.c). */
 extern char rs_solo_ok RS_HIDDEN;
@@ -391,6 +411,7 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	 * (rangelock.c and nodelock.c, "Appenders"); one mode for both
 	 * locks: the values agree (below). */
 	const unsigned lmode = append ? RS_RL_APPEND : mode;
+	int whole = 0;
 
 	if (how & RS_HOW_IOV) {
 		/* Once, for the lock; the kernel reads the array again.  The
@@ -407,7 +428,42 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 			len = n > RS_MAX_RW ? RS_MAX_RW : n;
 		}
 	}
-	if (how & RS_HOW_CURSOR) {
+	if ((how & RS_HOW_CURSOR) && solo && !append) {
+		/*
+		 * Where the offset is does not matter when nothing can
+		 * conflict with the call at any offset: no other thread
+		 * (solo: no range lock, no offset lock), and a node grant
+		 * held for the whole file (or node scope off), which no other
+		 * process can use while we are in it, whoever else shares the
+		 * description and moves its offset.  Then no lseek.
+		 * Pre:  solo, nothing held.
+		 * Post: whole, with the grant entered on [0, EOF); or nothing
+		 *       entered.
+		 */
+		struct rs_segment *seg = __atomic_load_n(&rs_node_seg, __ATOMIC_RELAXED);
+		uint64_t w;
+
+		/* The first cache entry only (a whole-file grant is the one
+		 * a file used alone keeps), so that a call that goes on to
+		 * lseek pays a few instructions for the look. */
+		if (seg ? (w = atomic_load_explicit(&file->grants[0], memory_order_acquire)) != 0 &&
+			  rs_grant_try(seg, w, 0, RS_RANGE_EOF, lmode, &io->gref[0]) > 0
+			: !__atomic_load_n(&rs_node_on, __ATOMIC_RELAXED) && !(io->gref[0].g = 0)) {
+			whole = 1;
+			off = 0;
+			/* The call moves the offset: not fresh any more. */
+			if (__builtin_expect(atomic_load_explicit(&desc->flags,
+								  memory_order_relaxed) &
+					     RS_DESC_FRESH, 0))
+				atomic_fetch_and_explicit(&desc->flags, ~RS_DESC_FRESH,
+							  memory_order_relaxed);
+		} else if (lean && !atomic_load_explicit(&file->grants[0], memory_order_relaxed)) {
+			/* Nothing cached: the acquisition finds the offset
+			 * (one lseek, not one here and one there). */
+			goto general;
+		}
+	}
+	if ((how & RS_HOW_CURSOR) && !whole) {
 		/* Nothing in this process moves the offset while we hold the
 		 * offset lock; lseek tells us where the kernel will start.
 		 * (Nothing cheaper is safe: stdio, dprintf, another process
@@ -425,6 +481,13 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 				off = (int64_t)size;
 			else
 				goto unlock_pos;
+		} else if (__builtin_expect(atomic_load_explicit(&desc->flags, memory_order_relaxed) &
+					    RS_DESC_FRESH, 0)) {
+			/* Under the offset lock (or alone): nobody has used
+			 * the offset since the open (fdtable.h). */
+			atomic_fetch_and_explicit(&desc->flags, ~RS_DESC_FRESH,
+						  memory_order_relaxed);
+			off = 0;
 		} else {
 			off = rs_lseek_cur(fd);
 			if (__builtin_expect(off < 0, 0))
@@ -436,10 +499,12 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	start = (uint64_t)off;
 	/* off < 2^63 and the clamped len < 2^31: no overflow.  A vector
 	 * call's len is clamped already. */
-	end = append ? RS_RANGE_EOF
+	end = append || whole ? RS_RANGE_EOF
 		     : start + ((how & RS_HOW_IOV) || len <= RS_MAX_RW ? len : RS_MAX_RW);
 	/* Other processes first, then the other threads (grants.h). */
-	if (lean ? !__builtin_expect(rs_grant_enter_fast(file, start, end, lmode, &io->gref[0]), 1)
+	if (whole)
+		;	/* entered above */
+	else if (lean ? !__builtin_expect(rs_grant_enter_fast(file, start, end, lmode, &io->gref[0]), 1)
 		 : __builtin_expect(rs_grant_enter(file, start, end, lmode, &io->gref[0]), 0) &&
 		   __builtin_expect(!io->gref[0].g && RS_LOAD(rs_cl_eio), 0)) {
 		/* Not cached (lean: the full copy enters it), or the cluster
