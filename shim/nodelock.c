@@ -545,15 +545,44 @@ static int slot_dead(struct rs_nt *t, uint32_t p)
 	       !rs_seg_alive(&t->map, p);
 }
 
-/* Under the table lock. */
-static uint32_t reclaim_locked(struct rs_nt *t)
+/*
+ * Which process slots look dead, outside the table lock: each look at a
+ * liveness byte is a system call, and with thousands of slots they must
+ * not be made while every other process waits for the lock.  Under the
+ * lock, reclaim_locked looks again at the suspects only (a slot seen
+ * alive here that dies meanwhile is found by the next reclaim).
+ */
+static void dead_suspects(struct rs_nt *t, unsigned char *gone)
+{
+	for (uint32_t p = 0; p < RS_NPROC; p++)
+		gone[p] = (unsigned char)slot_dead(t, p);
+}
+
+/* Under the table lock: a bound above which every grant slot is FREE.
+ * used_hi is checked against nused; a mismatch (a death between a count
+ * and a state, or a stray write) is repaired by counting every slot. */
+static uint32_t trusted_hi(struct rs_segment *s)
+{
+	uint32_t hi = s->hdr.used_hi < RS_NGRANT ? s->hdr.used_hi : RS_NGRANT, n = 0;
+
+	for (uint32_t i = 0; i < hi; i++)
+		n += atomic_load(&s->grants[i].state) != RS_G_FREE;
+	if (n != s->hdr.nused) {
+		recount(s);
+		hi = s->hdr.used_hi;
+	}
+	return hi;
+}
+
+/* Under the table lock; gone: dead_suspects' answer, confirmed here. */
+static uint32_t reclaim_locked(struct rs_nt *t, unsigned char *gone)
 {
 	struct rs_segment *s = t->map.seg;
-	uint32_t dead = 0;
-	unsigned char gone[RS_NPROC];
+	uint32_t dead = 0, hi = trusted_hi(s);
 
 	for (uint32_t p = 0; p < RS_NPROC; p++) {
-		gone[p] = (unsigned char)slot_dead(t, p);
+		if (gone[p])
+			gone[p] = (unsigned char)slot_dead(t, p);
 		dead += gone[p];
 	}
 	/* Grants of the dead: their threads died inside calls; nobody can
@@ -562,7 +591,7 @@ static uint32_t reclaim_locked(struct rs_nt *t)
 	 * slot whose state word is not LIVE, may be a live holder's under a
 	 * stray write (or a registrant's predecessor's): it goes only once
 	 * nobody is inside, as any other grant would. */
-	for (uint32_t i = 0; i < RS_NGRANT; i++) {
+	for (uint32_t i = 0; i < hi; i++) {
 		struct rs_seg_grant *g = &s->grants[i];
 		uint32_t o = g->owner;
 		int ignored;
@@ -596,11 +625,15 @@ static uint32_t reclaim_locked(struct rs_nt *t)
 
 uint32_t rs_nt_reclaim(struct rs_nt *t)
 {
+	unsigned char gone[RS_NPROC];
 	uint32_t n;
 
-	if (!t->map.seg || t->me >= RS_NPROC || table_lock(t) < 0)
+	if (!t->map.seg || t->me >= RS_NPROC)
 		return 0;
-	n = reclaim_locked(t);
+	dead_suspects(t, gone);
+	if (table_lock(t) < 0)
+		return 0;
+	n = reclaim_locked(t, gone);
 	table_unlock(t);
 	return n;
 }
@@ -654,6 +687,7 @@ static int register_loop(struct rs_nt *t, const char *name, char *why, size_t wh
  */
 static int register_once(struct rs_nt *t, const char *name, char *why, size_t whylen)
 {
+	unsigned char gone[RS_NPROC];
 	struct rs_segment *s;
 
 	__atomic_store_n(&t->me, UINT32_MAX, __ATOMIC_RELAXED);
@@ -661,30 +695,60 @@ static int register_once(struct rs_nt *t, const char *name, char *why, size_t wh
 	if (rs_seg_attach(&t->map, name, 1, why, whylen) < 0)
 		return -1;
 	s = t->map.seg;
-	for (uint32_t p = 0; p < RS_NPROC; p++) {
-		/* A cheap look first; the byte decides. */
-		if (atomic_load(&s->procs[p].state) == RS_PROC_LIVE && rs_seg_alive(&t->map, p))
-			continue;
-		if (rs_seg_claim(&t->map, p) < 0)
-			continue;
-		/* A nonce no earlier holder of this slot had (segment.h). */
-		t->nonce = __atomic_add_fetch(&s->procs[p].gen, 1, __ATOMIC_RELAXED) &
-			   ((1u << (32 - RS_LOCK_SLOT_BITS)) - 1);
-		__atomic_store_n(&t->me, p, __ATOMIC_RELAXED);
-		break;
-	}
-	if (t->me == UINT32_MAX) {
-		snprintf(why, whylen, "all %u process slots of %s are in use", RS_NPROC, t->map.path);
-		rs_seg_detach(&t->map);
-		return -1;
+	for (uint64_t t0 = 0, last_named = 0;;) {
+		uint32_t seen = atomic_load(&s->hdr.change);
+		uint64_t now;
+
+		for (uint32_t p = 0; p < RS_NPROC; p++) {
+			/* A cheap look first; the byte decides. */
+			if (atomic_load(&s->procs[p].state) == RS_PROC_LIVE &&
+			    rs_seg_alive(&t->map, p))
+				continue;
+			if (rs_seg_claim(&t->map, p) < 0)
+				continue;
+			/* A nonce no earlier holder of this slot had (segment.h). */
+			t->nonce = __atomic_add_fetch(&s->procs[p].gen, 1, __ATOMIC_RELAXED) &
+				   ((1u << (32 - RS_LOCK_SLOT_BITS)) - 1);
+			__atomic_store_n(&t->me, p, __ATOMIC_RELAXED);
+			break;
+		}
+		if (t->me != UINT32_MAX)
+			break;
+		/* Every slot is held by a live process.  Running without the
+		 * table would let this process's calls tear other processes'
+		 * reads: wait for a slot, as a lock waits for its holder.  A
+		 * process that leaves bumps the change counter; one that dies
+		 * is seen by the next scan of the liveness bytes. */
+		now = rs_nt_now_ns();
+		if (!t0) {
+			t0 = last_named = now;
+			rs_log(RS_LOG_WARN, "all %u process slots of the node lock table %s are held "
+			       "by live processes; waiting for one to be freed before any "
+			       "coordinated I/O (no call runs without the table)",
+			       RS_NPROC, t->map.path);
+		}
+		if (now - last_named > LIVENESS_NS * 10) {
+			/* Removed under us (`rangeshim clean`): a table nobody
+			 * else sees would coordinate nothing; attach afresh. */
+			last_named = now;
+			if (!still_named(t)) {
+				rs_seg_detach(&t->map);
+				if (rs_seg_attach(&t->map, name, 1, why, whylen) < 0)
+					return -1;
+				s = t->map.seg;
+				continue;
+			}
+		}
+		wait_change(s, seen, LIVENESS_NS);
 	}
 	/* Ours alone while we hold its byte: name ourselves before we take
 	 * the lock, so that whoever waits for us can say who we are. */
 	s->procs[t->me].pid = t->pid;
+	dead_suspects(t, gone);
 	(void)table_lock(t);	/* cannot fail: t->me is ours */
-	reclaim_locked(t);
+	reclaim_locked(t, gone);
 	/* Our slot may still list a dead previous owner's grants. */
-	for (uint32_t i = 0; i < RS_NGRANT; i++)
+	for (uint32_t i = 0, hi = trusted_hi(s); i < hi; i++)
 		if (atomic_load(&s->grants[i].state) != RS_G_FREE && s->grants[i].owner == t->me)
 			free_grant(s, &s->grants[i]);
 	s->procs[t->me].pid = t->pid;
@@ -704,7 +768,7 @@ void rs_nt_unregister(struct rs_nt *t)
 
 	if (!s || me >= RS_NPROC || table_lock(t) < 0)
 		return;
-	for (uint32_t i = 0; i < RS_NGRANT; i++) {
+	for (uint32_t i = 0, hi = trusted_hi(s); i < hi; i++) {
 		struct rs_seg_grant *g = &s->grants[i];
 		int ignored;
 

@@ -14,21 +14,27 @@
 #include <stdint.h>
 
 #define RS_SEG_MAGIC   0x31304d4853534752ull   /* "RGSSHM01" */
-#define RS_SEG_VERSION 7u
-#define RS_NPROC       256u
-#define RS_NGRANT      1024u
+#define RS_SEG_VERSION 8u
+/* A node runs hundreds of processes (MPI ranks, tools): 4096 slots, and
+ * four grant slots per process.  At 64 and 128 bytes a slot the segment
+ * is 2.3 MiB.  A registrant that still finds every slot held by a live
+ * process waits for one (nodelock.c, "Registration"); it never runs
+ * without the table. */
+#define RS_NPROC       4096u
+#define RS_NGRANT      16384u
 /* Liveness: each attached process holds an OFD write lock on one byte of
  * the segment file at RS_LIVE_BASE + its slot; the kernel drops it when
  * the process dies, so a dead holder is told from a live one exactly, and
  * a reused pid cannot pass for it. */
 #define RS_LIVE_BASE   (1ull << 40)
-/* The table lock word: the holder's slot + 1 in the low 9 bits, and a
+/* The table lock word: the holder's slot + 1 in the low 13 bits, and a
  * nonce drawn at registration above them, so that a registrant that
  * inherits a dead holder's slot is never taken for that holder (nodelock.c). */
-#define RS_LOCK_SLOT_BITS 9
+#define RS_LOCK_SLOT_BITS 13
 #define RS_LOCK_SLOT(v)   ((v) & ((1u << RS_LOCK_SLOT_BITS) - 1))
 #define RS_LOCK_ID(slot, nonce) (((slot) + 1) | ((nonce) << RS_LOCK_SLOT_BITS))
 _Static_assert(RS_NPROC < (1u << RS_LOCK_SLOT_BITS), "lock word slot field too small");
+_Static_assert((RS_NGRANT & (RS_NGRANT - 1)) == 0, "grant indices are masked (grants.c)");
 /* More threads than this in one grant means the count is garbage. */
 #define RS_MAX_USERS   (1u << 20)
 

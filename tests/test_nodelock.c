@@ -30,6 +30,9 @@
  *                    table lock (taken as nodelock.c takes it): the next
  *                    acquire works within 2 s, also when the dead one held a
  *                    busy grant, and the lock is free afterwards.
+ *  full_slots_wait   every process slot held by a live process: a
+ *                    registrant waits (one line says why), never returns
+ *                    without a slot, and takes the first one freed.
  *  stopped_*         a live holder of the table lock, or a registrant,
  *                    stopped with SIGSTOP: nobody takes the lock or gets a
  *                    grant meanwhile, the waiter names it, all goes on once
@@ -1061,6 +1064,75 @@ Test(nodelock, stopped_registrant, .timeout = 40)
 {
 	rs_nt_warn_ns = 1000000000ull;
 	stopped_in_lock(1);
+}
+
+/*
+ * Every process slot held by a live process (here one description of the
+ * test's holds every liveness byte but the first agent's, and the slots
+ * say LIVE): a registrant must not return without a slot, as running
+ * without the table would be a fail-open.  It waits, says why in one
+ * line, and takes the first slot whose holder goes.  The control: the
+ * same registrant gets a slot at once when one is free.
+ */
+Test(nodelock, full_slots_wait, .timeout = 60)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct cmd reg = { .op = OP_REGISTER }, err = { .op = OP_STDERR };
+	struct rs_segment *s;
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	struct rep rb;
+	char log[100];
+	uint32_t freed;
+	int fd;
+
+	agent_register(a);
+	s = view_attach();
+	fd = open(seg_path, O_RDWR);
+	cr_assert_geq(fd, 0, "%s", strerror(errno));
+	for (uint32_t p = 0; p < RS_NPROC; p++) {
+		if (p == a->me)
+			continue;
+		s->procs[p].pid = getpid();
+		atomic_store(&s->procs[p].state, RS_PROC_LIVE);
+	}
+	fl.l_start = (off_t)RS_LIVE_BASE;
+	fl.l_len = (off_t)a->me;
+	cr_assert(a->me == 0 || fcntl(fd, F_OFD_SETLK, &fl) == 0, "%s", strerror(errno));
+	fl.l_start = (off_t)(RS_LIVE_BASE + a->me + 1);
+	fl.l_len = (off_t)(RS_NPROC - a->me - 1);
+	cr_assert_eq(fcntl(fd, F_OFD_SETLK, &fl), 0, "%s", strerror(errno));
+
+	snprintf(log, sizeof(log), "/tmp/rs-full-%d.log", (int)getpid());
+	snprintf(err.name, sizeof(err.name), "%s", log);
+	agent_do(b, &err, "redirect stderr");
+	snprintf(reg.name, sizeof(reg.name), "%s", seg_name);
+	agent_send(b, &reg);
+	cr_assert_not(agent_poll(b, &rb, 1500),
+		      "B returned from register (rc %d, slot %u: %s) with every slot held", rb.rc,
+		      rb.me, rb.why);
+	cr_assert(file_has(log, "process slots"), "B did not say why it waits");
+	cr_assert(file_has(log, "waiting"), "B did not say it waits");
+	cr_assert_not(file_has(log, "NOT"), "B announced running without exclusion");
+
+	/* One holder goes: B takes its slot. */
+	freed = a->me == 77 ? 78 : 77;
+	fl.l_type = F_UNLCK;
+	fl.l_start = (off_t)(RS_LIVE_BASE + freed);
+	fl.l_len = 1;
+	cr_assert_eq(fcntl(fd, F_OFD_SETLK, &fl), 0, "%s", strerror(errno));
+	rb = agent_wait(b, MUST_MS, "B's registration once a slot was freed");
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+	cr_assert_eq(rb.me, freed, "B registered in slot %u, not the freed %u", rb.me, freed);
+	close(fd);
+	unlink(log);
+
+	/* Control: with free slots, registration does not wait. */
+	{
+		struct agent *c = agent_start();
+
+		agent_register(c);
+		cr_assert_neq(c->me, freed);
+	}
 }
 
 /*
