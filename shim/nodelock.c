@@ -135,6 +135,9 @@ uint64_t rs_nt_warn_ns = 5ull * 1000 * 1000 * 1000;
 /* The longest sleep of a waiter between scans.  Tests raise it to show
  * that a wake, not the timeout, ended a wait. */
 uint64_t rs_nt_slice_ns = WAIT_SLICE_NS;
+/* A starved waiter whose last scan is older than this holds nobody
+ * back (segment.h).  Tests raise it to play the old rule as a control. */
+uint64_t rs_nt_present_ns = RS_PRESENT_NS;
 
 uint64_t rs_nt_now_ns(void)
 {
@@ -875,6 +878,7 @@ static void fill(struct rs_nt *t, uint32_t idx, const struct rs_nt_req *r,
 	__atomic_store_n(&g->start, start, __ATOMIC_RELAXED);
 	__atomic_store_n(&g->end, end, __ATOMIC_RELAXED);
 	g->since_ns = realtime_ns();
+	g->beat_ns = state == RS_G_WAIT ? rs_nt_now_ns() : 0;
 	/* A new generation: no cached word of an earlier incarnation can
 	 * match, whatever happened to the slot before. */
 	wake_grant(g, atomic_exchange(&g->gw, RS_GW_FREE(RS_GW_GEN(atomic_load(&g->gw)) + 1) | users));
@@ -885,6 +889,24 @@ struct blocker {
 	uint32_t owner;
 	uint64_t start, end;
 };
+
+/* A HELD grant of another process in the way of WAIT entry e (for the
+ * message of a request queued behind e: whom the queue waits for).
+ * Under the table lock; hi from the scan. */
+static void held_in_way(const struct rs_segment *s, uint32_t hi, const struct rs_seg_grant *e,
+			struct blocker *b)
+{
+	for (uint32_t i = 0; i < hi && i < RS_NGRANT; i++) {
+		const struct rs_seg_grant *g = &s->grants[i];
+
+		if (atomic_load(&g->state) != RS_G_HELD || g->owner == e->owner ||
+		    g->dev != e->dev || g->ino != e->ino || compatible(g->mode, e->mode) ||
+		    !overlaps(g, e->start, e->end))
+			continue;
+		*b = (struct blocker){ g->owner, g->start, g->end };
+		return;
+	}
+}
 
 static void say_blocked(struct rs_nt *t, const struct rs_nt_req *r, const struct blocker *b,
 			uint64_t waited_ns)
@@ -930,7 +952,8 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 		 * queue, the earlier WAIT entry with the highest ticket, so that
 		 * each release or hand-over wakes one waiter, not all; with none,
 		 * a busy grant in our way. */
-		uint32_t sl_idx = UINT32_MAX, sl_gen = 0, sl_ticket = 0;
+		uint32_t sl_idx = UINT32_MAX, sl_gen = 0, sl_ticket = 0, via = UINT32_MAX;
+		uint64_t now = 0, sl_ns = rs_nt_slice_ns;
 		int sl_wait = 0;
 
 		if (table_lock(t) < 0) {
@@ -948,10 +971,14 @@ rescan:
 		top = RS_RANGE_EOF;
 		conflicts = 0;
 		blk.owner = UINT32_MAX;
+		via = UINT32_MAX;
+		sl_ns = rs_nt_slice_ns;
 		if (wait_idx != UINT32_MAX &&
 		    (atomic_load(&s->grants[wait_idx].state) != RS_G_WAIT ||
 		     s->grants[wait_idx].owner != t->me))
 			wait_idx = UINT32_MAX;	/* reclaimed from under us: queue again */
+		if (wait_idx != UINT32_MAX)	/* we run: our place in the queue counts */
+			s->grants[wait_idx].beat_ns = now = rs_nt_now_ns();
 		for (uint32_t i = 0; i < hi; i++) {
 			struct rs_seg_grant *g = &s->grants[i];
 			uint32_t st = atomic_load(&g->state);
@@ -988,15 +1015,30 @@ rescan:
 			}
 			contended = 1;
 			if (st == RS_G_WAIT) {
-				if ((g->flags & RS_WF_STARVED) &&
-				    (wait_idx == UINT32_MAX || g->ticket < ticket)) {
-					conflicts++;
-					if (!sl_wait || g->ticket > sl_ticket) {
-						sl_idx = i;
-						sl_gen = RS_GW_GEN(atomic_load(&g->gw));
-						sl_ticket = g->ticket;
-						sl_wait = 1;
-					}
+				uint64_t age;
+
+				if (!(g->flags & RS_WF_STARVED) ||
+				    (wait_idx != UINT32_MAX && g->ticket >= ticket))
+					continue;
+				/* Its owner must be running to hold anyone back:
+				 * a stopped or unscheduled waiter takes the
+				 * range when it runs again, if it is free. */
+				if (!now)
+					now = rs_nt_now_ns();
+				age = now - g->beat_ns;
+				if (age >= rs_nt_present_ns)
+					continue;
+				conflicts++;
+				if (via == UINT32_MAX)
+					via = i;
+				if (!sl_wait || g->ticket > sl_ticket) {
+					sl_idx = i;
+					sl_gen = RS_GW_GEN(atomic_load(&g->gw));
+					sl_ticket = g->ticket;
+					sl_wait = 1;
+					/* Wake when it would stop counting. */
+					if (rs_nt_present_ns - age < sl_ns)
+						sl_ns = rs_nt_present_ns - age + 1000000;
 				}
 				continue;
 			}
@@ -1070,6 +1112,11 @@ rescan:
 			}
 			res->table_full = 1;
 		}
+		/* Queued behind a running waiter only: whom does the queue
+		 * wait for?  Looked up only when it is time to say so. */
+		if (!warned && blk.owner == UINT32_MAX && via != UINT32_MAX && t0 &&
+		    rs_nt_now_ns() - t0 > rs_nt_warn_ns)
+			held_in_way(s, hi, &s->grants[via], &blk);
 		if (wait_idx == UINT32_MAX && conflicts) {
 			idx = find_free(s);
 			if (idx != UINT32_MAX) {
@@ -1084,7 +1131,7 @@ rescan:
 			t0 = last_live = rs_nt_now_ns();
 		res->waited = 1;
 		if (sl_idx < RS_NGRANT)
-			wait_grant(&s->grants[sl_idx], sl_gen, sl_wait, rs_nt_slice_ns);
+			wait_grant(&s->grants[sl_idx], sl_gen, sl_wait, sl_ns);
 		else
 			wait_change(s, seen, rs_nt_slice_ns);
 		if (rs_nt_now_ns() - last_live > LIVENESS_NS) {

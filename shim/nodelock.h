@@ -24,6 +24,9 @@ struct rs_nt {
 extern uint64_t rs_nt_warn_ns;
 /* A waiter sleeps at most this long between scans (20 ms). */
 extern uint64_t rs_nt_slice_ns;
+/* A starved waiter holds later requests back only while its last scan
+ * is younger than this (RS_PRESENT_NS, segment.h). */
+extern uint64_t rs_nt_present_ns;
 
 struct rs_nt_req {
 	uint64_t dev, ino;

@@ -50,8 +50,13 @@ enum rs_grant_state { RS_G_FREE = 0, RS_G_HELD = 1, RS_G_WAIT = 2 };
  * grant only appends, since other processes append inside it. */
 enum rs_grant_mode { RS_G_SHARED = 1, RS_G_EXSH = 7, RS_G_APPEND = 4 };
 /* A WAIT entry that has waited long enough: later requests queue behind
- * it (nodelock.c, "Fairness"). */
+ * it while its owner is present (nodelock.c, "Fairness"). */
 #define RS_WF_STARVED 1u
+/* Present: a waiter's last scan (beat_ns) is at most this old.  A waiter
+ * wakes at least every 20 ms (rs_nt_slice_ns) while it runs; one that is
+ * stopped, frozen or not scheduled stops beating, and after this long
+ * its place in the queue holds nobody back. */
+#define RS_PRESENT_NS (50ull * 1000 * 1000)
 /*
  * A grant's state word, gw: generation << 32 | wanted bits | users.
  *
@@ -104,7 +109,10 @@ struct rs_seg_grant {
 	/* The state word (RS_GW_*): the holder's threads count themselves
 	 * in and out, other processes set wanted bits and free it. */
 	_Atomic uint64_t gw __attribute__((aligned(64)));
-	uint64_t pad[7];
+	/* A WAIT entry: CLOCK_MONOTONIC of its owner's last scan.  Written
+	 * under the table lock; a garbage value only costs fairness. */
+	uint64_t beat_ns;
+	uint64_t pad[6];
 };
 
 struct rs_seg_header {
