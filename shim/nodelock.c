@@ -26,6 +26,15 @@
  * settle on disjoint grants instead of taking the window from each other
  * in turn.
  *
+ * A lone process.  When no other process has any grant on the file and
+ * the process's own policy has seen it move through 8 windows without
+ * meeting another one there, nor within a second (req->whole, grants.c),
+ * a SHARED or EXSH request is granted the whole
+ * file, [0, infinity): one process moving anywhere in a file makes one
+ * acquisition (GFS2 grants a node the whole inode's glock).  When another
+ * process arrives, it meets that grant as any other: an idle one is
+ * revoked, a busy one drained, and both go on with windows.
+ *
  * Conflicts.  Under the table lock the requester scans the grant slots in
  * use (up to used_hi, checked against nused) for the same file.  Each
  * conflicting grant is decided by one CAS on its word: with no users it is
@@ -63,7 +72,18 @@
  * as a WAIT entry with a ticket.  Once it has waited STARVE_NS (1 ms) the
  * entry is marked starved, and later requests that conflict with it wait
  * behind it, so a stream of newcomers cannot starve anyone; holders see
- * wanted and drain.  Before that, a running newcomer may take a range
+ * wanted and drain.  But only while its owner runs: every scan of a
+ * waiter stamps its entry (beat_ns), and a waiter wakes at least every
+ * slice (20 ms), so an entry whose stamp is older than RS_PRESENT_NS
+ * (50 ms) belongs to a process that is stopped, frozen or not being
+ * scheduled, and holds nobody back; it takes its range when it runs
+ * again, if the range is free then.  Handing a range to a waiter that
+ * cannot take it now would make everyone wait for the scheduler (or for
+ * a SIGCONT that may never come); so the starvation bound is for running
+ * waiters.  A request queued behind a
+ * running waiter names, once it is time to say so, the holder that the
+ * waiter waits for (held_in_way): the root of the queue is always a
+ * holder.  Before that, a running newcomer may take a range
  * that has just come free: a strict FIFO hand-off to a sleeper made every
  * call on a contended block wait for a context switch (4 processes on one
  * 4 KiB block: 30 us per call against 10 for OFD locks).  This is the
@@ -94,8 +114,17 @@
  * slot (and a nonce of its registration): a waiter that finds the holder
  * dead takes it over and scrubs the loose ends (scrub()).  Fail safe:
  * nothing in the segment ever makes an attached process run without
- * exclusion; only a process that could never attach (bad header, no free
- * slot) runs in process scope, and says so.
+ * exclusion; only a process that could never attach (a bad header) runs
+ * in process scope, and says so.
+ *
+ * Registration.  A registrant claims the first slot whose liveness byte
+ * is free; it looks at the suspects' bytes (system calls) before taking
+ * the table lock and again under it only for them, so that hundreds of
+ * registrants do not hold the lock for hundreds of system calls each.
+ * When every one of the 4096 slots is held by a live process, it says so
+ * in one line and waits (on the change counter, every unregistration
+ * bumps it, and every 100 ms looking at the bytes again): a process that
+ * cannot get a slot never runs without the table.
  */
 #include "nodelock.h"
 
@@ -947,6 +976,7 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 	for (;;) {
 		uint64_t lo, top;
 		uint32_t conflicts, seen, idx, hi, nused, used, last;
+		int others;
 		struct blocker blk = { UINT32_MAX, 0, 0 };
 		/* What to sleep on (wait_grant): our nearest predecessor in the
 		 * queue, the earlier WAIT entry with the highest ticket, so that
@@ -970,6 +1000,7 @@ rescan:
 		lo = 0;
 		top = RS_RANGE_EOF;
 		conflicts = 0;
+		others = 0;
 		blk.owner = UINT32_MAX;
 		via = UINT32_MAX;
 		sl_ns = rs_nt_slice_ns;
@@ -998,6 +1029,7 @@ rescan:
 			}
 			if (g->dev != r->dev || g->ino != r->ino)
 				continue;
+			others = 1;
 			/* An owner naming no slot (a stray write) is no reason to
 			 * let anyone in: such a grant goes as any other, once
 			 * nobody is inside (revoke_or_want below). */
@@ -1082,7 +1114,11 @@ rescan:
 			if (idx == UINT32_MAX)
 				idx = evict_idle(s);
 			if (idx != UINT32_MAX) {
-				if (!contended && !r->exact && r->window && end != RS_RANGE_EOF) {
+				if (!contended && !r->exact && r->whole && !others &&
+				    (r->mode == RS_G_SHARED || r->mode == RS_G_EXSH)) {
+					start = 0;
+					end = RS_RANGE_EOF;
+				} else if (!contended && !r->exact && r->window && end != RS_RANGE_EOF) {
 					start = ws > lo ? ws : lo;
 					end = we < top ? we : top;
 				}

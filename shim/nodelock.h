@@ -34,6 +34,8 @@ struct rs_nt_req {
 	unsigned mode;        /* RS_G_SHARED, RS_G_EXSH or RS_G_APPEND */
 	uint64_t window;      /* expand to this alignment when uncontended */
 	int exact;            /* grant exactly [start, end): the file is contended */
+	int whole;            /* no other process has a grant on the file: grant
+			       * all of it (SHARED and EXSH; "A lone process") */
 	int bounded;          /* expand only within [lo, hi): cluster scope's */
 	uint64_t lo, hi;      /* cluster grant, which holds [start, end) */
 };

@@ -30,6 +30,8 @@
  *                   anything back (stats JSON, RANGESHIM_STATS=dir/%p.json).
  *                   Two processes, 512 B writes: no waits either.  Two
  *                   processes on the same region: grants change hands.
+ *  lone_whole_file  One process alone on a 400 MiB file, 100k random 4 KiB
+ *                   calls: at most 64 node acquisitions (stats JSON).
  *  hammer           Four processes pwrite/pread 64 KiB at random offsets in
  *                   1 MiB; one is SIGKILLed every 300 ms for 3 s and
  *                   replaced.  Every survivor (and replacement) makes
@@ -584,6 +586,35 @@ Test(node, region_two_512b)
 }
 
 /* The same region: grants must change hands (the writers serialise). */
+/*
+ * One process alone on a 400 MiB file, 100,000 calls at random 4 KiB
+ * blocks (a pwrite every 16th): nobody else holds a grant on the file, so
+ * one grant covers all of it, however the process moves.  At most 64
+ * node acquisitions (it made one per call, nearly, when grants were
+ * 4 MiB windows).
+ */
+Test(node, lone_whole_file, .timeout = 120)
+{
+	const char *file = data_file("/dev/shm", "lone");
+	char farg[300];
+	struct rs_run *r;
+	long long acq, calls;
+
+	snprintf(farg, sizeof(farg), "file=%s", file);
+	r = probe(1, 1, 100, "lone", farg, "size=400M", "count=100000", NULL);
+	cr_assert_eq(r->status, 0, "status %d: %s", r->status, r->out);
+	cr_assert_eq(rs_field(r->out, "shim"), 1, "%s", r->out);
+	acq = stats_of(rs_field(r->out, "pid"), "node_acquires");
+	calls = stats_of(rs_field(r->out, "pid"), "io_calls");
+	cr_log_info("one process, %lld calls at random 4 KiB blocks of 400 MiB: %lld node "
+		    "acquisitions", calls, acq);
+	cr_assert_geq(calls, 100000, "the stats did not count the calls: %s", r->out);
+	cr_assert_geq(acq, 1, "no node acquisition counted: %s", r->out);
+	cr_assert_leq(acq, 64, "%lld node acquisitions for one process alone on the file", acq);
+	cr_assert_eq(warnings(r->out), 0, "%s", r->out);
+	free(r);
+}
+
 Test(node, region_overlapping_serialise)
 {
 	int n;

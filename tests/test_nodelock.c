@@ -75,6 +75,9 @@
  *                    one queued behind a running waiter names the holder
  *                    at the root, and `rangeshim locks` lists it as the
  *                    BLOCKER.
+ *  whole_file_when_alone  a process alone on a file is granted [0, EOF);
+ *                    a second process revokes it (idle) and the first one
+ *                    is back to windows.
  *  table_full        1024 idle grants: a new request evicts one; all busy:
  *                    it waits (table_full) until one is released.
  *
@@ -135,6 +138,7 @@ struct cmd {
 	unsigned mode;
 	int enter;              /* OP_ACQUIRE: count ourselves in afterwards */
 	int exact;              /* OP_ACQUIRE: rs_nt_req.exact */
+	int whole;              /* OP_ACQUIRE: rs_nt_req.whole */
 	uint32_t idx, gen, n;
 	uint64_t dev, ino, start, end, window;
 	char name[128];
@@ -239,7 +243,8 @@ static void agent_main(int cfd, int rfd)
 			break;
 		case OP_ACQUIRE: {
 			struct rs_nt_req q = { .dev = c.dev, .ino = c.ino, .start = c.start, .end = c.end,
-						 .mode = c.mode, .window = c.window, .exact = c.exact };
+						 .mode = c.mode, .window = c.window, .exact = c.exact,
+						 .whole = c.whole };
 			struct rs_nt_result res;
 
 			r.rc = rs_nt_acquire(&t, &q, &res, r.why, sizeof(r.why));
@@ -2135,6 +2140,48 @@ Test(nodelock, stopped_waiter_not_transitive, .timeout = 60)
 	cr_assert(transitive_rig(0), "W1 was not granted while a stopped waiter sat ahead of it");
 	cr_assert_not(ctl, "control: W1 was granted past a stopped starved waiter under the old "
 		      "rule: the rig does not show the block");
+}
+
+/*
+ * A process alone on a file is granted all of it (req.whole), and keeps
+ * it however it moves; when another process arrives, the idle whole-file
+ * grant is revoked, and the first one's next grant is a window again,
+ * clipped at the newcomer's.
+ */
+Test(nodelock, whole_file_when_alone)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct cmd q = acq_cmd(100 * MIB, 100 * MIB + 4 * KIB, RS_G_EXSH, WINDOW, 0);
+	struct rep ra, rb;
+
+	agent_register(a);
+	agent_register(b);
+	q.whole = 1;
+	ra = agent_do(a, &q, "acquire, alone");
+	cr_assert_eq(ra.rc, 0, "%s", ra.why);
+	cr_assert_eq(ra.start, 0, "a lone process got [%llu, %llu), not the whole file",
+		     (unsigned long long)ra.start, (unsigned long long)ra.end);
+	cr_assert_eq(ra.end, RS_RANGE_EOF, "a lone process got [%llu, %llu), not the whole file",
+		     (unsigned long long)ra.start, (unsigned long long)ra.end);
+	/* B arrives elsewhere in the file: A's idle grant goes. */
+	q.start = 8 * MIB;
+	q.end = 8 * MIB + 4 * KIB;
+	rb = agent_do(b, &q, "acquire by a second process");
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+	cr_assert_eq(rb.revoked, 1, "B did not revoke A's whole-file grant");
+	cr_assert(rb.start > 0 || rb.end < RS_RANGE_EOF, "B took the whole file from A");
+	cr_assert_neq(simple(a, OP_GW, ra.idx, 0), ra.gen, "A's grant was not revoked");
+	/* A again: no longer alone, a window clipped at B's grant. */
+	q.start = 0;
+	q.end = 4 * KIB;
+	ra = agent_do(a, &q, "acquire with B present");
+	cr_assert_eq(ra.rc, 0, "%s", ra.why);
+	cr_assert_leq(ra.end, rb.start, "A's grant [%llu, %llu) overlaps B's [%llu, %llu)",
+		      (unsigned long long)ra.start, (unsigned long long)ra.end,
+		      (unsigned long long)rb.start, (unsigned long long)rb.end);
+	cr_assert_eq(ra.end, WINDOW, "A's grant [%llu, %llu) is not its window",
+		     (unsigned long long)ra.start, (unsigned long long)ra.end);
+	assert_no_conflicting_grants();
 }
 
 Test(nodelock, table_full)

@@ -59,6 +59,12 @@
  *   node_probe selftest file=F seconds=S
  *       One process, a writer thread and a reader thread on 1 MiB blocks
  *       (torn must be 0), then a write/read-back check.
+ *   node_probe lone    file=F size=Z count=N
+ *       One process alone on a file of up to Z bytes: N calls at random
+ *       4 KiB blocks, a pwrite every 16th, a pread otherwise (of a hole,
+ *       or past the end: short).  No truncation, whose lock would run to
+ *       infinity and cover everything by itself.  Prints calls and pid
+ *       (for its RANGESHIM_STATS file).
  *   node_probe closehold file=F hold_ms=T [keep_open=1]
  *       Opens, writes, closes (unless keep_open), prints "closed" and
  *       sleeps T ms so that the test can look at the table meanwhile.
@@ -657,6 +663,39 @@ static void cmd_torn(void)
 	       sum(k, n, "read_errors") + sum(k, n, "write_errors"), idle_attached);
 	unlink(A.file);
 	verdict(bad == 0, "%d workers failed", bad);
+}
+
+/* ---- lone ---- */
+
+static void cmd_lone(void)
+{
+	unsigned char *buf = xalloc(4096);
+	uint64_t blocks = (uint64_t)A.size / 4096, calls = 0;
+	int fd;
+
+	unlink(A.file);
+	fd = open(A.file, O_RDWR | O_CREAT | O_EXCL, 0600);
+	if (fd < 0 || blocks == 0)
+		die("lone setup");
+	rnd_state = 12345;
+	for (int i = 0; i < A.count; i++) {
+		off_t off = (off_t)(rnd() % blocks * 4096);
+		ssize_t n;
+
+		if (i % 16 == 0) {
+			memset(buf, i & 0xff, 4096);
+			n = pwrite(fd, buf, 4096, off);
+		} else {
+			n = pread(fd, buf, 4096, off);
+		}
+		if (n < 0 || (i % 16 == 0 && n != 4096))
+			die("lone I/O");
+		calls++;
+	}
+	close(fd);
+	unlink(A.file);
+	printf("calls=%llu pid=%d ", (unsigned long long)calls, (int)getpid());
+	verdict(1, "%s", "");
 }
 
 /* ---- mixed ---- */
@@ -1491,6 +1530,8 @@ int main(int argc, char **argv)
 		role_fork_leak();
 	else if (!strcmp(argv[1], "forkleak"))
 		cmd_forkleak();
+	else if (!strcmp(argv[1], "lone"))
+		cmd_lone();
 	else if (!strcmp(argv[1], "torn"))
 		cmd_torn();
 	else if (!strcmp(argv[1], "mixed"))
