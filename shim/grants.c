@@ -408,6 +408,7 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	RS_COUNT(node_revokes, res.revoked);
 	RS_COUNT(node_reclaims, res.reclaimed);
 	RS_COUNT(node_table_full, res.table_full);
+	RS_COUNT(node_evictions, res.evicted);
 	if (res.waited) {
 		RS_COUNT(node_waits, 1);
 		RS_COUNT(node_wait_ns, res.wait_ns);

@@ -875,12 +875,29 @@ static uint32_t find_free(struct rs_segment *s)
 }
 
 /* Table full: take back an idle grant, anyone's (an idle grant is only a
- * cache).  Returns a free slot or UINT32_MAX. */
+ * cache), the least recently granted first; failing that (it was entered
+ * meanwhile), the first idle one, marking the busy ones passed on the way
+ * wanted so that they come back when their calls end.  Returns a free
+ * slot or UINT32_MAX. */
 static uint32_t evict_idle(struct rs_segment *s)
 {
+	uint32_t best = UINT32_MAX;
+	uint64_t oldest = UINT64_MAX;
+	int ignored;
+
+	for (uint32_t i = 0; i < RS_NGRANT; i++) {
+		const struct rs_seg_grant *g = &s->grants[i];
+
+		if (atomic_load(&g->state) == RS_G_HELD && RS_GW_USERS(atomic_load(&g->gw)) == 0 &&
+		    g->since_ns < oldest) {
+			oldest = g->since_ns;
+			best = i;
+		}
+	}
+	if (best != UINT32_MAX && revoke_or_want(s, &s->grants[best], RS_WANTED, &ignored))
+		return best;
 	for (uint32_t i = 0; i < RS_NGRANT; i++) {
 		struct rs_seg_grant *g = &s->grants[i];
-		int ignored;
 
 		if (atomic_load(&g->state) != RS_G_HELD)
 			continue;
@@ -912,6 +929,13 @@ static void fill(struct rs_nt *t, uint32_t idx, const struct rs_nt_req *r,
 	 * match, whatever happened to the slot before. */
 	wake_grant(g, atomic_exchange(&g->gw, RS_GW_FREE(RS_GW_GEN(atomic_load(&g->gw)) + 1) | users));
 	atomic_store(&g->state, state);
+}
+
+/* Is the process in slot o alive?  A slot number out of range (a stray
+ * write) is "not known alive": it asks for a full reclaim, which copes. */
+static int owner_alive(struct rs_nt *t, uint32_t o)
+{
+	return o < RS_NPROC && (o == t->me || rs_seg_alive(&t->map, o));
 }
 
 struct blocker {
@@ -983,6 +1007,7 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 		 * each release or hand-over wakes one waiter, not all; with none,
 		 * a busy grant in our way. */
 		uint32_t sl_idx = UINT32_MAX, sl_gen = 0, sl_ticket = 0, via = UINT32_MAX;
+		uint32_t sl_owner = UINT32_MAX;
 		uint64_t now = 0, sl_ns = rs_nt_slice_ns;
 		int sl_wait = 0;
 
@@ -1065,6 +1090,7 @@ rescan:
 					via = i;
 				if (!sl_wait || g->ticket > sl_ticket) {
 					sl_idx = i;
+					sl_owner = g->owner;
 					sl_gen = RS_GW_GEN(atomic_load(&g->gw));
 					sl_ticket = g->ticket;
 					sl_wait = 1;
@@ -1089,6 +1115,7 @@ rescan:
 				blk = (struct blocker){ g->owner, g->start, g->end };
 			if (sl_idx == UINT32_MAX) {
 				sl_idx = i;
+				sl_owner = g->owner;
 				sl_gen = RS_GW_GEN(atomic_load(&g->gw));
 				sl_wait = 0;
 			}
@@ -1111,8 +1138,10 @@ rescan:
 			uint64_t start = r->start, end = r->end;
 
 			idx = wait_idx != UINT32_MAX ? wait_idx : find_free(s);
-			if (idx == UINT32_MAX)
+			if (idx == UINT32_MAX) {
 				idx = evict_idle(s);
+				res->evicted += idx != UINT32_MAX;
+			}
 			if (idx != UINT32_MAX) {
 				if (!contended && !r->exact && r->whole && !others &&
 				    (r->mode == RS_G_SHARED || r->mode == RS_G_EXSH)) {
@@ -1170,8 +1199,16 @@ rescan:
 			wait_grant(&s->grants[sl_idx], sl_gen, sl_wait, sl_ns);
 		else
 			wait_change(s, seen, rs_nt_slice_ns);
+		/* The liveness of what we wait for: the owners of the entry we
+		 * sleep on and of the first grant in our way (one system call
+		 * each); only if one is dead, or we wait for no one in
+		 * particular, every slot's (a full reclaim: with hundreds of
+		 * waiters, each looking at every slot every 100 ms made the
+		 * looks grow with the square of the processes). */
 		if (rs_nt_now_ns() - last_live > LIVENESS_NS) {
-			res->reclaimed += rs_nt_reclaim(t);
+			if (sl_idx >= RS_NGRANT || !owner_alive(t, sl_owner) ||
+			    (blk.owner != UINT32_MAX && !owner_alive(t, blk.owner)))
+				res->reclaimed += rs_nt_reclaim(t);
 			last_live = rs_nt_now_ns();
 		}
 		if (!warned && blk.owner != UINT32_MAX && rs_nt_now_ns() - t0 > rs_nt_warn_ns) {

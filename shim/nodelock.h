@@ -49,6 +49,7 @@ struct rs_nt_result {
 	uint32_t wanted;      /* busy grants of others marked wanted */
 	uint32_t reclaimed;   /* dead processes whose grants were freed */
 	int table_full;       /* had to wait for a free slot */
+	uint32_t evicted;     /* idle grants taken back to make room */
 	int met;              /* another process had an incompatible grant in
 			       * the request's window: the file is shared here */
 };

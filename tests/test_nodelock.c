@@ -78,7 +78,8 @@
  *  whole_file_when_alone  a process alone on a file is granted [0, EOF);
  *                    a second process revokes it (idle) and the first one
  *                    is back to windows.
- *  table_full        1024 idle grants: a new request evicts one; all busy:
+ *  table_full        every grant slot idle: a new request evicts the least
+ *                    recently granted one; all busy:
  *                    it waits (table_full) until one is released.
  *
  * Every wait is bounded (reply timeouts, alarm() in forked children,
@@ -2184,7 +2185,7 @@ Test(nodelock, whole_file_when_alone)
 	assert_no_conflicting_grants();
 }
 
-Test(nodelock, table_full)
+Test(nodelock, table_full, .timeout = 120)
 {
 	struct agent *a = agent_start(), *b = agent_start();
 	struct cmd many = { .op = OP_ACQUIRE_MANY, .mode = RS_G_EXSH, .dev = DEV, .ino = INO,
@@ -2196,12 +2197,30 @@ Test(nodelock, table_full)
 
 	agent_register(a);
 	agent_register(b);
-	r = agent_do(a, &many, "1024 acquires");
+	/* 16384 acquisitions, each scanning the slots in use: seconds
+	 * on a loaded machine. */
+	agent_send(a, &many);
+	r = agent_wait(a, 60000, "16384 acquires");
 	cr_assert_eq(r.rc, 0, "%s", r.why);
 	held = (uint32_t)grants_of(a->me, RS_G_HELD, NULL);
 	cr_assert_eq(held, RS_NGRANT, "A holds %u grants", held);
-	/* All idle: one is evicted, no wait. */
-	rb = acquire(b, 64 * MIB, 64 * MIB + 4096, RS_G_EXSH, 0, 0);
+	/* Slot 0 becomes A's most recent grant (granted again, later than
+	 * the others by more than the coarse clock's tick). */
+	sleep_ms(50);
+	simple(a, OP_RELEASE, 0, simple(a, OP_GW, 0, 0));
+	many.n = 1;
+	r = agent_do(a, &many, "slot 0 again");
+	cr_assert_eq(r.rc, 0, "%s", r.why);
+	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), RS_NGRANT);
+	/* All idle: one is evicted, the least recently granted (not slot 0,
+	 * which the slot order would take), no wait. */
+	{
+		uint32_t gen0 = simple(a, OP_GW, 0, 0);
+
+		rb = acquire(b, 64 * MIB, 64 * MIB + 4096, RS_G_EXSH, 0, 0);
+		cr_assert_neq(rb.idx, 0u, "the most recent grant was evicted, not the oldest");
+		cr_assert_eq(simple(a, OP_GW, 0, 0), gen0, "A's most recent grant was revoked");
+	}
 	cr_assert_not(rb.waited, "waited although idle grants could be evicted");
 	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), RS_NGRANT - 1);
 	simple(b, OP_RELEASE, rb.idx, rb.gen);
