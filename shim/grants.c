@@ -127,14 +127,19 @@ static int policy_whole(const struct policy *p, uint64_t now)
 	       (!met || now - met > RS_QUIET_NS);
 }
 
-/* After an acquisition: did it meet another process? */
-static void policy_note(struct policy *p, int exact, int met, uint64_t now)
+/* After an acquisition: did it meet another process (met: an
+ * incompatible grant in its window; others: any grant on the file, which
+ * ends a run of acquisitions alone, as readers sharing a file are not
+ * alone on it)? */
+static void policy_note(struct policy *p, int exact, int met, int others, uint64_t now)
 {
-	if (!met) {
+	if (!met && !others) {
 		atomic_fetch_add_explicit(&p->alone, 1, memory_order_relaxed);
 		return;
 	}
 	atomic_store_explicit(&p->alone, 0, memory_order_relaxed);
+	if (!met)
+		return;
 	atomic_store_explicit(&p->met_ns, now ? now : 1, memory_order_relaxed);
 	if (!exact) {
 		if (now - atomic_load_explicit(&p->period_ns, memory_order_relaxed) > RS_MEET_PERIOD_NS) {
@@ -413,7 +418,7 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 		RS_COUNT(node_waits, 1);
 		RS_COUNT(node_wait_ns, res.wait_ns);
 	}
-	policy_note(pol, req.exact, res.met, coarse_ns());
+	policy_note(pol, req.exact, res.met, res.others, coarse_ns());
 	g = &seg->grants[res.idx];	/* users already counts us */
 	if (req.exact) {
 		RS_COUNT(node_exact, 1);

@@ -584,10 +584,15 @@ static int slot_dead(struct rs_nt *t, uint32_t p)
  * lock, reclaim_locked looks again at the suspects only (a slot seen
  * alive here that dies meanwhile is found by the next reclaim).
  */
-static void dead_suspects(struct rs_nt *t, unsigned char *gone)
+static uint32_t dead_suspects(struct rs_nt *t, unsigned char *gone)
 {
-	for (uint32_t p = 0; p < RS_NPROC; p++)
+	uint32_t n = 0;
+
+	for (uint32_t p = 0; p < RS_NPROC; p++) {
 		gone[p] = (unsigned char)slot_dead(t, p);
+		n += gone[p];
+	}
+	return n;
 }
 
 /* Under the table lock: a bound above which every grant slot is FREE.
@@ -606,17 +611,19 @@ static uint32_t trusted_hi(struct rs_segment *s)
 	return hi;
 }
 
-/* Under the table lock; gone: dead_suspects' answer, confirmed here. */
-static uint32_t reclaim_locked(struct rs_nt *t, unsigned char *gone)
+/* Under the table lock; gone: dead_suspects' answer (nsusp of them),
+ * confirmed here. */
+static uint32_t reclaim_locked(struct rs_nt *t, unsigned char *gone, uint32_t nsusp)
 {
 	struct rs_segment *s = t->map.seg;
 	uint32_t dead = 0, hi = trusted_hi(s);
 
-	for (uint32_t p = 0; p < RS_NPROC; p++) {
+	for (uint32_t p = 0; nsusp && p < RS_NPROC; p++) {
 		if (gone[p])
 			gone[p] = (unsigned char)slot_dead(t, p);
 		dead += gone[p];
 	}
+	nsusp = dead;
 	/* Grants of the dead: their threads died inside calls; nobody can
 	 * count into them, nobody will drain them.  Only the liveness byte
 	 * says who is dead.  A grant whose owner field names no slot, or a
@@ -642,7 +649,7 @@ static uint32_t reclaim_locked(struct rs_nt *t, unsigned char *gone)
 			continue;
 		dead++;
 	}
-	for (uint32_t p = 0; p < RS_NPROC; p++) {
+	for (uint32_t p = 0; nsusp && p < RS_NPROC; p++) {
 		if (!gone[p])
 			continue;
 		atomic_store(&s->procs[p].state, RS_PROC_FREE);
@@ -658,14 +665,14 @@ static uint32_t reclaim_locked(struct rs_nt *t, unsigned char *gone)
 uint32_t rs_nt_reclaim(struct rs_nt *t)
 {
 	unsigned char gone[RS_NPROC];
-	uint32_t n;
+	uint32_t n, nsusp;
 
 	if (!t->map.seg || t->me >= RS_NPROC)
 		return 0;
-	dead_suspects(t, gone);
+	nsusp = dead_suspects(t, gone);
 	if (table_lock(t) < 0)
 		return 0;
-	n = reclaim_locked(t, gone);
+	n = reclaim_locked(t, gone, nsusp);
 	table_unlock(t);
 	return n;
 }
@@ -720,6 +727,7 @@ static int register_loop(struct rs_nt *t, const char *name, char *why, size_t wh
 static int register_once(struct rs_nt *t, const char *name, char *why, size_t whylen)
 {
 	unsigned char gone[RS_NPROC];
+	uint32_t nsusp;
 	struct rs_segment *s;
 
 	__atomic_store_n(&t->me, UINT32_MAX, __ATOMIC_RELAXED);
@@ -776,9 +784,9 @@ static int register_once(struct rs_nt *t, const char *name, char *why, size_t wh
 	/* Ours alone while we hold its byte: name ourselves before we take
 	 * the lock, so that whoever waits for us can say who we are. */
 	s->procs[t->me].pid = t->pid;
-	dead_suspects(t, gone);
+	nsusp = dead_suspects(t, gone);
 	(void)table_lock(t);	/* cannot fail: t->me is ours */
-	reclaim_locked(t, gone);
+	reclaim_locked(t, gone, nsusp);
 	/* Our slot may still list a dead previous owner's grants. */
 	for (uint32_t i = 0, hi = trusted_hi(s); i < hi; i++)
 		if (atomic_load(&s->grants[i].state) != RS_G_FREE && s->grants[i].owner == t->me)
@@ -1160,6 +1168,7 @@ rescan:
 				 * grant is revocable, and this one is about to be used. */
 				fill(t, idx, r, start, end, RS_G_HELD, 0, 1);
 				atomic_fetch_add(&s->hdr.acquires, 1);
+				res->others = others;
 				res->gen = RS_GW_GEN(atomic_load(&s->grants[idx].gw));
 				table_unlock(t);
 				/* Requests queued behind ours wait for a WAIT entry,

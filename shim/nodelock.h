@@ -52,6 +52,7 @@ struct rs_nt_result {
 	uint32_t evicted;     /* idle grants taken back to make room */
 	int met;              /* another process had an incompatible grant in
 			       * the request's window: the file is shared here */
+	int others;           /* another process had a grant (any) on the file */
 };
 
 /* Attach to the segment named name (creating it) and take a process slot.
