@@ -725,8 +725,9 @@ static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
 		}
 		vf.registered = 1;
 		for (int i = 0; i < m; i++) {
-			struct rs_nt_req req = { k[i].dev, k[i].ino, 0, RS_RANGE_EOF, RS_G_EXSH,
-						 0, 1, 0, 0, 0 };
+			struct rs_nt_req req = { .dev = k[i].dev, .ino = k[i].ino,
+						 .start = 0, .end = RS_RANGE_EOF,
+						 .mode = RS_G_EXSH, .exact = 1 };
 			struct rs_nt_result res;
 
 			while (rs_nt_acquire(&vf.nt, &req, &res, why, sizeof(why)) < 0) {
