@@ -411,7 +411,6 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	 * (rangelock.c and nodelock.c, "Appenders"); one mode for both
 	 * locks: the values agree (below). */
 	const unsigned lmode = append ? RS_RL_APPEND : mode;
-	int whole = 0;
 
 	if (how & RS_HOW_IOV) {
 		/* Once, for the lock; the kernel reads the array again.  The
@@ -428,42 +427,7 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 			len = n > RS_MAX_RW ? RS_MAX_RW : n;
 		}
 	}
-	if ((how & RS_HOW_CURSOR) && solo && !append) {
-		/*
-		 * Where the offset is does not matter when nothing can
-		 * conflict with the call at any offset: no other thread
-		 * (solo: no range lock, no offset lock), and a node grant
-		 * held for the whole file (or node scope off), which no other
-		 * process can use while we are in it, whoever else shares the
-		 * description and moves its offset.  Then no lseek.
-		 * Pre:  solo, nothing held.
-		 * Post: whole, with the grant entered on [0, EOF); or nothing
-		 *       entered.
-		 */
-		struct rs_segment *seg = __atomic_load_n(&rs_node_seg, __ATOMIC_RELAXED);
-		uint64_t w;
-
-		/* The first cache entry only (a whole-file grant is the one
-		 * a file used alone keeps), so that a call that goes on to
-		 * lseek pays a few instructions for the look. */
-		if (seg ? (w = atomic_load_explicit(&file->grants[0], memory_order_acquire)) != 0 &&
-			  rs_grant_try(seg, w, 0, RS_RANGE_EOF, lmode, &io->gref[0]) > 0
-			: !__atomic_load_n(&rs_node_on, __ATOMIC_RELAXED) && !(io->gref[0].g = 0)) {
-			whole = 1;
-			off = 0;
-			/* The call moves the offset: not fresh any more. */
-			if (__builtin_expect(atomic_load_explicit(&desc->flags,
-								  memory_order_relaxed) &
-					     RS_DESC_FRESH, 0))
-				atomic_fetch_and_explicit(&desc->flags, ~RS_DESC_FRESH,
-							  memory_order_relaxed);
-		} else if (lean && !atomic_load_explicit(&file->grants[0], memory_order_relaxed)) {
-			/* Nothing cached: the acquisition finds the offset
-			 * (one lseek, not one here and one there). */
-			goto general;
-		}
-	}
-	if ((how & RS_HOW_CURSOR) && !whole) {
+	if (how & RS_HOW_CURSOR) {
 		/* Nothing in this process moves the offset while we hold the
 		 * offset lock; lseek tells us where the kernel will start.
 		 * (Nothing cheaper is safe: stdio, dprintf, another process
@@ -499,12 +463,10 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	start = (uint64_t)off;
 	/* off < 2^63 and the clamped len < 2^31: no overflow.  A vector
 	 * call's len is clamped already. */
-	end = append || whole ? RS_RANGE_EOF
+	end = append ? RS_RANGE_EOF
 		     : start + ((how & RS_HOW_IOV) || len <= RS_MAX_RW ? len : RS_MAX_RW);
 	/* Other processes first, then the other threads (grants.h). */
-	if (whole)
-		;	/* entered above */
-	else if (lean ? !__builtin_expect(rs_grant_enter_fast(file, start, end, lmode, &io->gref[0]), 1)
+	if (lean ? !__builtin_expect(rs_grant_enter_fast(file, start, end, lmode, &io->gref[0]), 1)
 		 : __builtin_expect(rs_grant_enter(file, start, end, lmode, &io->gref[0]), 0) &&
 		   __builtin_expect(!io->gref[0].g && RS_LOAD(rs_cl_eio), 0)) {
 		/* Not cached (lean: the full copy enters it), or the cluster
