@@ -391,10 +391,9 @@ static void stat_seen(int fd, const struct stat *st)
 #define RS_FSTAT(name, type)                                                  \
 	RS_EXPORT int name(int fd, type *st)                                  \
 	{                                                                     \
-		int r;                                                        \
-		rs_ready();                                                   \
+		int on = rs_ready(), r;                                       \
 		r = REAL(int, name, (fd, st));                                \
-		if (r == 0)                                                   \
+		if (r == 0 && on)	/* off: no fd table to look at */     \
 			stat_seen(fd, (const struct stat *)st);               \
 		return r;                                                     \
 	}
@@ -414,10 +413,9 @@ static int empty_path(const char *path)
 #define RS_FSTATAT(name, type)                                                \
 	RS_EXPORT int name(int fd, const char *path, type *st, int flags)     \
 	{                                                                     \
-		int r;                                                        \
-		rs_ready();                                                   \
+		int on = rs_ready(), r;                                       \
 		r = REAL(int, name, (fd, path, st, flags));                   \
-		if (r == 0 && (flags & AT_EMPTY_PATH) && empty_path(path))    \
+		if (r == 0 && on && (flags & AT_EMPTY_PATH) && empty_path(path)) \
 			stat_seen(fd, (const struct stat *)st);               \
 		return r;                                                     \
 	}
