@@ -1092,8 +1092,20 @@ rescan:
 				if (!now)
 					now = rs_nt_now_ns();
 				age = now - g->beat_ns;
-				if (age >= rs_nt_present_ns)
+				if (age >= rs_nt_present_ns) {
+					/* Not running, or dead: a dead waiter's
+					 * entry is freed now (one liveness look,
+					 * only for an entry that stopped beating),
+					 * so that it does not sit in the queue
+					 * until the next reclaim. */
+					if (g->owner < RS_NPROC && !owner_alive(t, g->owner)) {
+						free_grant(s, g);
+						used--;
+						res->reclaimed++;
+						atomic_fetch_add(&s->hdr.reclaims, 1);
+					}
 					continue;
+				}
 				conflicts++;
 				if (via == UINT32_MAX)
 					via = i;

@@ -681,7 +681,8 @@ static void print_rows(FILE *out, const struct job *j)
 		else
 			folded++;
 	}
-	qsort(io, shown, sizeof(*io), io_cmp);
+	if (shown)
+		qsort(io, shown, sizeof(*io), io_cmp);
 	fprintf(out, "  processes with I/O (%u of %u), most bytes first:\n", shown, j->nreports);
 	fprintf(out, "  %-8s %-16s", "PID", "PROGRAM");
 	for (size_t c = 0; c < NROW_COLS; c++)
@@ -749,7 +750,8 @@ static void print_files(FILE *out, struct job *j)
 
 	if (!j->nfiles)
 		return;
-	qsort(j->files, j->nfiles, sizeof(*j->files), file_cmp);
+	if (j->nfiles)	/* qsort wants a valid base even for 0 */
+		qsort(j->files, j->nfiles, sizeof(*j->files), file_cmp);
 	fprintf(out, "  top files by lock waits (%u of %u), totals over the job's processes:\n", n,
 		j->nfiles);
 	fprintf(out, "  %12s %12s %12s %12s %5s  %-16s %s\n", "WAITS", "LOCK_WAITS", "NODE_WAITS",
@@ -946,7 +948,8 @@ static void print_job_json(struct job *j)
 		printf(": %llu", j->total[k]);
 	}
 	fputs("}, \"files\": [", stdout);
-	qsort(j->files, j->nfiles, sizeof(*j->files), file_cmp);
+	if (j->nfiles)	/* qsort wants a valid base even for 0 */
+		qsort(j->files, j->nfiles, sizeof(*j->files), file_cmp);
 	for (unsigned i = 0; i < j->nfiles; i++) {
 		const struct file_waits *f = &j->files[i];
 		char id[64];
@@ -960,7 +963,8 @@ static void print_job_json(struct job *j)
 		       f->lock_waits, f->node_waits, f->wait_ns, f->procs);
 	}
 	fputs("], \"processes\": [", stdout);
-	qsort(j->rep, j->nreports, sizeof(*j->rep), report_cmp);
+	if (j->nreports)
+		qsort(j->rep, j->nreports, sizeof(*j->rep), report_cmp);
 	for (unsigned i = 0, n = 0; i < j->nreports; i++) {
 		const struct report *r = &j->rep[i];
 
