@@ -370,6 +370,26 @@ RS_OPEN_FIXED(__open64_2, (const char *path, int flags), (path, flags), flags)
 RS_OPEN_FIXED(__openat_2, (int dirfd, const char *path, int flags), (dirfd, path, flags), flags)
 RS_OPEN_FIXED(__openat64_2, (int dirfd, const char *path, int flags), (dirfd, path, flags), flags)
 
+/*
+ * The shim's own descriptor numbers (rs_fd_private), kept out of the
+ * application's close/dup2/closefrom.  Not in a vfork child: it has a
+ * copy of our descriptor table, whose numbers are its own to close or
+ * to dup2 onto, but our memory, where moving a number away (rs_fd_evict)
+ * recorded the child's new number as ours: the parent's later closefrom
+ * then closed its real table descriptor and it looked dead to the table
+ * (test_edge, vfork_dup2).  The vfork stub's raised rs_depth tells the
+ * child (iolock.h, RS_DEPTH_VFORK).
+ */
+static inline int in_vfork_child(void)
+{
+	return RS_LOAD(rs_depth) >= RS_DEPTH_VFORK;
+}
+
+static inline int ours(int fd)
+{
+	return rs_fd_private(fd) && !in_vfork_child();
+}
+
 /* Read the entry before the real close: once the fd number is free,
  * another thread may open something else under it. */
 static void closed(int fd, uint64_t old)
@@ -396,7 +416,7 @@ RS_EXPORT int close(int fd)
 	int r;
 
 	/* Ours: to the application it was open, and now it is closed. */
-	if (rs_fd_private(fd))
+	if (ours(fd))
 		return 0;
 	old = rs_ready() ? rs_fdt_get(fd) : RS_FD_UNKNOWN;
 	r = REAL(int, close, (fd));
@@ -432,7 +452,7 @@ static void forget_range(unsigned lo, unsigned hi)
 /* Closing a range skips the shim's own fds, lowest first. */
 static int close_range_around(unsigned lo, unsigned hi, int flags)
 {
-	for (int i = 0; i < RS_NPRIVATE; i++) {
+	for (int i = 0; i < RS_NPRIVATE && !in_vfork_child(); i++) {
 		int p = atomic_load(&rs_private_fd[i]);
 
 		if (p >= 0 && (unsigned)p >= lo && (unsigned)p <= hi && !(flags & CLOSE_RANGE_CLOEXEC)) {
@@ -505,7 +525,7 @@ RS_EXPORT void closefrom(int lo)
 	rs_ready();
 	if (!rs_real.closefrom)
 		return;
-	for (int i = 0; i < RS_NPRIVATE; i++)
+	for (int i = 0; i < RS_NPRIVATE && !in_vfork_child(); i++)
 		around |= lo >= 0 && atomic_load(&rs_private_fd[i]) >= lo;
 	if (around)
 		close_range_around((unsigned)lo, UINT_MAX, 0);
@@ -632,7 +652,7 @@ static int dup_end(struct dup_hold *h, int oldfd, int r)
 	{                                                                     \
 		struct dup_hold h;                                            \
 		rs_ready();                                                   \
-		if (oldfd != newfd)                                           \
+		if (oldfd != newfd && !in_vfork_child())                      \
 			rs_fd_evict(newfd);                                   \
 		dup_begin(&h, oldfd, newfd);                                  \
 		return dup_end(&h, oldfd, REAL(int, name, args));             \

@@ -45,6 +45,27 @@
  *   clone_vfork_kill FILE READER MS  the same with the child made by
  *                 clone(CLONE_VM | CLONE_VFORK | SIGCHLD) on a stack of
  *                 its own.
+ *   vfork_dup2 FILE MS  this process writes a 1 MiB record (attached, a
+ *                 grant held), then vforks a child that dup2s FILE's fd
+ *                 onto the number of our node table descriptor (found in
+ *                 /proc/self/fd by RANGESHIM_SHM's name; a number that is
+ *                 free in its own fd table, to the child) and exits, as
+ *                 a child that passes a descriptor at a fixed number
+ *                 does.  Then this process closes every descriptor above
+ *                 FILE's (closefrom, a daemon's clean-up) and pwrites
+ *                 1 MiB records of changing value at offset 0 while a
+ *                 forked reader preads them for MS ms.  Prints
+ *                 "table=N" (-1 without the shim) and the reader's
+ *                 "reads=R torn=T".
+ *   vfork_exit FILE MS  this process writes a 1 MiB record (attached, a
+ *                 grant held), then vforks a child whose execve fails and
+ *                 which then calls exit(127), not _exit (common in
+ *                 fork-then-exec code moved to vfork): atexit handlers
+ *                 and destructors run in the child, in our memory.  Then
+ *                 this process pwrites 1 MiB records of changing value at
+ *                 offset 0 while a forked reader preads them for MS ms.
+ *                 Prints "child=N" (its exit status) and the reader's
+ *                 "reads=R torn=T".
  *   growsdown FILE  LTP mmap18's first case: reserve 256 pages plus a
  *                 thread stack, unmap it all and map only the stack's top
  *                 with MAP_GROWSDOWN, leaving the hole below for the stack
@@ -57,6 +78,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -375,6 +397,113 @@ static int vfork_kill(const char *how, double ms, int by_clone)
 	return 0;
 }
 
+/* ---- vfork_dup2 ------------------------------------------------------ */
+
+/* The number of our node table descriptor, or -1. */
+static int table_fd(void)
+{
+	const char *shm = getenv("RANGESHIM_SHM");
+	char want[300], p[300], l[512];
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = -1;
+
+	if (!d || !shm)
+		return d ? (closedir(d), -1) : -1;
+	snprintf(want, sizeof(want), "/dev/shm%s", shm);
+	while ((e = readdir(d))) {
+		ssize_t k;
+
+		snprintf(p, sizeof(p), "/proc/self/fd/%s", e->d_name);
+		k = readlink(p, l, sizeof(l) - 1);
+		if (k <= 0)
+			continue;
+		l[k] = 0;
+		if (!strcmp(l, want))
+			n = atoi(e->d_name);
+	}
+	closedir(d);
+	return n;
+}
+
+static __attribute__((noinline)) pid_t vfork_dup2_child(int n)
+{
+	pid_t c = vfork();
+
+	if (c == 0) {
+		if (n >= 0)
+			dup2(fd, n);
+		_exit(0);
+	}
+	return c;
+}
+
+static int vfork_dup2(double ms)
+{
+	pid_t c, reader;
+	int st, n;
+
+	fill_records();	/* our first write: attached, a grant held */
+	n = table_fd();
+	printf("table=%d\n", n);
+	c = vfork_dup2_child(n);
+	if (c < 0 || waitpid(c, &st, 0) != c)
+		abort();
+	closefrom(fd + 1);
+	fflush(stdout);
+	reader = fork();
+	if (reader == 0) {
+		read_for(ms);
+		fflush(stdout);
+		_exit(0);
+	}
+	for (long k = 1; waitpid(reader, &st, WNOHANG) == 0; k++)
+		if (pwrite(fd, wbuf[k % 2], BIG, 0) != BIG)
+			abort();
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		printf("reader=status %d\n", st);
+	return 0;
+}
+
+static __attribute__((noinline)) pid_t vfork_exit_child(void)
+{
+	pid_t c = vfork();
+
+	if (c == 0) {
+		char *argv[] = { "/nonexistent/rs-edge-probe", NULL };
+
+		execv(argv[0], argv);
+		exit(127);
+	}
+	return c;
+}
+
+static int vfork_exit(double ms)
+{
+	pid_t c, reader;
+	int st;
+
+	fill_records();	/* our first write: attached, a grant held */
+	fflush(stdout);	/* the child's exit flushes stdio in our memory */
+	c = vfork_exit_child();
+	if (c < 0 || waitpid(c, &st, 0) != c)
+		abort();
+	printf("child=%d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	fflush(stdout);
+	reader = fork();
+	if (reader == 0) {
+		read_for(ms);
+		fflush(stdout);
+		_exit(0);
+	}
+	for (long k = 1; waitpid(reader, &st, WNOHANG) == 0; k++)
+		if (pwrite(fd, wbuf[k % 2], BIG, 0) != BIG)
+			abort();
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		printf("reader=status %d\n", st);
+	return 0;
+}
+
 /* ---- growsdown ------------------------------------------------------- */
 
 static long page;
@@ -495,6 +624,10 @@ int main(int argc, char **argv)
 		abort();
 	if ((!strcmp(argv[1], "vfork_kill") || !strcmp(argv[1], "clone_vfork_kill")) && argc >= 5) {
 		vfork_kill(argv[3], atof(argv[4]), argv[1][0] == 'c');
+	} else if (!strcmp(argv[1], "vfork_exit") && argc >= 4) {
+		vfork_exit(atof(argv[3]));
+	} else if (!strcmp(argv[1], "vfork_dup2") && argc >= 4) {
+		vfork_dup2(atof(argv[3]));
 	} else if (!strcmp(argv[1], "clonefiles_closefrom") && argc >= 4) {
 		clonefiles_closefrom(atof(argv[3]));
 	} else if (!strcmp(argv[1], "clonefiles") && argc >= 5) {
