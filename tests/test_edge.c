@@ -64,6 +64,16 @@
  *               _exit: the shim's destructor runs in the child, in the
  *               parent's memory.  Held on main (0 torn of 853; no shim:
  *               419 of 476): kept as a guard.
+ * seg_truncate (disabled) the node table's file truncated to 0 bytes by
+ *               another process of the same user (or a bug) after attach:
+ *               the attached process's next call that touches the table
+ *               (even a write on a cached grant) dies of SIGBUS, status
+ *               135; without the shim the rig writes on, status 0.  A bad
+ *               segment must never crash a program, but the mapping
+ *               cannot be protected in a small change: tmpfs files
+ *               opened by name take no seals (F_SEAL_SHRINK), and
+ *               catching SIGBUS means a process-wide handler that
+ *               chains with the application's.  Enable when fixed.
  * growsdown_hole LTP's mmap18 (the one of 307 LTP syscall tests whose
  *               result the shim changed): a hole left below a
  *               MAP_GROWSDOWN stack for it to grow into, then the first
@@ -348,3 +358,28 @@ static void vfork_torn_case(char *mode, char *file_name)
 
 Test(edge, vfork_dup2) { vfork_torn_case("vfork_dup2", "vd.dat"); }
 Test(edge, vfork_exit) { vfork_torn_case("vfork_exit", "ve.dat"); }
+
+/* ---- seg_truncate ----------------------------------------------------- */
+
+Test(edge, seg_truncate, .disabled = true)
+{
+	struct rs_run *r = calloc(1, sizeof(*r));
+	char *base = rs_make_base("/dev/shm", "rs-edge-");
+	char file[PATH_MAX];
+	char *argv[] = { EPROBE, "seg_truncate", file, NULL };
+
+	cr_assert_not_null(r);
+	snprintf(file, sizeof(file), "%s/st.dat", base);
+	eprobe(argv, 0, r);
+	cr_log_info("without the shim: status %d: %s", r->status, r->out);
+	cr_assert_eq(r->status, 0, "control: the rig failed without the shim: %s", r->out);
+	cr_assert(strstr(r->out, "survived"), "control: %s", r->out);
+	eprobe(argv, 1, r);
+	cr_log_info("with the shim: status %d: %s", r->status, r->out);
+	cr_assert_gt(rs_field(r->out, "table"), -1, "the rig found no table descriptor: %s",
+		     r->out);
+	cr_expect_eq(r->status, 0, "a truncated table killed the program (135: SIGBUS): %s",
+		     r->out);
+	cr_expect(strstr(r->out, "survived"), "with the shim: %s", r->out);
+	free(r);
+}

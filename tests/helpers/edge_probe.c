@@ -66,6 +66,12 @@
  *                 offset 0 while a forked reader preads them for MS ms.
  *                 Prints "child=N" (its exit status) and the reader's
  *                 "reads=R torn=T".
+ *   seg_truncate FILE  this process writes a 1 MiB record (attached, a
+ *                 grant held), then truncates its node table's file to 0
+ *                 bytes by a raw system call, as another process of the
+ *                 same user (or a bug) can, and writes FILE again.
+ *                 Prints "table=N" (-1 without the shim: nothing to
+ *                 truncate) and "survived" after the second write.
  *   growsdown FILE  LTP mmap18's first case: reserve 256 pages plus a
  *                 thread stack, unmap it all and map only the stack's top
  *                 with MAP_GROWSDOWN, leaving the hole below for the stack
@@ -82,6 +88,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -504,6 +511,31 @@ static int vfork_exit(double ms)
 	return 0;
 }
 
+static int seg_truncate(void)
+{
+	char l[PATH_MAX], p[64];
+	ssize_t k;
+	int n;
+
+	fill_records();
+	n = table_fd();
+	printf("table=%d\n", n);
+	fflush(stdout);
+	if (n >= 0) {
+		snprintf(p, sizeof(p), "/proc/self/fd/%d", n);
+		k = readlink(p, l, sizeof(l) - 1);
+		if (k <= 0)
+			abort();
+		l[k] = 0;
+		if (syscall(SYS_truncate, l, 0L) < 0)
+			abort();
+	}
+	if (pwrite(fd, wbuf[1], BIG, 0) != BIG)
+		abort();
+	printf("survived\n");
+	return 0;
+}
+
 /* ---- growsdown ------------------------------------------------------- */
 
 static long page;
@@ -624,6 +656,8 @@ int main(int argc, char **argv)
 		abort();
 	if ((!strcmp(argv[1], "vfork_kill") || !strcmp(argv[1], "clone_vfork_kill")) && argc >= 5) {
 		vfork_kill(argv[3], atof(argv[4]), argv[1][0] == 'c');
+	} else if (!strcmp(argv[1], "seg_truncate")) {
+		seg_truncate();
 	} else if (!strcmp(argv[1], "vfork_exit") && argc >= 4) {
 		vfork_exit(atof(argv[3]));
 	} else if (!strcmp(argv[1], "vfork_dup2") && argc >= 4) {
