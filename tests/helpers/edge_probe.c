@@ -72,6 +72,14 @@
  *                 same user (or a bug) can, and writes FILE again.
  *                 Prints "table=N" (-1 without the shim: nothing to
  *                 truncate) and "survived" after the second write.
+ *   vfork_mt FILE MS  a thread of ours pwrites 1 MiB records of changing
+ *                 value at offset 0 while the main thread, for MS ms,
+ *                 vforks children that each pwrite one 1 MiB record
+ *                 there and _exit, and posix_spawns /bin/true between
+ *                 them (glibc's posix_spawn: clone(CLONE_VM |
+ *                 CLONE_VFORK) inside libc); a forked reader preads the
+ *                 records.  Prints "children=C spawns=S" and the
+ *                 reader's "reads=R torn=T".
  *   growsdown FILE  LTP mmap18's first case: reserve 256 pages plus a
  *                 thread stack, unmap it all and map only the stack's top
  *                 with MAP_GROWSDOWN, leaving the hole below for the stack
@@ -92,6 +100,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -536,6 +545,57 @@ static int seg_truncate(void)
 	return 0;
 }
 
+static __attribute__((noinline)) pid_t vfork_write_child(long k)
+{
+	pid_t c = vfork();
+
+	if (c == 0) {
+		if (pwrite(fd, wbuf[k % 2], BIG, 0) != BIG)
+			_exit(3);
+		_exit(0);
+	}
+	return c;
+}
+
+static int vfork_mt(double ms)
+{
+	extern char **environ;
+	char *targv[] = { "/bin/true", NULL };
+	pthread_t w;
+	pid_t c, reader;
+	long children = 0, spawns = 0;
+	double t0;
+	int st;
+
+	fill_records();
+	reader = fork();
+	if (reader == 0) {
+		read_for(ms);
+		fflush(stdout);
+		_exit(0);
+	}
+	if (pthread_create(&w, NULL, writer, NULL))
+		abort();
+	t0 = probe_now();
+	for (long k = 0; (probe_now() - t0) * 1e3 < ms; k++) {
+		c = vfork_write_child(k);
+		if (c < 0 || waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st))
+			printf("child=status %d\n", st);
+		children++;
+		if (posix_spawn(&c, targv[0], NULL, NULL, targv, environ) == 0 &&
+		    waitpid(c, &st, 0) == c)
+			spawns++;
+	}
+	atomic_store(&stop_writer, 1);
+	pthread_join(w, NULL);
+	printf("children=%ld spawns=%ld\n", children, spawns);
+	fflush(stdout);
+	waitpid(reader, &st, 0);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		printf("reader=status %d\n", st);
+	return 0;
+}
+
 /* ---- growsdown ------------------------------------------------------- */
 
 static long page;
@@ -656,6 +716,8 @@ int main(int argc, char **argv)
 		abort();
 	if ((!strcmp(argv[1], "vfork_kill") || !strcmp(argv[1], "clone_vfork_kill")) && argc >= 5) {
 		vfork_kill(argv[3], atof(argv[4]), argv[1][0] == 'c');
+	} else if (!strcmp(argv[1], "vfork_mt") && argc >= 4) {
+		vfork_mt(atof(argv[3]));
 	} else if (!strcmp(argv[1], "seg_truncate")) {
 		seg_truncate();
 	} else if (!strcmp(argv[1], "vfork_exit") && argc >= 4) {
