@@ -923,7 +923,11 @@ static int clone_child(void *p)
 		}									\
 		if (!(flags & CLONE_VM) && fn) {					\
 			struct clone_start c = { fn, arg, flags };				\
-			int locked = fork_begin(), r;					\
+			int locked, r;							\
+											\
+			if ((flags & CLONE_FILES) && rs_ready() && !RS_LOAD(rs_depth))	\
+				rs_grants_files_shared();				\
+			locked = fork_begin();						\
 											\
 			r = REAL(int, name, (clone_child, stack, flags, &c, ptid, tls, ctid)); \
 			if (locked)	/* the child went through clone_child */	\
@@ -1117,7 +1121,11 @@ RS_EXPORT long syscall(long nr, ...)
 	if (__builtin_expect(thread_like(nr, a), 0))
 		RS_STORE(rs_solo_ok, 0);
 	if (__builtin_expect(fork_like(nr, a, b), 0)) {
-		int locked = fork_begin();
+		int locked;
+
+		if ((fork_flags(nr, a) & CLONE_FILES) && rs_ready() && !RS_LOAD(rs_depth))
+			rs_grants_files_shared();
+		locked = fork_begin();
 
 		r = rs_raw_syscall6(nr, a, b, c, d, e, f);
 		fork_end(r, locked, fork_flags(nr, a));

@@ -80,6 +80,13 @@
  *                 CLONE_VFORK) inside libc); a forked reader preads the
  *                 records.  Prints "children=C spawns=S" and the
  *                 reader's "reads=R torn=T".
+ *   clonefiles_dup2 FILE MS  as vfork_dup2, with the child made by
+ *                 clone(CLONE_FILES | SIGCHLD): it shares our descriptor
+ *                 table, not our memory, and dup2s FILE's fd onto our
+ *                 node table descriptor's number.  Then this process
+ *                 closes every descriptor above FILE's (closefrom) and
+ *                 writes while a forked reader reads.  Prints "table=N"
+ *                 and the reader's "reads=R torn=T".
  *   growsdown FILE  LTP mmap18's first case: reserve 256 pages plus a
  *                 thread stack, unmap it all and map only the stack's top
  *                 with MAP_GROWSDOWN, leaving the hole below for the stack
@@ -596,6 +603,49 @@ static int vfork_mt(double ms)
 	return 0;
 }
 
+static int clone_dup2_child(void *arg)
+{
+	int n = *(int *)arg;
+
+	if (n >= 0 && dup2(fd, n) != n)
+		return 3;
+	return 0;
+}
+
+static int clonefiles_dup2(double ms)
+{
+	char *stk = malloc(1 << 16);
+	pid_t c, reader;
+	int st, n;
+
+	if (!stk)
+		abort();
+	fill_records();	/* our first write: attached, a grant held */
+	n = table_fd();
+	printf("table=%d\n", n);
+	c = clone(clone_dup2_child, stk + (1 << 16), CLONE_FILES | SIGCHLD, &n);
+	if (c < 0 || waitpid(c, &st, 0) != c) {
+		printf("verdict=skip clone: %s\n", strerror(errno));
+		return 0;
+	}
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		printf("child=status %d\n", st);
+	closefrom(fd + 1);
+	fflush(stdout);
+	reader = fork();
+	if (reader == 0) {
+		read_for(ms);
+		fflush(stdout);
+		_exit(0);
+	}
+	for (long k = 1; waitpid(reader, &st, WNOHANG) == 0; k++)
+		if (pwrite(fd, wbuf[k % 2], BIG, 0) != BIG)
+			abort();
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		printf("reader=status %d\n", st);
+	return 0;
+}
+
 /* ---- growsdown ------------------------------------------------------- */
 
 static long page;
@@ -716,6 +766,8 @@ int main(int argc, char **argv)
 		abort();
 	if ((!strcmp(argv[1], "vfork_kill") || !strcmp(argv[1], "clone_vfork_kill")) && argc >= 5) {
 		vfork_kill(argv[3], atof(argv[4]), argv[1][0] == 'c');
+	} else if (!strcmp(argv[1], "clonefiles_dup2") && argc >= 4) {
+		clonefiles_dup2(atof(argv[3]));
 	} else if (!strcmp(argv[1], "vfork_mt") && argc >= 4) {
 		vfork_mt(atof(argv[3]));
 	} else if (!strcmp(argv[1], "seg_truncate")) {
