@@ -584,8 +584,8 @@ static void io_clear(struct rs_io *io)
  *    dead to the table like any process, and its grant is reclaimed.
  *  - process scope (or no usable table): the file's range lock, with a
  *    node in this thread's TLS, not on the child's stack, so that the
- *    parent can unlock it (rs_vfork_parent) when the child was killed
- *    holding it.
+ *    parent can withdraw it (rs_vfork_parent, rs_rangelock_forget) when
+ *    the child was killed holding it or waiting for it.
  * The state lives in TLS (per parent thread: each has at most one vfork
  * child), never in the parent's own structures.  A child killed inside
  * the shim's own short critical sections (the fd table's mutex, the range
@@ -689,19 +689,25 @@ static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
 
 		if (idx < 0)
 			continue;	/* no thread of the parent has it open */
+		/* Counted before it is queued: killed waiting, the node
+		 * stays in the queue, and the parent must withdraw it
+		 * (rs_vfork_parent; test_edge, vfork_wait_killed). */
 		vf.file[vf.nnodes] = rs_fdt_file((uint32_t)idx);
-		rs_rangelock_lock(&vf.file[vf.nnodes]->rl, &vf.node[vf.nnodes], 0, RS_RANGE_EOF,
-				  RS_RL_WRITE);
 		vf.nnodes++;
+		atomic_signal_fence(memory_order_seq_cst);
+		rs_rangelock_lock(&vf.file[vf.nnodes - 1]->rl, &vf.node[vf.nnodes - 1], 0,
+				  RS_RANGE_EOF, RS_RL_WRITE);
 	}
 	errno = saved;
 }
 
 static void vfork_end(void)
 {
+	/* Uncounted only once unlocked: see rs_vfork_parent. */
 	while (vf.nnodes > 0) {
+		rs_rangelock_unlock(&vf.file[vf.nnodes - 1]->rl, &vf.node[vf.nnodes - 1]);
+		atomic_signal_fence(memory_order_seq_cst);
 		vf.nnodes--;
-		rs_rangelock_unlock(&vf.file[vf.nnodes]->rl, &vf.node[vf.nnodes]);
 	}
 	if (vf.registered)
 		vf_unregister();
@@ -713,10 +719,11 @@ int rs_vfork_parent(int pid)
 	int saved = errno;
 
 	/* The child is gone (exited, exec'd or killed): what it still held,
-	 * it held in a call it never finished. */
+	 * or waited for, or had not yet queued, it did in a call it never
+	 * finished. */
 	while (vf.nnodes > 0) {
 		vf.nnodes--;
-		rs_rangelock_unlock(&vf.file[vf.nnodes]->rl, &vf.node[vf.nnodes]);
+		rs_rangelock_forget(&vf.file[vf.nnodes]->rl, &vf.node[vf.nnodes]);
 	}
 	if (vf.registered) {
 		/* Its slot died with its descriptor (its own fd table): the

@@ -60,6 +60,13 @@
  *               its table through its liveness descriptor before such a
  *               clone, as the child does, so the lock lives as long as
  *               it does whatever happens to the number.
+ * vfork_wait_killed a vfork child killed (SIGKILL) while it waits, in
+ *               process scope, for the range lock a thread of its parent
+ *               holds: its queued request outlived it, was granted to
+ *               nobody, and the parent's next write waited for good:
+ *               after=stuck in 3 of 3 runs on main (no shim: after=ok).
+ *               Now the parent withdraws whatever the child queued,
+ *               waiting or held (rs_rangelock_forget).
  * vfork_dup2   a vfork child dup2s a descriptor onto the number of its
  *               parent's node table descriptor (a number free to it, as
  *               a child that passes a descriptor at a fixed number sees
@@ -411,5 +418,36 @@ Test(edge, seg_truncate, .disabled = true)
 	cr_expect_eq(r->status, 0, "a truncated table killed the program (135: SIGBUS): %s",
 		     r->out);
 	cr_expect(strstr(r->out, "survived"), "with the shim: %s", r->out);
+	free(r);
+}
+
+/* ---- vfork_wait_killed ------------------------------------------------- */
+
+Test(edge, vfork_wait_killed)
+{
+	struct rs_run *r = calloc(1, sizeof(*r));
+	char *base = rs_make_base("/dev/shm", "rs-edge-");
+	char file[PATH_MAX];
+	char *argv[] = { EPROBE, "vfork_wait_kill", file, NULL };
+	const char *env[] = { "RANGESHIM_SCOPE=process", NULL };
+	int killed = 0;
+
+	cr_assert_not_null(r);
+	if (RS_SAN[0])
+		cr_skip_test("a sanitizer runtime wraps vfork itself");
+	snprintf(file, sizeof(file), "%s/vw.dat", base);
+	eprobe(argv, 0, r);
+	cr_log_info("without the shim: %s", r->out);
+	cr_assert_eq(r->status, 0, "control exited %d: %s", r->status, r->out);
+	cr_assert(strstr(r->out, "after=ok"), "control: %s", r->out);
+	for (int i = 0; i < 3; i++) {
+		rs_run(r, argv, env, 1, 60);
+		cr_log_info("process scope, run %d: %s", i, r->out);
+		cr_assert_eq(r->status, 0, "the rig exited %d: %s", r->status, r->out);
+		cr_expect(strstr(r->out, "after=ok"), "the parent waited on its dead vfork "
+			  "child's request: %s", r->out);
+		killed += strstr(r->out, "child=killed") != NULL;
+	}
+	rs_need(killed, 1, "the child was never killed inside its call (%d of 3)", killed);
 	free(r);
 }

@@ -87,6 +87,15 @@
  *                 closes every descriptor above FILE's (closefrom) and
  *                 writes while a forked reader reads.  Prints "table=N"
  *                 and the reader's "reads=R torn=T".
+ *   vfork_wait_kill FILE  a thread of ours pwrites 64 MiB records to FILE
+ *                 at offset 0 in a loop while a vfork child pwrites 4 KiB
+ *                 there, which must wait for the thread's range lock
+ *                 (process scope), and is killed (SIGKILL, by another
+ *                 thread of ours) 2 ms in, while it waits.  Then the
+ *                 thread stops and this process pwrites 4 KiB once more:
+ *                 "after=ok", or "after=stuck" if that call has not
+ *                 returned in 10 s (it waits behind the dead child's
+ *                 queued lock).  Prints "child=killed" (or its status).
  *   growsdown FILE  LTP mmap18's first case: reserve 256 pages plus a
  *                 thread stack, unmap it all and map only the stack's top
  *                 with MAP_GROWSDOWN, leaving the hole below for the stack
@@ -646,6 +655,81 @@ static int clonefiles_dup2(double ms)
 	return 0;
 }
 
+static void *big_writer(void *arg)
+{
+	while (!atomic_load(&stop_writer))
+		if (pwrite(fd, arg, 64 << 20, 0) != 64 << 20)
+			abort();
+	return NULL;
+}
+
+static void *killer2(void *arg)
+{
+	(void)arg;
+	while (!vchild)
+		sched_yield();
+	usleep(2000);	/* inside the child's wait for the writer's lock */
+	kill(vchild, SIGKILL);
+	return NULL;
+}
+
+static void stuck(int sig)
+{
+	(void)sig;
+	(void)!write(1, "after=stuck\n", 12);
+	_exit(0);
+}
+
+static __attribute__((noinline)) pid_t vfork_small_child(const char *b)
+{
+	pid_t c = vfork();
+
+	if (c == 0) {
+		vchild = getpid();
+		(void)!pwrite(fd, b, 4096, 0);
+		_exit(0);
+	}
+	return c;
+}
+
+static int vfork_wait_kill(void)
+{
+	static char small[4096];
+	char *big = malloc(64 << 20);
+	pthread_t w, kt;
+	pid_t c;
+	int st;
+
+	if (!big)
+		abort();
+	memset(big, 'w', 64 << 20);
+	if (pwrite(fd, big, 64 << 20, 0) != 64 << 20)
+		abort();
+	if (pthread_create(&w, NULL, big_writer, big))
+		abort();
+	usleep(1000);
+	if (pthread_create(&kt, NULL, killer2, NULL))
+		abort();
+	c = vfork_small_child(small);
+	if (c < 0 || waitpid(c, &st, 0) != c)
+		abort();
+	pthread_join(kt, NULL);
+	if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+		printf("child=killed\n");
+	else
+		printf("child=status %d\n", st);
+	atomic_store(&stop_writer, 1);
+	fflush(stdout);
+	signal(SIGALRM, stuck);
+	alarm(10);
+	pthread_join(w, NULL);
+	if (pwrite(fd, small, sizeof(small), 0) != (ssize_t)sizeof(small))
+		abort();
+	alarm(0);
+	printf("after=ok\n");
+	return 0;
+}
+
 /* ---- growsdown ------------------------------------------------------- */
 
 static long page;
@@ -768,6 +852,8 @@ int main(int argc, char **argv)
 		vfork_kill(argv[3], atof(argv[4]), argv[1][0] == 'c');
 	} else if (!strcmp(argv[1], "clonefiles_dup2") && argc >= 4) {
 		clonefiles_dup2(atof(argv[3]));
+	} else if (!strcmp(argv[1], "vfork_wait_kill")) {
+		vfork_wait_kill();
 	} else if (!strcmp(argv[1], "vfork_mt") && argc >= 4) {
 		vfork_mt(atof(argv[3]));
 	} else if (!strcmp(argv[1], "seg_truncate")) {
