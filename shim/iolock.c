@@ -626,11 +626,16 @@ static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
 	struct { uint64_t dev, ino; struct rs_file *f; } k[2], x;
 	int m = 0, saved = errno;
 
+	/* Not the fd table's word on the descriptor: that table is the
+	 * parent's, and the child's number may name another file by now (a
+	 * redirection, dup2 of a file onto the number of a pipe of the
+	 * parent's, passed its writes through unlocked; test_edge,
+	 * vfork_redirect).  So a regular file outside RANGESHIM_PATHS is
+	 * locked here too: more exclusion, never less. */
 	for (int i = 0; i < n && i < 2; i++) {
-		uint64_t e = rs_fdt_get(t[i].fd);
 		struct stat st;
 
-		if (t[i].where == RS_POS_ONLY || e == RS_FD_PASS)
+		if (t[i].where == RS_POS_ONLY)
 			continue;
 		if (fstat(t[i].fd, &st) < 0 || !S_ISREG(st.st_mode))
 			continue;

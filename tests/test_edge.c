@@ -67,6 +67,13 @@
  *               after=stuck in 3 of 3 runs on main (no shim: after=ok).
  *               Now the parent withdraws whatever the child queued,
  *               waiting or held (rs_rangelock_forget).
+ * vfork_redirect vfork children that dup2 a file's fd onto the number of
+ *               a pipe of their parent's (a redirection) and pwrite
+ *               through it, beside a reader process: the child asked the
+ *               parent's fd table, which said "passes through" for that
+ *               number, and wrote unlocked: 239 of 4567 reads torn on
+ *               main (no shim: 128 of 2255).  Now a vfork child judges
+ *               its descriptors by fstat alone.
  * vfork_dup2   a vfork child dup2s a descriptor onto the number of its
  *               parent's node table descriptor (a number free to it, as
  *               a child that passes a descriptor at a fixed number sees
@@ -395,6 +402,7 @@ static void vfork_torn_case(char *mode, char *file_name)
 Test(edge, vfork_dup2) { vfork_torn_case("vfork_dup2", "vd.dat"); }
 Test(edge, vfork_exit) { vfork_torn_case("vfork_exit", "ve.dat"); }
 Test(edge, vfork_mt) { vfork_torn_case("vfork_mt", "vm.dat"); }
+Test(edge, vfork_redirect) { vfork_torn_case("vfork_redirect", "vr.dat"); }
 
 /* ---- seg_truncate ----------------------------------------------------- */
 

@@ -96,6 +96,14 @@
  *                 "after=ok", or "after=stuck" if that call has not
  *                 returned in 10 s (it waits behind the dead child's
  *                 queued lock).  Prints "child=killed" (or its status).
+ *   vfork_redirect FILE MS  this process writes to a pipe (so that its
+ *                 fd number is known to the shim as one that passes
+ *                 through), then, for MS ms, vforks children that dup2
+ *                 FILE's fd onto that number, as a redirection does, and
+ *                 pwrite a 1 MiB record of changing value at offset 0
+ *                 through it before they _exit; a forked reader preads
+ *                 the records.  Prints "children=C" and the reader's
+ *                 "reads=R torn=T".
  *   growsdown FILE  LTP mmap18's first case: reserve 256 pages plus a
  *                 thread stack, unmap it all and map only the stack's top
  *                 with MAP_GROWSDOWN, leaving the hole below for the stack
@@ -730,6 +738,49 @@ static int vfork_wait_kill(void)
 	return 0;
 }
 
+static __attribute__((noinline)) pid_t vfork_redirect_child(int n, long k)
+{
+	pid_t c = vfork();
+
+	if (c == 0) {
+		if (dup2(fd, n) != n || pwrite(n, wbuf[k % 2], BIG, 0) != BIG)
+			_exit(3);
+		_exit(0);
+	}
+	return c;
+}
+
+static int vfork_redirect(double ms)
+{
+	int p[2], st;
+	long children = 0;
+	pid_t c, reader;
+	double t0;
+
+	if (pipe(p) < 0 || write(p[1], "x", 1) != 1)
+		abort();
+	fill_records();
+	reader = fork();
+	if (reader == 0) {
+		read_for(ms);
+		fflush(stdout);
+		_exit(0);
+	}
+	t0 = probe_now();
+	for (long k = 1; (probe_now() - t0) * 1e3 < ms; k++) {
+		c = vfork_redirect_child(p[1], k);
+		if (c < 0 || waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st))
+			printf("child=status %d\n", st);
+		children++;
+	}
+	printf("children=%ld\n", children);
+	fflush(stdout);
+	waitpid(reader, &st, 0);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		printf("reader=status %d\n", st);
+	return 0;
+}
+
 /* ---- growsdown ------------------------------------------------------- */
 
 static long page;
@@ -854,6 +905,8 @@ int main(int argc, char **argv)
 		clonefiles_dup2(atof(argv[3]));
 	} else if (!strcmp(argv[1], "vfork_wait_kill")) {
 		vfork_wait_kill();
+	} else if (!strcmp(argv[1], "vfork_redirect") && argc >= 4) {
+		vfork_redirect(atof(argv[3]));
 	} else if (!strcmp(argv[1], "vfork_mt") && argc >= 4) {
 		vfork_mt(atof(argv[3]));
 	} else if (!strcmp(argv[1], "seg_truncate")) {
