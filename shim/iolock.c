@@ -664,6 +664,26 @@ static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
 		     tries++) {
 			struct timespec ts = { 0, 10 * 1000 * 1000 };
 
+			/* No descriptor for the registration: the child's fd
+			 * table changes only by the child, which waits here, and
+			 * its parent is stopped until it exits, so waiting hung
+			 * the program for good (test_edge, vfork_emfile).  The
+			 * call fails with EMFILE (ENFILE), said once, without
+			 * being made, as a cluster pin's does (limitations.md). */
+			if (errno == EMFILE || errno == ENFILE) {
+				static _Atomic int said;
+
+				if (!atomic_exchange(&said, 1))
+					rs_log(RS_LOG_ERROR, "a vfork child's call fails with %s: "
+					       "it has no free descriptor to register in the "
+					       "node lock table with (%s)",
+					       errno == EMFILE ? "EMFILE" : "ENFILE", why);
+				rs_cl_eio = errno;
+				rs_depth_add(-1);
+				io->entered = -1;
+				errno = saved;
+				return;
+			}
 			/* The parent attached, so the table exists: a full slot
 			 * table, say, frees up.  Wait; never go on unlocked. */
 			if (tries == 500)

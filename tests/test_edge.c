@@ -74,6 +74,14 @@
  *               number, and wrote unlocked: 239 of 4567 reads torn on
  *               main (no shim: 128 of 2255).  Now a vfork child judges
  *               its descriptors by fstat alone.
+ * vfork_emfile a vfork child's pwrite when its descriptor table is full
+ *               (the parent opened files until EMFILE): it waited for a
+ *               descriptor to register in the node table with, which only
+ *               it could free, and its parent, stopped until it exits,
+ *               hung for good (timeout on main; no shim: written).  Now
+ *               the call fails with EMFILE, said once, as a cluster pin's
+ *               does: a changed result, where the alternatives were
+ *               running unlocked or hanging.
  * vfork_dup2   a vfork child dup2s a descriptor onto the number of its
  *               parent's node table descriptor (a number free to it, as
  *               a child that passes a descriptor at a fixed number sees
@@ -457,5 +465,33 @@ Test(edge, vfork_wait_killed)
 		killed += strstr(r->out, "child=killed") != NULL;
 	}
 	rs_need(killed, 1, "the child was never killed inside its call (%d of 3)", killed);
+	free(r);
+}
+
+/* ---- vfork_emfile ------------------------------------------------------ */
+
+Test(edge, vfork_emfile)
+{
+	struct rs_run *r = calloc(1, sizeof(*r));
+	char *base = rs_make_base("/dev/shm", "rs-edge-");
+	char file[PATH_MAX];
+	char *argv[] = { EPROBE, "vfork_emfile", file, NULL };
+
+	cr_assert_not_null(r);
+	if (RS_SAN[0])
+		cr_skip_test("a sanitizer runtime wraps vfork itself");
+	snprintf(file, sizeof(file), "%s/ve.dat", base);
+	eprobe(argv, 0, r);
+	cr_log_info("without the shim: status %d: %s", r->status, r->out);
+	if (strstr(r->out, "verdict=skip"))
+		cr_skip_test("%s", r->out);
+	cr_assert_eq(r->status, 0, "control exited %d: %s", r->status, r->out);
+	cr_assert_eq(rs_field(r->out, "child"), 0, "control: the child did not write: %s",
+		     r->out);
+	eprobe(argv, 1, r);
+	cr_log_info("with the shim: status %d: %s", r->status, r->out);
+	cr_assert_eq(r->status, 0, "the program hung or failed (-1: timed out): %s", r->out);
+	cr_expect(rs_field(r->out, "child") == 0 || rs_field(r->out, "child") == EMFILE,
+		  "the child's call returned neither its result nor EMFILE: %s", r->out);
 	free(r);
 }

@@ -104,6 +104,13 @@
  *                 through it before they _exit; a forked reader preads
  *                 the records.  Prints "children=C" and the reader's
  *                 "reads=R torn=T".
+ *   vfork_emfile FILE  this process writes FILE (attached), lowers its
+ *                 descriptor limit to 64 and opens /dev/null until EMFILE,
+ *                 then vforks a child that pwrites 1 byte to FILE and
+ *                 _exits with 0, or with the call's errno.  Prints
+ *                 "child=E" (0: written; -1: killed).  A child that waits
+ *                 for a descriptor it can never get hangs the program
+ *                 (the test's timeout ends it).
  *   growsdown FILE  LTP mmap18's first case: reserve 256 pages plus a
  *                 thread stack, unmap it all and map only the stack's top
  *                 with MAP_GROWSDOWN, leaving the hole below for the stack
@@ -130,6 +137,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/single_threaded.h>
@@ -781,6 +789,44 @@ static int vfork_redirect(double ms)
 	return 0;
 }
 
+static __attribute__((noinline)) pid_t vfork_emfile_child(void)
+{
+	pid_t c = vfork();
+
+	if (c == 0) {
+		ssize_t r = pwrite(fd, "y", 1, 0);
+
+		_exit(r == 1 ? 0 : errno);
+	}
+	return c;
+}
+
+static int vfork_emfile(void)
+{
+	struct rlimit rl = { 64, 64 };
+	pid_t c;
+	int st, n = 0;
+
+	if (pwrite(fd, "x", 1, 0) != 1)
+		abort();
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max > 64)
+		rl.rlim_max = 64;
+	rl.rlim_cur = 64;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+		printf("verdict=skip setrlimit: %s\n", strerror(errno));
+		return 0;
+	}
+	while (open("/dev/null", O_RDONLY) >= 0)
+		n++;
+	printf("filled=%d\n", n);
+	fflush(stdout);
+	c = vfork_emfile_child();
+	if (c < 0 || waitpid(c, &st, 0) != c)
+		abort();
+	printf("child=%d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	return 0;
+}
+
 /* ---- growsdown ------------------------------------------------------- */
 
 static long page;
@@ -907,6 +953,8 @@ int main(int argc, char **argv)
 		vfork_wait_kill();
 	} else if (!strcmp(argv[1], "vfork_redirect") && argc >= 4) {
 		vfork_redirect(atof(argv[3]));
+	} else if (!strcmp(argv[1], "vfork_emfile")) {
+		vfork_emfile();
 	} else if (!strcmp(argv[1], "vfork_mt") && argc >= 4) {
 		vfork_mt(atof(argv[3]));
 	} else if (!strcmp(argv[1], "seg_truncate")) {
