@@ -660,8 +660,11 @@ static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
 	    __atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE)) {
 		char why[256];
 
-		for (int tries = 0; rs_nt_register(&vf.nt, rs_cfg.shm_name, why, sizeof(why)) < 0;
-		     tries++) {
+		/* errno is cleared first: the application's own EMFILE may
+		 * still be in it when the registration fails for another
+		 * reason. */
+		for (int tries = 0; (errno = 0, rs_nt_register(&vf.nt, rs_cfg.shm_name, why,
+							       sizeof(why))) < 0; tries++) {
 			struct timespec ts = { 0, 10 * 1000 * 1000 };
 
 			/* No descriptor for the registration: the child's fd
