@@ -303,14 +303,15 @@ static int coordinated(int fd, enum look how)
 		return 0;
 	if (how == LOOK_ONLY) {
 		e = rs_fdt_get(fd);
-		r = e == RS_FD_UNKNOWN ? would_coordinate(fd) : (e & 3) == RS_FD_TRACKED;
+		r = e == RS_FD_UNKNOWN || (e & 3) == RS_FD_LAZY ? would_coordinate(fd)
+							      : (e & 3) == RS_FD_TRACKED;
 		errno = saved;
 		return r;
 	}
 	if (!rs_enter_slow())
 		return 0;
 	e = rs_fdt_get(fd);
-	if ((how == FRESH || e == RS_FD_UNKNOWN) && syscall(SYS_getpid) == rs_pid) {
+	if ((how == FRESH || e == RS_FD_UNKNOWN || (e & 3) == RS_FD_LAZY) && rs_own_process()) {
 		if (how == FRESH)
 			rs_fdt_replaced(fd);
 		else

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -254,7 +255,7 @@ static void set_entry(int fd, uint64_t e)
 	uint64_t old = atomic_exchange_explicit(&rs_fd_entries[fd], e, memory_order_acq_rel);
 
 	if ((unsigned)fd >= fd_high)
-		fd_high = (unsigned)fd + 1;
+		__atomic_store_n(&fd_high, (unsigned)fd + 1, __ATOMIC_RELAXED);
 	drop_entry(old);
 }
 
@@ -264,19 +265,155 @@ static uint32_t desc_flags(int oflags)
 	       ((oflags & O_DIRECT) ? RS_DESC_DIRECT : 0);
 }
 
-/* Is this a regular file we coordinate?  Fills dev/ino. */
-static int wanted(int fd, uint64_t *dev, uint64_t *ino)
+/*
+ * Devices whose every file the default path filter coordinates, so that
+ * classifying one of their files needs no readlink of /proc/self/fd.
+ * The default filter leaves out /proc, /sys and /dev (but /dev/shm), and
+ * a file's path is its mount's mount point followed by its path in the
+ * mount: so every file of a mount is wanted when its mount point is, and
+ * no boundary of the filter lies below the mount point (or each such
+ * boundary is a mount point itself, which hides what lies under it: "/"
+ * with /proc, /sys and /dev mounted).  A device is in the list when each
+ * of its mounts in /proc/self/mountinfo is such a mount.  Only "wanted"
+ * is cached, never "not wanted": a verdict gone stale (a mount made
+ * later) can only coordinate a file the filter would leave out, which
+ * costs a lock and never exclusion.  A device not in the list (a file
+ * under /proc, /sys or /dev, a btrfs subvolume's own st_dev, a mount made
+ * after the list was read) is asked by path as before; mountinfo is read
+ * again at most once per such device, so a new mount is learnt.
+ * RANGESHIM_PATHS always asks by path.
+ */
+#define MNT_DEVS 64
+static _Atomic uint32_t mnt_mtx;
+static uint64_t mnt_dev[MNT_DEVS];     /* wanted devices, then misses */
+static unsigned char mnt_ok[MNT_DEVS];
+static _Atomic unsigned mnt_n;         /* entries published */
+
+static const char *const bounds[] = { "/proc", "/sys", "/dev", "/dev/shm" };
+
+/* Is path equal to, or below, dir? */
+static int path_under(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+struct mnt {
+	uint64_t dev;
+	char point[256];
+};
+
+/* Parse mountinfo into m (at most max); the count, or -1. */
+static int read_mounts(struct mnt *m, int max)
+{
+	static char buf[65536];	/* under mnt_mtx */
+	long fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+	size_t len = 0;
+	int n = 0;
+
+	if (fd < 0)
+		return -1;
+	for (;;) {
+		long r = syscall(SYS_read, fd, buf + len, sizeof(buf) - 1 - len);
+
+		if (r <= 0)
+			break;
+		len += (size_t)r;
+		if (len == sizeof(buf) - 1)
+			break;
+	}
+	syscall(SYS_close, fd);
+	if (len == sizeof(buf) - 1)
+		return -1;	/* too many mounts to read whole: ask by path */
+	buf[len] = '\0';
+	for (char *line = buf, *next; line && *line && n < max; line = next) {
+		unsigned maj, min;
+		char point[256];
+
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		/* id parent major:minor root mount-point ... */
+		if (sscanf(line, "%*u %*u %u:%u %*s %255s", &maj, &min, point) != 3)
+			continue;
+		m[n].dev = makedev(maj, min);
+		memcpy(m[n].point, point, sizeof(point));
+		n++;
+	}
+	return n;
+}
+
+static int is_point(const struct mnt *m, int n, const char *path)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(m[i].point, path) == 0)
+			return 1;
+	return 0;
+}
+
+/* Every file of a mount at m[k] wanted by the default filter? */
+static int mount_wanted(const struct mnt *m, int n, int k)
+{
+	const char *pt = m[k].point;
+
+	if (pt[0] != '/' || !rs_config_path_wanted(&rs_cfg, pt))
+		return 0;
+	for (size_t b = 0; b < sizeof(bounds) / sizeof(bounds[0]); b++)
+		if (path_under(bounds[b], pt) && strcmp(bounds[b], pt) != 0 &&
+		    !is_point(m, n, bounds[b]))
+			return 0;
+	return 1;
+}
+
+/* 1: every file of dev is wanted, known without its path. */
+static int dev_wanted(uint64_t dev)
+{
+	static struct mnt m[512];	/* under mnt_mtx */
+	unsigned k = atomic_load_explicit(&mnt_n, memory_order_acquire);
+	int n, ok;
+
+	if (rs_cfg.custom_paths)
+		return 0;
+	for (unsigned i = 0; i < k; i++)
+		if (mnt_dev[i] == dev)
+			return mnt_ok[i];
+	if (k >= MNT_DEVS)
+		return 0;
+	rs_mutex_lock(&mnt_mtx);
+	k = atomic_load_explicit(&mnt_n, memory_order_relaxed);
+	ok = 0;
+	n = k < MNT_DEVS ? read_mounts(m, 512) : -1;
+	for (int i = 0; i < n; i++) {
+		if (m[i].dev != dev)
+			continue;
+		if (!mount_wanted(m, n, i)) {
+			ok = 0;
+			break;
+		}
+		ok = 1;
+	}
+	if (k < MNT_DEVS) {
+		mnt_dev[k] = dev;
+		mnt_ok[k] = (unsigned char)ok;
+		atomic_store_explicit(&mnt_n, k + 1, memory_order_release);
+	}
+	rs_mutex_unlock(&mnt_mtx);
+	return ok;
+}
+
+/* Is this regular file one we coordinate?  Fills dev/ino from st. */
+static int wanted_st(int fd, const struct stat *st, uint64_t *dev, uint64_t *ino)
 {
 	char link[64], path[PATH_MAX];
-	struct stat st;
 	ssize_t n;
 
-	if (fstat(fd, &st) < 0)
-		return -1;
-	if (!S_ISREG(st.st_mode))
+	if (!S_ISREG(st->st_mode))
 		return 0;
-	*dev = st.st_dev;
-	*ino = st.st_ino;
+	*dev = st->st_dev;
+	*ino = st->st_ino;
+	if (dev_wanted(*dev))
+		return 1;
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 	n = readlink(link, path, sizeof(path) - 1);
 	if (n <= 0 || path[0] != '/')
@@ -285,6 +422,16 @@ static int wanted(int fd, uint64_t *dev, uint64_t *ino)
 		return 1;
 	path[n] = '\0';
 	return rs_config_path_wanted(&rs_cfg, path);
+}
+
+/* The same, with one fstat of fd: -1 if it fails. */
+static int wanted(int fd, uint64_t *dev, uint64_t *ino)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return -1;
+	return wanted_st(fd, &st, dev, ino);
 }
 
 /* An inherited fd may share its description with one we know (2>&1):
@@ -312,6 +459,8 @@ enum how {
 	OPENED,         /* by a wrapped open: its flags are known */
 	FIRST_USE,      /* unknown until now; another thread may race us */
 	REPLACED,       /* re-pointed by a call we wrap (freopen) */
+	LAZY_USE,       /* lazy (RS_FD_LAZY): flags known, a new description;
+			   another thread may race us */
 };
 
 /* A replaced fd that turned out closed: forget it. */
@@ -323,13 +472,15 @@ static uint64_t forget_replaced(int fd)
 	return RS_FD_UNKNOWN;
 }
 
-static uint64_t install(int fd, int oflags, enum how how)
+/* lazy: for LAZY_USE, the lazy entry, which the new one replaces only if
+ * it is still there; st: fd's stat, if the application just made one. */
+static uint64_t install(int fd, int oflags, enum how how, uint64_t lazy, const struct stat *st)
 {
 	uint64_t dev = 0, ino = 0, e, shared = RS_FD_UNKNOWN;
 	int saved = errno;
 	int64_t file, desc = -1;
-	int fresh = how == OPENED;
-	int w = wanted(fd, &dev, &ino);
+	int fresh = how == OPENED || how == LAZY_USE;
+	int w = st ? wanted_st(fd, st, &dev, &ino) : wanted(fd, &dev, &ino);
 
 	if (w < 0) {
 		errno = saved;
@@ -361,7 +512,11 @@ static uint64_t install(int fd, int oflags, enum how how)
 						      desc_flags(oflags), memory_order_relaxed);
 				put_file((uint32_t)file);
 			} else {
-				desc = new_desc((uint32_t)file, desc_flags(oflags));
+				/* A lazy entry nobody else can have used: its
+				 * offset is still where open put it. */
+				desc = new_desc((uint32_t)file, desc_flags(oflags) |
+						(how == LAZY_USE && !(lazy & RS_FD_LAZY_SHARED) &&
+						 !(oflags & O_APPEND) ? RS_DESC_FRESH : 0));
 				if (desc < 0)
 					put_file((uint32_t)file);
 			}
@@ -378,17 +533,17 @@ static uint64_t install(int fd, int oflags, enum how how)
 	/* A replacement goes in with one exchange: were the entry unknown
 	 * for a moment, a thread that looked at the old file before the
 	 * replacement could install that in its place. */
-	if (how != FIRST_USE) {
+	if (how == OPENED || how == REPLACED) {
 		set_entry(fd, e);
 	} else {
-		uint64_t expect = RS_FD_UNKNOWN;
+		uint64_t expect = how == LAZY_USE ? lazy : RS_FD_UNKNOWN;
 
 		/* Lost a race with another thread classifying the same fd. */
 		if (!atomic_compare_exchange_strong(&rs_fd_entries[fd], &expect, e)) {
 			drop_entry(e);
 			e = expect;
 		} else if ((unsigned)fd >= fd_high) {
-			fd_high = (unsigned)fd + 1;
+			__atomic_store_n(&fd_high, (unsigned)fd + 1, __ATOMIC_RELAXED);
 		}
 	}
 	rs_mutex_unlock(&tbl_mtx);
@@ -410,15 +565,89 @@ static void beyond_table(int fd)
 		       "such fds is NOT coordinated", fd, rs_fd_cap);
 }
 
+/* A lazy entry's open flags, as desc_flags made them. */
+static uint32_t lazy_flags(uint64_t e)
+{
+	return (uint32_t)e >> 2;
+}
+
+static int lazy_oflags(uint64_t e)
+{
+	return ((lazy_flags(e) & RS_DESC_APPEND) ? O_APPEND : 0) |
+	       ((lazy_flags(e) & RS_DESC_DIRECT) ? O_DIRECT : 0);
+}
+
+_Static_assert(((RS_DESC_APPEND | RS_DESC_DIRECT) << 2) < RS_FD_LAZY_SHARED &&
+	       RS_FD_LAZY_SHARED < (1u << 31), "lazy entry bits overlap");
+
+void rs_fdt_lazy_shared(void)
+{
+	unsigned hi = __atomic_load_n(&fd_high, __ATOMIC_RELAXED);
+
+	if (!rs_fd_entries)
+		return;
+	for (unsigned fd = 0; fd < hi; fd++) {
+		uint64_t e = atomic_load_explicit(&rs_fd_entries[fd], memory_order_relaxed);
+
+		while ((e & 3) == RS_FD_LAZY && !(e & RS_FD_LAZY_SHARED) &&
+		       !atomic_compare_exchange_weak(&rs_fd_entries[fd], &e, e | RS_FD_LAZY_SHARED))
+			;
+		if ((e & 3) == RS_FD_TRACKED)
+			atomic_fetch_and_explicit(&rs_fdt_desc(e)->flags, ~RS_DESC_FRESH,
+						  memory_order_relaxed);
+	}
+}
+
+void rs_fdt_moved(int fd)
+{
+	uint64_t e;
+
+	if (fd < 0 || (unsigned)fd >= rs_fd_cap || !rs_fd_entries)
+		return;
+	e = rs_fdt_get(fd);
+
+	while ((e & 3) == RS_FD_LAZY && !(e & RS_FD_LAZY_SHARED) &&
+	       !atomic_compare_exchange_weak(&rs_fd_entries[fd], &e, e | RS_FD_LAZY_SHARED))
+		;
+	if ((e & 3) == RS_FD_TRACKED)
+		atomic_fetch_and_explicit(&rs_fdt_desc(e)->flags, ~RS_DESC_FRESH,
+					  memory_order_relaxed);
+}
+
 uint64_t rs_fdt_classify(int fd)
 {
+	uint64_t e;
+
 	if (fd < 0)
 		return RS_FD_PASS;
 	if ((unsigned)fd >= rs_fd_cap) {
 		beyond_table(fd);
 		return RS_FD_PASS;
 	}
-	return install(fd, 0, FIRST_USE);
+	while (((e = rs_fdt_get(fd)) & 3) == RS_FD_LAZY) {
+		uint64_t r = install(fd, lazy_oflags(e), LAZY_USE, e, NULL);
+
+		if ((r & 3) != RS_FD_LAZY) {
+			/* Not open any more (closed where we did not see it):
+			 * forget it, as a close would. */
+			if (r == RS_FD_UNKNOWN)
+				atomic_compare_exchange_strong(&rs_fd_entries[fd], &e,
+							       RS_FD_UNKNOWN);
+			return r;
+		}
+		/* Marked shared, or opened again, meanwhile: once more. */
+	}
+	if (e != RS_FD_UNKNOWN)
+		return e;
+	return install(fd, 0, FIRST_USE, 0, NULL);
+}
+
+void rs_fdt_stat_seen(int fd, const struct stat *st)
+{
+	uint64_t e = rs_fdt_get(fd);
+
+	if ((e & 3) == RS_FD_LAZY)
+		install(fd, lazy_oflags(e), LAZY_USE, e, st);
 }
 
 void rs_fdt_opened(int fd, int flags)
@@ -427,7 +656,18 @@ void rs_fdt_opened(int fd, int flags)
 		beyond_table(fd);
 		return;
 	}
-	install(fd, flags, OPENED);
+	/* A directory (O_DIRECTORY succeeded) or an O_PATH descriptor is
+	 * never read or written: nothing to classify. */
+	if (flags & (O_DIRECTORY | O_PATH)) {
+		rs_mutex_lock(&tbl_mtx);
+		set_entry(fd, RS_FD_PASS);
+		rs_mutex_unlock(&tbl_mtx);
+		return;
+	}
+	rs_mutex_lock(&tbl_mtx);
+	set_entry(fd, ((uint64_t)++desc_gen << 32) | ((uint64_t)desc_flags(flags) << 2) |
+			      RS_FD_LAZY);
+	rs_mutex_unlock(&tbl_mtx);
 }
 
 void rs_fdt_closed(int fd, uint64_t old)
@@ -461,11 +701,15 @@ void rs_fdt_duped(int oldfd, int newfd)
 
 	if ((unsigned)newfd >= rs_fd_cap)
 		return;
-	if (e == RS_FD_UNKNOWN)
+	if (e == RS_FD_UNKNOWN || (e & 3) == RS_FD_LAZY)
 		e = rs_fdt_classify(oldfd);
 	rs_mutex_lock(&tbl_mtx);
-	/* Re-read under the mutex: oldfd may have been closed meanwhile. */
+	/* Re-read under the mutex: oldfd may have been closed meanwhile.
+	 * Two fds never share a lazy entry: each would make a description
+	 * of its own for one description of the kernel's. */
 	e = rs_fdt_get(oldfd);
+	if ((e & 3) == RS_FD_LAZY)
+		e = RS_FD_UNKNOWN;
 	if ((e & 3) == RS_FD_TRACKED)
 		rs_fdt_desc(e)->refs++;
 	set_entry(newfd, e);
@@ -475,7 +719,7 @@ void rs_fdt_duped(int oldfd, int newfd)
 void rs_fdt_replaced(int fd)
 {
 	if (fd >= 0 && (unsigned)fd < rs_fd_cap)
-		install(fd, 0, REPLACED);
+		install(fd, 0, REPLACED, 0, NULL);
 }
 
 void rs_fdt_setfl(int fd)
@@ -504,6 +748,7 @@ int64_t rs_fdt_find(uint64_t dev, uint64_t ino)
 
 void rs_fdt_fork_prepare(void)
 {
+	rs_fdt_lazy_shared();
 	rs_mutex_lock(&tbl_mtx);
 }
 
@@ -526,5 +771,6 @@ void rs_fdt_fork_child(void)
 	}
 	for (uint32_t i = 0; i < descs_used; i++)
 		atomic_store_explicit(&rs_descs[i].pos_mtx, 0, memory_order_relaxed);
+	atomic_store_explicit(&mnt_mtx, 0, memory_order_relaxed);
 	atomic_store_explicit(&tbl_mtx, 0, memory_order_release);
 }

@@ -27,9 +27,28 @@
 #define RS_FD_UNKNOWN 0u   /* never seen, or closed: classify on use */
 #define RS_FD_PASS    1u   /* seen: not a coordinated regular file */
 #define RS_FD_TRACKED 2u   /* (generation << 32) | (desc index << 2) | 2 */
+/* Opened by a wrapped open, not classified yet: (generation << 32) |
+ * (RS_DESC_* of its open flags << 2) | 3.  Classified at its first use
+ * (rs_fdt_known), or from the application's own fstat of it
+ * (rs_fdt_stat_seen), so that an open costs no system call of ours and a
+ * descriptor used only for fstat, getdents or fchdir none at all. */
+#define RS_FD_LAZY    3u
+/* In a lazy entry: another process may have used the description since
+ * the open (a fork, a spawn, a vfork or clone, a descriptor sent), so its
+ * file offset may have moved from 0 (rs_fdt_lazy_shared). */
+#define RS_FD_LAZY_SHARED (RS_DESC_FRESH << 3)
 
 #define RS_DESC_APPEND 1u
 #define RS_DESC_DIRECT 2u
+/* Opened by this process and used by nobody since: the file offset is
+ * still 0.  Set when a lazy entry nobody else can have used is
+ * classified; cleared, under the offset lock, by the first call that
+ * uses or moves the offset, by anything that lets another process share
+ * the description (rs_fdt_lazy_shared), by F_SETFL and fdopen (stdio
+ * then moves it unseen), and by a raw system call that may move it
+ * (rs_fdt_moved).  A call at the offset that finds it set under the
+ * offset lock starts at 0 without an lseek. */
+#define RS_DESC_FRESH  4u
 
 /* Node grants this process caches for a file: words of grants.h. */
 #define RS_NCACHE 4
@@ -120,6 +139,27 @@ static inline struct rs_file *rs_fdt_file(uint32_t idx)
 uint64_t rs_fdt_classify(int fd);
 /* After a successful open/creat of fd with these open flags. */
 void rs_fdt_opened(int fd, int flags);
+/* fd's entry, classified if it was unknown or lazy: tracked, pass, or
+ * RS_FD_UNKNOWN when fd is not open. */
+static inline uint64_t rs_fdt_known(int fd)
+{
+	uint64_t e = rs_fdt_get(fd);
+
+	if (e == RS_FD_UNKNOWN || (e & 3) == RS_FD_LAZY)
+		e = rs_fdt_classify(fd);
+	return e;
+}
+struct stat;
+/* The application's fstat of fd returned st: classify a lazy fd from it. */
+void rs_fdt_stat_seen(int fd, const struct stat *st);
+/* A system call we do not lock (syscall(SYS_read, fd, ...)) may move
+ * fd's file offset. */
+void rs_fdt_moved(int fd);
+/* Before another process may share our descriptions (fork, spawn, vfork,
+ * clone, a descriptor sent over a socket): mark every lazy entry shared,
+ * and no description fresh.
+ * Lock-free: also from a signal handler inside the shim, or a vfork. */
+void rs_fdt_lazy_shared(void);
 /* After close(fd); old is the entry read before the real close. */
 void rs_fdt_closed(int fd, uint64_t old);
 /* After close_range/closefrom: forget every fd in [lo, hi]. */

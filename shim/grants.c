@@ -61,12 +61,18 @@
 #ifndef RS_QUIET_NS
 #define RS_QUIET_NS (1000ull * 1000 * 1000)
 #endif
+/* Window acquisitions on a file without meeting another process before
+ * asking for the whole file (policy_whole). */
+#ifndef RS_WHOLE_AFTER
+#define RS_WHOLE_AFTER 8
+#endif
 #define NPOLICY 256
 
 struct policy {
 	_Atomic uint64_t dev, ino;
-	_Atomic uint64_t period_ns, exact_until_ns;
+	_Atomic uint64_t period_ns, exact_until_ns, met_ns;
 	_Atomic uint32_t meets;
+	_Atomic uint32_t alone;       /* acquisitions since the last meeting */
 };
 
 static struct policy policies[NPOLICY];
@@ -93,6 +99,8 @@ static struct policy *policy_of(struct rs_file *f, int reset)
 		atomic_store_explicit(&p->meets, 0, memory_order_relaxed);
 		atomic_store_explicit(&p->exact_until_ns, 0, memory_order_relaxed);
 		atomic_store_explicit(&p->period_ns, 0, memory_order_relaxed);
+		atomic_store_explicit(&p->met_ns, 0, memory_order_relaxed);
+		atomic_store_explicit(&p->alone, 0, memory_order_relaxed);
 		atomic_store_explicit(&p->dev, dev, memory_order_relaxed);
 		atomic_store_explicit(&p->ino, ino, memory_order_relaxed);
 	}
@@ -104,11 +112,36 @@ static int policy_exact(const struct policy *p, uint64_t now)
 	return p && now < atomic_load_explicit(&p->exact_until_ns, memory_order_relaxed);
 }
 
-/* After an acquisition: did it meet another process? */
-static void policy_note(struct policy *p, int exact, int met, uint64_t now)
+/* May the next acquisition take the whole file if nobody else holds a
+ * grant on it?  Only once the process has moved through RS_WHOLE_AFTER
+ * windows of it without meeting anyone: a process that keeps to its own
+ * region (an N-to-1 checkpoint's writer) keeps its windows, and another
+ * process arriving at its own region never waits for a whole-file grant
+ * to drain.  And not within RS_QUIET_NS of meeting another process here:
+ * two processes taking the whole file from each other in turn would
+ * revoke each other on every miss (the window policy's case). */
+static int policy_whole(const struct policy *p, uint64_t now)
 {
+	uint64_t met = atomic_load_explicit(&p->met_ns, memory_order_relaxed);
+
+	return atomic_load_explicit(&p->alone, memory_order_relaxed) >= RS_WHOLE_AFTER &&
+	       (!met || now - met > RS_QUIET_NS);
+}
+
+/* After an acquisition: did it meet another process (met: an
+ * incompatible grant in its window; others: any grant on the file, which
+ * ends a run of acquisitions alone, as readers sharing a file are not
+ * alone on it)? */
+static void policy_note(struct policy *p, int exact, int met, int others, uint64_t now)
+{
+	if (!met && !others) {
+		atomic_fetch_add_explicit(&p->alone, 1, memory_order_relaxed);
+		return;
+	}
+	atomic_store_explicit(&p->alone, 0, memory_order_relaxed);
 	if (!met)
 		return;
+	atomic_store_explicit(&p->met_ns, now ? now : 1, memory_order_relaxed);
 	if (!exact) {
 		if (now - atomic_load_explicit(&p->period_ns, memory_order_relaxed) > RS_MEET_PERIOD_NS) {
 			atomic_store_explicit(&p->period_ns, now, memory_order_relaxed);
@@ -347,6 +380,7 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	req.end = end;
 	req.window = RS_GRANT_WINDOW;
 	req.exact = policy_exact(pol, coarse_ns());
+	req.whole = !req.exact && policy_whole(pol, coarse_ns());
 	req.mode = rlmode == 1 ? RS_G_SHARED : rlmode == RS_GRANT_APPEND ? RS_G_APPEND : RS_G_EXSH;
 	req.bounded = 0;
 	if (cluster) {
@@ -390,11 +424,12 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	RS_COUNT(node_revokes, res.revoked);
 	RS_COUNT(node_reclaims, res.reclaimed);
 	RS_COUNT(node_table_full, res.table_full);
+	RS_COUNT(node_evictions, res.evicted);
 	if (res.waited) {
 		RS_COUNT(node_waits, 1);
 		RS_COUNT(node_wait_ns, res.wait_ns);
 	}
-	policy_note(pol, req.exact, res.met, coarse_ns());
+	policy_note(pol, req.exact, res.met, res.others, coarse_ns());
 	g = &seg->grants[res.idx];	/* users already counts us */
 	if (req.exact) {
 		RS_COUNT(node_exact, 1);

@@ -13,8 +13,12 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/file.h>
+#include <spawn.h>
 #include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -317,7 +321,7 @@ static int enter_fd_slow(void)
 {
 	if (!rs_enter_slow())
 		return 0;
-	if (syscall(SYS_getpid) != rs_pid) {
+	if (!rs_own_process()) {
 		rs_leave_slow();
 		return 0;
 	}
@@ -370,6 +374,60 @@ RS_OPEN_FIXED(__open64_2, (const char *path, int flags), (path, flags), flags)
 RS_OPEN_FIXED(__openat_2, (int dirfd, const char *path, int flags), (dirfd, path, flags), flags)
 RS_OPEN_FIXED(__openat64_2, (int dirfd, const char *path, int flags), (dirfd, path, flags), flags)
 
+/* The application's own fstat of a lazy fd classifies it, so that an
+ * open costs no fstat of ours (fdtable.h, RS_FD_LAZY).  Only a success
+ * says anything; errno is the real call's. */
+static void stat_seen(int fd, const struct stat *st)
+{
+	int saved = errno;
+
+	if (fd >= 0 && (rs_fdt_get(fd) & 3) == RS_FD_LAZY && enter_fd_slow()) {
+		rs_fdt_stat_seen(fd, st);
+		rs_leave_slow();
+	}
+	errno = saved;
+}
+
+#define RS_FSTAT(name, type)                                                  \
+	RS_EXPORT int name(int fd, type *st)                                  \
+	{                                                                     \
+		int on = rs_ready(), r;                                       \
+		r = REAL(int, name, (fd, st));                                \
+		if (r == 0 && on)	/* off: no fd table to look at */     \
+			stat_seen(fd, (const struct stat *)st);               \
+		return r;                                                     \
+	}
+
+/* A path the real call accepted: NULL only where the kernel allows it
+ * (AT_EMPTY_PATH on Linux 6.11), which glibc's prototype does not say. */
+static int empty_path(const char *path)
+{
+	const char *p = path;
+
+	__asm__("" : "+r"(p));	/* no nonnull assumption from the caller */
+	return !p || !p[0];
+}
+
+/* fstatat(fd, "", st, AT_EMPTY_PATH) is fstat(fd): glibc's fstat is made
+ * that way, and programs call it so. */
+#define RS_FSTATAT(name, type)                                                \
+	RS_EXPORT int name(int fd, const char *path, type *st, int flags)     \
+	{                                                                     \
+		int on = rs_ready(), r;                                       \
+		r = REAL(int, name, (fd, path, st, flags));                   \
+		if (r == 0 && on && (flags & AT_EMPTY_PATH) && empty_path(path)) \
+			stat_seen(fd, (const struct stat *)st);               \
+		return r;                                                     \
+	}
+
+/* struct stat64 is struct stat on the 64-bit ABIs (glibc's
+ * __OFF_T_MATCHES_OFF64_T); the fields read are the same either way. */
+_Static_assert(sizeof(struct stat64) == sizeof(struct stat), "stat64 is stat");
+RS_FSTAT(fstat, struct stat)
+RS_FSTAT(fstat64, struct stat64)
+RS_FSTATAT(fstatat, struct stat)
+RS_FSTATAT(fstatat64, struct stat64)
+
 /*
  * The shim's own descriptor numbers (rs_fd_private), kept out of the
  * application's close/dup2/closefrom.  Not in a vfork child: it has a
@@ -401,7 +459,7 @@ static void closed(int fd, uint64_t old)
 		if (enter_fd_slow()) {
 			rs_fdt_closed(fd, old);
 			rs_leave_slow();
-		} else if (RS_LOAD(rs_depth) && syscall(SYS_getpid) == rs_pid) {
+		} else if (RS_LOAD(rs_depth) && rs_own_process()) {
 			/* A signal handler inside the shim: the number is free
 			 * now and fopen/socket/pipe may reuse it unseen. */
 			rs_fdt_forget(fd, old);
@@ -473,6 +531,8 @@ static int fork_begin(void)
 {
 	int locked = rs_ready() && !RS_LOAD(rs_depth);
 
+	rs_fdt_lazy_shared();	/* also from a handler: lock-free */
+
 	if (locked)
 		rs_fork_prepare();
 	return locked;
@@ -496,6 +556,66 @@ RS_EXPORT pid_t _Fork(void)
 
 	fork_end(p, locked, 0);
 	return p;
+}
+
+/*
+ * Other ways another process comes to share our descriptions, which run
+ * no fork handler: glibc's spawns (posix_spawn, and system and popen,
+ * which spawn with an internal clone), and a descriptor sent over a
+ * socket (SCM_RIGHTS: any control data is taken for one).  Before each,
+ * lazy entries are marked shared, so that no call takes a description's
+ * offset for 0 after another process may have moved it (fdtable.h).
+ * pidfd_getfd, by which a process with ptrace rights takes our
+ * descriptor, is not seen (limitations.md).
+ */
+#define RS_SPAWN(name)                                                        \
+	RS_EXPORT int name(pid_t *pid, const char *path,                      \
+			   const posix_spawn_file_actions_t *fa,              \
+			   const posix_spawnattr_t *attr, char *const argv[], \
+			   char *const envp[])                                \
+	{                                                                     \
+		rs_ready();                                                   \
+		rs_fdt_lazy_shared();                                         \
+		return REAL(int, name, (pid, path, fa, attr, argv, envp));    \
+	}
+RS_SPAWN(posix_spawn)
+RS_SPAWN(posix_spawnp)
+
+RS_EXPORT int system(const char *cmd)
+{
+	rs_ready();
+	rs_fdt_lazy_shared();
+	return REAL(int, system, (cmd));
+}
+
+RS_EXPORT FILE *popen(const char *cmd, const char *mode)
+{
+	rs_ready();
+	rs_fdt_lazy_shared();
+	if (__builtin_expect(rs_real.popen == NULL, 0)) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	return rs_real.popen(cmd, mode);
+}
+
+RS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	rs_ready();
+	if (msg && msg->msg_controllen)
+		rs_fdt_lazy_shared();
+	return REAL(ssize_t, sendmsg, (fd, msg, flags));
+}
+
+RS_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
+{
+	rs_ready();
+	for (unsigned i = 0; v && i < n; i++)
+		if (v[i].msg_hdr.msg_controllen) {
+			rs_fdt_lazy_shared();
+			break;
+		}
+	return REAL(int, sendmmsg, (fd, v, n, flags));
 }
 
 /* A thread cancelled inside a locked call would keep its locks: see
@@ -539,7 +659,7 @@ RS_EXPORT void closefrom(int lo)
  * hold the table mutex): classify newfd on first use. */
 static void duped_in_handler(int oldfd, int newfd)
 {
-	if (newfd >= 0 && newfd != oldfd && RS_LOAD(rs_depth) && syscall(SYS_getpid) == rs_pid)
+	if (newfd >= 0 && newfd != oldfd && RS_LOAD(rs_depth) && rs_own_process())
 		rs_fdt_forget(newfd, rs_fdt_get(newfd));
 }
 
@@ -601,8 +721,7 @@ static void dup_begin(struct dup_hold *h, int oldfd, int newfd)
 		e = rs_fdt_get(newfd);
 		/* An inherited fd another thread is about to classify and
 		 * lock counts as tracked too. */
-		if (e == RS_FD_UNKNOWN)
-			e = rs_fdt_classify(newfd);
+		e = rs_fdt_known(newfd);
 		if ((e & 3) != RS_FD_TRACKED)
 			break;
 		h->desc = rs_fdt_desc(e);
@@ -911,6 +1030,10 @@ static int clone_child(void *p)
 		va_end(ap);								\
 		if ((flags & CLONE_VM) && !(flags & CLONE_VFORK))			\
 			RS_STORE(rs_solo_ok, 0);					\
+		if (flags & CLONE_VM) {							\
+			RS_STORE(rs_vm_shared, 1);					\
+			rs_fdt_lazy_shared();						\
+		}										\
 		if ((flags & CLONE_VM) && (flags & CLONE_VFORK) && !(flags & CLONE_SETTLS)) { \
 			/* vfork's child on another stack, on our thread pointer:	\
 			 * as vfork's (iolock.c, "vfork children"). */			\
@@ -963,6 +1086,9 @@ __asm__(
 	"	.type __vfork, @function\n"
 	"vfork:\n"
 	"__vfork:\n"
+	"	subq $8, %rsp\n"		/* 16-byte aligned for the call */
+	"	call rs_vfork_prepare\n"
+	"	addq $8, %rsp\n"
 	"	movq rs_depth@gottpoff(%rip), %rdx\n"
 	"	movl %fs:(%rdx), %esi\n"
 	"	leal 0x1000000(%rsi), %ecx\n"
@@ -979,6 +1105,19 @@ __asm__(
 	"1:	ret\n"
 	"	.size vfork, .-vfork\n"
 	"	.size __vfork, .-__vfork\n");
+
+/* Before the child exists: it shares our memory and runs our wrappers
+ * with rs_pid unchanged (iolock.h, rs_own_process), and it shares every
+ * description, so none of them may still count as fresh (fdtable.h). */
+void rs_vfork_prepare(void) __attribute__((used)) RS_HIDDEN;
+void rs_vfork_prepare(void)
+{
+	int saved = errno;
+
+	RS_STORE(rs_vm_shared, 1);
+	rs_fdt_lazy_shared();
+	errno = saved;
+}
 
 long rs_vfork_done(long r) __attribute__((used));
 long rs_vfork_done(long r)
@@ -1100,6 +1239,27 @@ static int thread_like(long nr, long flags)
 	return nr == SYS_clone && (flags & CLONE_VM) && !(flags & CLONE_VFORK);
 }
 
+/* A task sharing our memory (rs_vm_shared): a vfork, or any clone with
+ * CLONE_VM (clone3's flags are behind a pointer: any clone3). */
+static int vm_like(long nr, long flags)
+{
+#ifdef SYS_vfork
+	if (nr == SYS_vfork)
+		return 1;
+#endif
+	return thread_like(nr, flags) || (nr == SYS_clone && (flags & CLONE_VM));
+}
+
+/* System calls, made unlocked through syscall(), that may move a file
+ * offset: the first argument's, and sendfile's second or splice's and
+ * copy_file_range's third (RS_DESC_FRESH, fdtable.h). */
+static int offset_moving(long nr)
+{
+	return nr == SYS_read || nr == SYS_write || nr == SYS_readv || nr == SYS_writev ||
+	       nr == SYS_lseek || nr == SYS_preadv2 || nr == SYS_pwritev2 ||
+	       nr == SYS_sendfile || nr == SYS_splice || nr == SYS_copy_file_range;
+}
+
 /* va_arg past the arguments given reads the caller's frame, as glibc's
  * assembly does; ASan would take that for an overflow. */
 __attribute__((no_sanitize("address")))
@@ -1120,6 +1280,14 @@ RS_EXPORT long syscall(long nr, ...)
 		rs_exit_report();
 	if (__builtin_expect(thread_like(nr, a), 0))
 		RS_STORE(rs_solo_ok, 0);
+	if (__builtin_expect(offset_moving(nr), 0)) {
+		rs_fdt_moved((int)a);
+		rs_fdt_moved((int)(nr == SYS_sendfile ? b : c));
+	}
+	if (__builtin_expect(vm_like(nr, a), 0)) {
+		RS_STORE(rs_vm_shared, 1);
+		rs_fdt_lazy_shared();
+	}
 	if (__builtin_expect(fork_like(nr, a, b), 0)) {
 		int locked;
 
@@ -1147,3 +1315,4 @@ RS_EXPORT long syscall(long nr, ...)
 	return r;
 }
 #endif
+

@@ -51,6 +51,11 @@
 __thread int rs_depth __attribute__((tls_model("initial-exec")));
 int rs_fast;
 char rs_solo_ok = 1;
+#if defined(__x86_64__)
+char rs_vm_shared;
+#else
+char rs_vm_shared = 1;	/* vfork is not wrapped here: always ask */
+#endif
 /* pthread_cancel has been called: locked sections disable cancellation. */
 static _Atomic int cancel_mode;
 /* This thread is in a locked section with cancellation disabled. */
@@ -151,6 +156,23 @@ __thread struct rs_stk rs_stk __attribute__((tls_model("initial-exec")));
 /* glibc's record of where the main thread's stack begins (ld.so). */
 extern void *__libc_stack_end;
 
+/*
+ * process_vm_readv/writev on ourselves, named by the pid the kernel gives
+ * now, never by rs_pid: a process made by a fork we did not see (a clone
+ * by inline assembly), or one sharing our memory (vfork, clone(CLONE_VM)),
+ * has our rs_pid, and through it would read another process's memory
+ * (the parent's copy at the same address, or, once the parent is gone and
+ * its pid reused, a stranger's), or take ESRCH for a refusal and copy an
+ * unchecked pointer.  One getpid beside a call that is a system call
+ * already.  -1 with errno set as the kernel says; the caller keeps errno.
+ */
+static long vm_copy(int to_user, const struct iovec *ours, unsigned long nours,
+		    const struct iovec *theirs, unsigned long ntheirs)
+{
+	return syscall(to_user ? SYS_process_vm_writev : SYS_process_vm_readv, rs_raw_getpid(),
+		       ours, nours, theirs, ntheirs, 0UL);
+}
+
 /* Every 4 KiB page of [l, top) readable, as one stack mapping is: a
  * frame on a coroutine's stack (makecontext) mapped within 64 MiB below
  * the thread's leaves the thread's guard page, or a hole, in between
@@ -181,8 +203,7 @@ static __attribute__((noinline)) int stack_readable(uintptr_t l, uintptr_t top)
 		for (; k < 32 && p < top; k++, p = (p | 4095) + 1)
 			remote[k] = (struct iovec){ (void *)p, 1 };
 		local.iov_len = k;
-		r = syscall(SYS_process_vm_readv, (long)rs_pid, &local, 1UL, remote,
-			    (unsigned long)k, 0UL);
+		r = vm_copy(0, &local, 1UL, remote, (unsigned long)k);
 		err = errno;
 		errno = saved;
 		if (r != (long)k) {
@@ -237,10 +258,24 @@ static __attribute__((noinline)) void find_stack(void)
 	}
 }
 
+/*
+ * Arrays longer than a stack chunk are read whole into one of these, in
+ * one system call (one per 64 entries would be 16 for a 1024-entry
+ * pwritev).  Static, not on the stack: IOV_MAX entries are 16 KiB, more
+ * than a small thread stack may have left.  A thread takes a free one or,
+ * when all are in use (more threads in long vector calls at once, or a
+ * slot left taken by a thread that a fork left behind), reads in chunks.
+ */
+#define IOV_POOL 4
+#define IOV_CHUNK 64
+static struct iovec iov_pool[IOV_POOL][IOV_MAX];
+static _Atomic unsigned char iov_pool_busy[IOV_POOL];
+
 int rs_iov_len(const struct iovec *iov, int cnt, uint64_t *len)
 {
-	struct iovec chunk[64];
+	struct iovec chunk[IOV_CHUNK], *buf = chunk;
 	uint64_t sum = 0;
+	int step = IOV_CHUNK, slot = -1, ret = 0;
 
 	if (!RS_LOAD(rs_stk.span) ||
 	    (uintptr_t)__builtin_frame_address(0) < RS_LOAD(rs_stk.lo))
@@ -248,28 +283,41 @@ int rs_iov_len(const struct iovec *iov, int cnt, uint64_t *len)
 
 	if (cnt < 0 || cnt > IOV_MAX)
 		return -1;
+	for (int i = 0; cnt > IOV_CHUNK && i < IOV_POOL; i++) {
+		if (!atomic_load_explicit(&iov_pool_busy[i], memory_order_relaxed) &&
+		    !atomic_exchange_explicit(&iov_pool_busy[i], 1, memory_order_acquire)) {
+			slot = i;
+			buf = iov_pool[i];
+			step = IOV_MAX;
+			break;
+		}
+	}
 	for (int done = 0; done < cnt;) {
-		int k = cnt - done < 64 ? cnt - done : 64;
-		struct iovec local = { chunk, sizeof(chunk[0]) * (size_t)k };
-		struct iovec remote = { (void *)(iov + done), sizeof(chunk[0]) * (size_t)k };
+		int k = cnt - done < step ? cnt - done : step;
+		struct iovec local = { buf, sizeof(buf[0]) * (size_t)k };
+		struct iovec remote = { (void *)(iov + done), sizeof(buf[0]) * (size_t)k };
 		int saved = errno, err;
-		long r = syscall(SYS_process_vm_readv, (long)rs_pid, &local, 1UL, &remote, 1UL, 0UL);
+		long r = vm_copy(0, &local, 1UL, &remote, 1UL);
 
 		err = errno;
 		errno = saved;
 		if (r != (long)remote.iov_len) {
-			if (r >= 0 || err == EFAULT)
-				return -1;
+			if (r >= 0 || err == EFAULT) {
+				ret = -1;
+				break;
+			}
 			/* process_vm_readv refused (seccomp): trust the array. */
 			for (int i = 0; i < k; i++)
-				chunk[i] = iov[done + i];
+				buf[i] = iov[done + i];
 		}
 		for (int i = 0; i < k; i++)
-			sum = sum + chunk[i].iov_len < sum ? UINT64_MAX : sum + chunk[i].iov_len;
+			sum = sum + buf[i].iov_len < sum ? UINT64_MAX : sum + buf[i].iov_len;
 		done += k;
 	}
+	if (slot >= 0)
+		atomic_store_explicit(&iov_pool_busy[slot], 0, memory_order_release);
 	*len = sum;
-	return 0;
+	return ret;
 }
 
 static int file_key_less(struct rs_file *a, struct rs_file *b)
@@ -284,8 +332,7 @@ int rs_user_copy(void *dst, const void *src, size_t n, int to_user)
 	struct iovec ours = { to_user ? (void *)src : dst, n };
 	struct iovec theirs = { to_user ? dst : (void *)src, n };
 	int saved = errno, err;
-	long r = syscall(to_user ? SYS_process_vm_writev : SYS_process_vm_readv, (long)rs_pid,
-			 &ours, 1UL, &theirs, 1UL, 0UL);
+	long r = vm_copy(to_user, &ours, 1UL, &theirs, 1UL);
 
 	err = errno;
 	errno = saved;
@@ -357,6 +404,13 @@ static int compute(struct plan *p, const struct rs_target *t)
 			return -1;
 		p->start = size < (uint64_t)t->off ? size : (uint64_t)t->off;
 		p->end = RS_RANGE_EOF;
+	} else if (p->where == RS_AT_CURSOR &&
+		   (atomic_load_explicit(&p->desc->flags, memory_order_relaxed) & RS_DESC_FRESH) &&
+		   (atomic_fetch_and_explicit(&p->desc->flags, ~RS_DESC_FRESH,
+					      memory_order_relaxed) & RS_DESC_FRESH)) {
+		/* Under the offset lock: nobody has used the offset since
+		 * the open (fdtable.h, RS_DESC_FRESH). */
+		p->start = 0;
 	} else if (p->where == RS_AT_CURSOR) {
 		off_t cur = rs_real.lseek(p->fd, 0, SEEK_CUR);
 
@@ -412,10 +466,8 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 	int np = 0, waited = 0;
 
 	for (int i = 0; i < n; i++) {
-		uint64_t e = rs_fdt_get(t[i].fd);
+		uint64_t e = rs_fdt_known(t[i].fd);
 
-		if (e == RS_FD_UNKNOWN)
-			e = rs_fdt_classify(t[i].fd);
 		if ((e & 3) != RS_FD_TRACKED)
 			continue;
 		if (t[i].iov && rs_iov_len(t[i].iov, t[i].iovcnt, &((struct rs_target *)t)[i].len) < 0)
@@ -464,6 +516,11 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 	for (int i = 0; i < io->npos; i++)
 		rs_mutex_lock(&io->pos[i]->pos_mtx);
 	if (t[0].where == RS_POS_ONLY) {
+		/* lseek may move the offset (compute clears it for the
+		 * other calls at the offset). */
+		if (atomic_load_explicit(&p[0].desc->flags, memory_order_relaxed) & RS_DESC_FRESH)
+			atomic_fetch_and_explicit(&p[0].desc->flags, ~RS_DESC_FRESH,
+						  memory_order_relaxed);
 		if (!valid(&p[0])) {
 			release(io);
 			return -1;
@@ -696,8 +753,9 @@ static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
 		}
 		vf.registered = 1;
 		for (int i = 0; i < m; i++) {
-			struct rs_nt_req req = { k[i].dev, k[i].ino, 0, RS_RANGE_EOF, RS_G_EXSH,
-						 0, 1, 0, 0, 0 };
+			struct rs_nt_req req = { .dev = k[i].dev, .ino = k[i].ino,
+						 .start = 0, .end = RS_RANGE_EOF,
+						 .mode = RS_G_EXSH, .exact = 1 };
 			struct rs_nt_result res;
 
 			while (rs_nt_acquire(&vf.nt, &req, &res, why, sizeof(why)) < 0) {
@@ -780,6 +838,10 @@ void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n)
 	}
 	if (RS_LOAD(rs_depth)) {
 		RS_COUNT(reentrant, 1);
+		/* Unlocked, from a handler: it may move the offset unseen. */
+		for (int i = 0; i < n; i++)
+			if (t[i].where == RS_AT_CURSOR || t[i].where == RS_POS_ONLY)
+				rs_fdt_moved(t[i].fd);
 		return;
 	}
 	for (int i = 0; i < n; i++) {

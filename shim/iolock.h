@@ -134,6 +134,26 @@ void rs_fork_parent(void);
 /* Our pid, refreshed in a forked child; a mismatch means a vfork child. */
 extern long rs_pid;
 
+/*
+ * Set for good once a task that shares our memory but is another process
+ * may exist: a vfork (vfork(), syscall(SYS_vfork)) or a clone with
+ * CLONE_VM made through us (interpose.c).  Such a task sees rs_pid as we
+ * left it, so only a system call can tell it from us; until one may
+ * exist, rs_pid is our pid in every task that runs this code (forks
+ * refresh it in the child: rs_after_fork_child), and the fd bookkeeping
+ * asks the kernel nothing.  Set from the start where vfork is not
+ * wrapped (not x86-64).  A vfork or clone made by inline assembly is not
+ * seen (limitations.md).
+ */
+extern char rs_vm_shared RS_HIDDEN;
+
+/* This task is the process rs_pid names, not a vfork child or another
+ * process sharing our memory: only they may change the fd table. */
+static inline int rs_own_process(void)
+{
+	return !RS_LOAD(rs_vm_shared) || rs_raw_getpid() == rs_pid;
+}
+
 /* Cleared for good before a thread glibc does not know of is made
  * (clone or syscall(SYS_clone) with CLONE_VM, any clone3: interpose.c). */
 extern char rs_solo_ok RS_HIDDEN;
@@ -425,6 +445,13 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 				off = (int64_t)size;
 			else
 				goto unlock_pos;
+		} else if (__builtin_expect(atomic_load_explicit(&desc->flags, memory_order_relaxed) &
+					    RS_DESC_FRESH, 0)) {
+			/* Under the offset lock (or alone): nobody has used
+			 * the offset since the open (fdtable.h). */
+			atomic_fetch_and_explicit(&desc->flags, ~RS_DESC_FRESH,
+						  memory_order_relaxed);
+			off = 0;
 		} else {
 			off = rs_lseek_cur(fd);
 			if (__builtin_expect(off < 0, 0))

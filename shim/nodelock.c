@@ -26,6 +26,15 @@
  * settle on disjoint grants instead of taking the window from each other
  * in turn.
  *
+ * A lone process.  When no other process has any grant on the file and
+ * the process's own policy has seen it move through 8 windows without
+ * meeting another one there, nor within a second (req->whole, grants.c),
+ * a SHARED or EXSH request is granted the whole
+ * file, [0, infinity): one process moving anywhere in a file makes one
+ * acquisition (GFS2 grants a node the whole inode's glock).  When another
+ * process arrives, it meets that grant as any other: an idle one is
+ * revoked, a busy one drained, and both go on with windows.
+ *
  * Conflicts.  Under the table lock the requester scans the grant slots in
  * use (up to used_hi, checked against nused) for the same file.  Each
  * conflicting grant is decided by one CAS on its word: with no users it is
@@ -63,7 +72,18 @@
  * as a WAIT entry with a ticket.  Once it has waited STARVE_NS (1 ms) the
  * entry is marked starved, and later requests that conflict with it wait
  * behind it, so a stream of newcomers cannot starve anyone; holders see
- * wanted and drain.  Before that, a running newcomer may take a range
+ * wanted and drain.  But only while its owner runs: every scan of a
+ * waiter stamps its entry (beat_ns), and a waiter wakes at least every
+ * slice (20 ms), so an entry whose stamp is older than RS_PRESENT_NS
+ * (50 ms) belongs to a process that is stopped, frozen or not being
+ * scheduled, and holds nobody back; it takes its range when it runs
+ * again, if the range is free then.  Handing a range to a waiter that
+ * cannot take it now would make everyone wait for the scheduler (or for
+ * a SIGCONT that may never come); so the starvation bound is for running
+ * waiters.  A request queued behind a
+ * running waiter names, once it is time to say so, the holder that the
+ * waiter waits for (held_in_way): the root of the queue is always a
+ * holder.  Before that, a running newcomer may take a range
  * that has just come free: a strict FIFO hand-off to a sleeper made every
  * call on a contended block wait for a context switch (4 processes on one
  * 4 KiB block: 30 us per call against 10 for OFD locks).  This is the
@@ -94,8 +114,17 @@
  * slot (and a nonce of its registration): a waiter that finds the holder
  * dead takes it over and scrubs the loose ends (scrub()).  Fail safe:
  * nothing in the segment ever makes an attached process run without
- * exclusion; only a process that could never attach (bad header, no free
- * slot) runs in process scope, and says so.
+ * exclusion; only a process that could never attach (a bad header) runs
+ * in process scope, and says so.
+ *
+ * Registration.  A registrant claims the first slot whose liveness byte
+ * is free; it looks at the suspects' bytes (system calls) before taking
+ * the table lock and again under it only for them, so that hundreds of
+ * registrants do not hold the lock for hundreds of system calls each.
+ * When every one of the 4096 slots is held by a live process, it says so
+ * in one line and waits (on the change counter, every unregistration
+ * bumps it, and every 100 ms looking at the bytes again): a process that
+ * cannot get a slot never runs without the table.
  */
 #include "nodelock.h"
 
@@ -136,6 +165,9 @@ uint64_t rs_nt_warn_ns = 5ull * 1000 * 1000 * 1000;
 /* The longest sleep of a waiter between scans.  Tests raise it to show
  * that a wake, not the timeout, ended a wait. */
 uint64_t rs_nt_slice_ns = WAIT_SLICE_NS;
+/* A starved waiter whose last scan is older than this holds nobody
+ * back (segment.h).  Tests raise it to play the old rule as a control. */
+uint64_t rs_nt_present_ns = RS_PRESENT_NS;
 
 uint64_t rs_nt_now_ns(void)
 {
@@ -546,24 +578,60 @@ static int slot_dead(struct rs_nt *t, uint32_t p)
 	       !rs_seg_alive(&t->map, p);
 }
 
-/* Under the table lock. */
-static uint32_t reclaim_locked(struct rs_nt *t)
+/*
+ * Which process slots look dead, outside the table lock: each look at a
+ * liveness byte is a system call, and with thousands of slots they must
+ * not be made while every other process waits for the lock.  Under the
+ * lock, reclaim_locked looks again at the suspects only (a slot seen
+ * alive here that dies meanwhile is found by the next reclaim).
+ */
+static uint32_t dead_suspects(struct rs_nt *t, unsigned char *gone)
 {
-	struct rs_segment *s = t->map.seg;
-	uint32_t dead = 0;
-	unsigned char gone[RS_NPROC];
+	uint32_t n = 0;
 
 	for (uint32_t p = 0; p < RS_NPROC; p++) {
 		gone[p] = (unsigned char)slot_dead(t, p);
+		n += gone[p];
+	}
+	return n;
+}
+
+/* Under the table lock: a bound above which every grant slot is FREE.
+ * used_hi is checked against nused; a mismatch (a death between a count
+ * and a state, or a stray write) is repaired by counting every slot. */
+static uint32_t trusted_hi(struct rs_segment *s)
+{
+	uint32_t hi = s->hdr.used_hi < RS_NGRANT ? s->hdr.used_hi : RS_NGRANT, n = 0;
+
+	for (uint32_t i = 0; i < hi; i++)
+		n += atomic_load(&s->grants[i].state) != RS_G_FREE;
+	if (n != s->hdr.nused) {
+		recount(s);
+		hi = s->hdr.used_hi;
+	}
+	return hi;
+}
+
+/* Under the table lock; gone: dead_suspects' answer (nsusp of them),
+ * confirmed here. */
+static uint32_t reclaim_locked(struct rs_nt *t, unsigned char *gone, uint32_t nsusp)
+{
+	struct rs_segment *s = t->map.seg;
+	uint32_t dead = 0, hi = trusted_hi(s);
+
+	for (uint32_t p = 0; nsusp && p < RS_NPROC; p++) {
+		if (gone[p])
+			gone[p] = (unsigned char)slot_dead(t, p);
 		dead += gone[p];
 	}
+	nsusp = dead;
 	/* Grants of the dead: their threads died inside calls; nobody can
 	 * count into them, nobody will drain them.  Only the liveness byte
 	 * says who is dead.  A grant whose owner field names no slot, or a
 	 * slot whose state word is not LIVE, may be a live holder's under a
 	 * stray write (or a registrant's predecessor's): it goes only once
 	 * nobody is inside, as any other grant would. */
-	for (uint32_t i = 0; i < RS_NGRANT; i++) {
+	for (uint32_t i = 0; i < hi; i++) {
 		struct rs_seg_grant *g = &s->grants[i];
 		uint32_t o = g->owner;
 		int ignored;
@@ -582,7 +650,7 @@ static uint32_t reclaim_locked(struct rs_nt *t)
 			continue;
 		dead++;
 	}
-	for (uint32_t p = 0; p < RS_NPROC; p++) {
+	for (uint32_t p = 0; nsusp && p < RS_NPROC; p++) {
 		if (!gone[p])
 			continue;
 		atomic_store(&s->procs[p].state, RS_PROC_FREE);
@@ -597,11 +665,15 @@ static uint32_t reclaim_locked(struct rs_nt *t)
 
 uint32_t rs_nt_reclaim(struct rs_nt *t)
 {
-	uint32_t n;
+	unsigned char gone[RS_NPROC];
+	uint32_t n, nsusp;
 
-	if (!t->map.seg || t->me >= RS_NPROC || table_lock(t) < 0)
+	if (!t->map.seg || t->me >= RS_NPROC)
 		return 0;
-	n = reclaim_locked(t);
+	nsusp = dead_suspects(t, gone);
+	if (table_lock(t) < 0)
+		return 0;
+	n = reclaim_locked(t, gone, nsusp);
 	table_unlock(t);
 	return n;
 }
@@ -655,6 +727,8 @@ static int register_loop(struct rs_nt *t, const char *name, char *why, size_t wh
  */
 static int register_once(struct rs_nt *t, const char *name, char *why, size_t whylen)
 {
+	unsigned char gone[RS_NPROC];
+	uint32_t nsusp;
 	struct rs_segment *s;
 
 	__atomic_store_n(&t->me, UINT32_MAX, __ATOMIC_RELAXED);
@@ -662,30 +736,60 @@ static int register_once(struct rs_nt *t, const char *name, char *why, size_t wh
 	if (rs_seg_attach(&t->map, name, 1, why, whylen) < 0)
 		return -1;
 	s = t->map.seg;
-	for (uint32_t p = 0; p < RS_NPROC; p++) {
-		/* A cheap look first; the byte decides. */
-		if (atomic_load(&s->procs[p].state) == RS_PROC_LIVE && rs_seg_alive(&t->map, p))
-			continue;
-		if (rs_seg_claim(&t->map, p) < 0)
-			continue;
-		/* A nonce no earlier holder of this slot had (segment.h). */
-		t->nonce = __atomic_add_fetch(&s->procs[p].gen, 1, __ATOMIC_RELAXED) &
-			   ((1u << (32 - RS_LOCK_SLOT_BITS)) - 1);
-		__atomic_store_n(&t->me, p, __ATOMIC_RELAXED);
-		break;
-	}
-	if (t->me == UINT32_MAX) {
-		snprintf(why, whylen, "all %u process slots of %s are in use", RS_NPROC, t->map.path);
-		rs_seg_detach(&t->map);
-		return -1;
+	for (uint64_t t0 = 0, last_named = 0;;) {
+		uint32_t seen = atomic_load(&s->hdr.change);
+		uint64_t now;
+
+		for (uint32_t p = 0; p < RS_NPROC; p++) {
+			/* A cheap look first; the byte decides. */
+			if (atomic_load(&s->procs[p].state) == RS_PROC_LIVE &&
+			    rs_seg_alive(&t->map, p))
+				continue;
+			if (rs_seg_claim(&t->map, p) < 0)
+				continue;
+			/* A nonce no earlier holder of this slot had (segment.h). */
+			t->nonce = __atomic_add_fetch(&s->procs[p].gen, 1, __ATOMIC_RELAXED) &
+				   ((1u << (32 - RS_LOCK_SLOT_BITS)) - 1);
+			__atomic_store_n(&t->me, p, __ATOMIC_RELAXED);
+			break;
+		}
+		if (t->me != UINT32_MAX)
+			break;
+		/* Every slot is held by a live process.  Running without the
+		 * table would let this process's calls tear other processes'
+		 * reads: wait for a slot, as a lock waits for its holder.  A
+		 * process that leaves bumps the change counter; one that dies
+		 * is seen by the next scan of the liveness bytes. */
+		now = rs_nt_now_ns();
+		if (!t0) {
+			t0 = last_named = now;
+			rs_log(RS_LOG_WARN, "all %u process slots of the node lock table %s are held "
+			       "by live processes; waiting for one to be freed before any "
+			       "coordinated I/O (no call runs without the table)",
+			       RS_NPROC, t->map.path);
+		}
+		if (now - last_named > LIVENESS_NS * 10) {
+			/* Removed under us (`rangeshim clean`): a table nobody
+			 * else sees would coordinate nothing; attach afresh. */
+			last_named = now;
+			if (!still_named(t)) {
+				rs_seg_detach(&t->map);
+				if (rs_seg_attach(&t->map, name, 1, why, whylen) < 0)
+					return -1;
+				s = t->map.seg;
+				continue;
+			}
+		}
+		wait_change(s, seen, LIVENESS_NS);
 	}
 	/* Ours alone while we hold its byte: name ourselves before we take
 	 * the lock, so that whoever waits for us can say who we are. */
 	s->procs[t->me].pid = t->pid;
+	nsusp = dead_suspects(t, gone);
 	(void)table_lock(t);	/* cannot fail: t->me is ours */
-	reclaim_locked(t);
+	reclaim_locked(t, gone, nsusp);
 	/* Our slot may still list a dead previous owner's grants. */
-	for (uint32_t i = 0; i < RS_NGRANT; i++)
+	for (uint32_t i = 0, hi = trusted_hi(s); i < hi; i++)
 		if (atomic_load(&s->grants[i].state) != RS_G_FREE && s->grants[i].owner == t->me)
 			free_grant(s, &s->grants[i]);
 	s->procs[t->me].pid = t->pid;
@@ -705,7 +809,7 @@ void rs_nt_unregister(struct rs_nt *t)
 
 	if (!s || me >= RS_NPROC || table_lock(t) < 0)
 		return;
-	for (uint32_t i = 0; i < RS_NGRANT; i++) {
+	for (uint32_t i = 0, hi = trusted_hi(s); i < hi; i++) {
 		struct rs_seg_grant *g = &s->grants[i];
 		int ignored;
 
@@ -780,12 +884,29 @@ static uint32_t find_free(struct rs_segment *s)
 }
 
 /* Table full: take back an idle grant, anyone's (an idle grant is only a
- * cache).  Returns a free slot or UINT32_MAX. */
+ * cache), the least recently granted first; failing that (it was entered
+ * meanwhile), the first idle one, marking the busy ones passed on the way
+ * wanted so that they come back when their calls end.  Returns a free
+ * slot or UINT32_MAX. */
 static uint32_t evict_idle(struct rs_segment *s)
 {
+	uint32_t best = UINT32_MAX;
+	uint64_t oldest = UINT64_MAX;
+	int ignored;
+
+	for (uint32_t i = 0; i < RS_NGRANT; i++) {
+		const struct rs_seg_grant *g = &s->grants[i];
+
+		if (atomic_load(&g->state) == RS_G_HELD && RS_GW_USERS(atomic_load(&g->gw)) == 0 &&
+		    g->since_ns < oldest) {
+			oldest = g->since_ns;
+			best = i;
+		}
+	}
+	if (best != UINT32_MAX && revoke_or_want(s, &s->grants[best], RS_WANTED, &ignored))
+		return best;
 	for (uint32_t i = 0; i < RS_NGRANT; i++) {
 		struct rs_seg_grant *g = &s->grants[i];
-		int ignored;
 
 		if (atomic_load(&g->state) != RS_G_HELD)
 			continue;
@@ -812,16 +933,42 @@ static void fill(struct rs_nt *t, uint32_t idx, const struct rs_nt_req *r,
 	__atomic_store_n(&g->start, start, __ATOMIC_RELAXED);
 	__atomic_store_n(&g->end, end, __ATOMIC_RELAXED);
 	g->since_ns = realtime_ns();
+	g->beat_ns = state == RS_G_WAIT ? rs_nt_now_ns() : 0;
 	/* A new generation: no cached word of an earlier incarnation can
 	 * match, whatever happened to the slot before. */
 	wake_grant(g, atomic_exchange(&g->gw, RS_GW_FREE(RS_GW_GEN(atomic_load(&g->gw)) + 1) | users));
 	atomic_store(&g->state, state);
 }
 
+/* Is the process in slot o alive?  A slot number out of range (a stray
+ * write) is "not known alive": it asks for a full reclaim, which copes. */
+static int owner_alive(struct rs_nt *t, uint32_t o)
+{
+	return o < RS_NPROC && (o == t->me || rs_seg_alive(&t->map, o));
+}
+
 struct blocker {
 	uint32_t owner;
 	uint64_t start, end;
 };
+
+/* A HELD grant of another process in the way of WAIT entry e (for the
+ * message of a request queued behind e: whom the queue waits for).
+ * Under the table lock; hi from the scan. */
+static void held_in_way(const struct rs_segment *s, uint32_t hi, const struct rs_seg_grant *e,
+			struct blocker *b)
+{
+	for (uint32_t i = 0; i < hi && i < RS_NGRANT; i++) {
+		const struct rs_seg_grant *g = &s->grants[i];
+
+		if (atomic_load(&g->state) != RS_G_HELD || g->owner == e->owner ||
+		    g->dev != e->dev || g->ino != e->ino || compatible(g->mode, e->mode) ||
+		    !overlaps(g, e->start, e->end))
+			continue;
+		*b = (struct blocker){ g->owner, g->start, g->end };
+		return;
+	}
+}
 
 static void say_blocked(struct rs_nt *t, const struct rs_nt_req *r, const struct blocker *b,
 			uint64_t waited_ns)
@@ -862,12 +1009,15 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 	for (;;) {
 		uint64_t lo, top;
 		uint32_t conflicts, seen, idx, hi, nused, used, last;
+		int others;
 		struct blocker blk = { UINT32_MAX, 0, 0 };
 		/* What to sleep on (wait_grant): our nearest predecessor in the
 		 * queue, the earlier WAIT entry with the highest ticket, so that
 		 * each release or hand-over wakes one waiter, not all; with none,
 		 * a busy grant in our way. */
-		uint32_t sl_idx = UINT32_MAX, sl_gen = 0, sl_ticket = 0;
+		uint32_t sl_idx = UINT32_MAX, sl_gen = 0, sl_ticket = 0, via = UINT32_MAX;
+		uint32_t sl_owner = UINT32_MAX;
+		uint64_t now = 0, sl_ns = rs_nt_slice_ns;
 		int sl_wait = 0;
 
 		if (table_lock(t) < 0) {
@@ -884,11 +1034,16 @@ rescan:
 		lo = 0;
 		top = RS_RANGE_EOF;
 		conflicts = 0;
+		others = 0;
 		blk.owner = UINT32_MAX;
+		via = UINT32_MAX;
+		sl_ns = rs_nt_slice_ns;
 		if (wait_idx != UINT32_MAX &&
 		    (atomic_load(&s->grants[wait_idx].state) != RS_G_WAIT ||
 		     s->grants[wait_idx].owner != t->me))
 			wait_idx = UINT32_MAX;	/* reclaimed from under us: queue again */
+		if (wait_idx != UINT32_MAX)	/* we run: our place in the queue counts */
+			s->grants[wait_idx].beat_ns = now = rs_nt_now_ns();
 		for (uint32_t i = 0; i < hi; i++) {
 			struct rs_seg_grant *g = &s->grants[i];
 			uint32_t st = atomic_load(&g->state);
@@ -908,6 +1063,7 @@ rescan:
 			}
 			if (g->dev != r->dev || g->ino != r->ino)
 				continue;
+			others = 1;
 			/* An owner naming no slot (a stray write) is no reason to
 			 * let anyone in: such a grant goes as any other, once
 			 * nobody is inside (revoke_or_want below). */
@@ -925,15 +1081,31 @@ rescan:
 			}
 			contended = 1;
 			if (st == RS_G_WAIT) {
-				if ((g->flags & RS_WF_STARVED) &&
-				    (wait_idx == UINT32_MAX || g->ticket < ticket)) {
-					conflicts++;
-					if (!sl_wait || g->ticket > sl_ticket) {
-						sl_idx = i;
-						sl_gen = RS_GW_GEN(atomic_load(&g->gw));
-						sl_ticket = g->ticket;
-						sl_wait = 1;
-					}
+				uint64_t age;
+
+				if (!(g->flags & RS_WF_STARVED) ||
+				    (wait_idx != UINT32_MAX && g->ticket >= ticket))
+					continue;
+				/* Its owner must be running to hold anyone back:
+				 * a stopped or unscheduled waiter takes the
+				 * range when it runs again, if it is free. */
+				if (!now)
+					now = rs_nt_now_ns();
+				age = now - g->beat_ns;
+				if (age >= rs_nt_present_ns)
+					continue;
+				conflicts++;
+				if (via == UINT32_MAX)
+					via = i;
+				if (!sl_wait || g->ticket > sl_ticket) {
+					sl_idx = i;
+					sl_owner = g->owner;
+					sl_gen = RS_GW_GEN(atomic_load(&g->gw));
+					sl_ticket = g->ticket;
+					sl_wait = 1;
+					/* Wake when it would stop counting. */
+					if (rs_nt_present_ns - age < sl_ns)
+						sl_ns = rs_nt_present_ns - age + 1000000;
 				}
 				continue;
 			}
@@ -952,6 +1124,7 @@ rescan:
 				blk = (struct blocker){ g->owner, g->start, g->end };
 			if (sl_idx == UINT32_MAX) {
 				sl_idx = i;
+				sl_owner = g->owner;
 				sl_gen = RS_GW_GEN(atomic_load(&g->gw));
 				sl_wait = 0;
 			}
@@ -974,10 +1147,16 @@ rescan:
 			uint64_t start = r->start, end = r->end;
 
 			idx = wait_idx != UINT32_MAX ? wait_idx : find_free(s);
-			if (idx == UINT32_MAX)
+			if (idx == UINT32_MAX) {
 				idx = evict_idle(s);
+				res->evicted += idx != UINT32_MAX;
+			}
 			if (idx != UINT32_MAX) {
-				if (!contended && !r->exact && r->window && end != RS_RANGE_EOF) {
+				if (!contended && !r->exact && r->whole && !others &&
+				    (r->mode == RS_G_SHARED || r->mode == RS_G_EXSH)) {
+					start = 0;
+					end = RS_RANGE_EOF;
+				} else if (!contended && !r->exact && r->window && end != RS_RANGE_EOF) {
 					start = ws > lo ? ws : lo;
 					end = we < top ? we : top;
 				}
@@ -990,6 +1169,7 @@ rescan:
 				 * grant is revocable, and this one is about to be used. */
 				fill(t, idx, r, start, end, RS_G_HELD, 0, 1);
 				atomic_fetch_add(&s->hdr.acquires, 1);
+				res->others = others;
 				res->gen = RS_GW_GEN(atomic_load(&s->grants[idx].gw));
 				table_unlock(t);
 				/* Requests queued behind ours wait for a WAIT entry,
@@ -1007,6 +1187,11 @@ rescan:
 			}
 			res->table_full = 1;
 		}
+		/* Queued behind a running waiter only: whom does the queue
+		 * wait for?  Looked up only when it is time to say so. */
+		if (!warned && blk.owner == UINT32_MAX && via != UINT32_MAX && t0 &&
+		    rs_nt_now_ns() - t0 > rs_nt_warn_ns)
+			held_in_way(s, hi, &s->grants[via], &blk);
 		if (wait_idx == UINT32_MAX && conflicts) {
 			idx = find_free(s);
 			if (idx != UINT32_MAX) {
@@ -1021,11 +1206,19 @@ rescan:
 			t0 = last_live = rs_nt_now_ns();
 		res->waited = 1;
 		if (sl_idx < RS_NGRANT)
-			wait_grant(&s->grants[sl_idx], sl_gen, sl_wait, rs_nt_slice_ns);
+			wait_grant(&s->grants[sl_idx], sl_gen, sl_wait, sl_ns);
 		else
 			wait_change(s, seen, rs_nt_slice_ns);
+		/* The liveness of what we wait for: the owners of the entry we
+		 * sleep on and of the first grant in our way (one system call
+		 * each); only if one is dead, or we wait for no one in
+		 * particular, every slot's (a full reclaim: with hundreds of
+		 * waiters, each looking at every slot every 100 ms made the
+		 * looks grow with the square of the processes). */
 		if (rs_nt_now_ns() - last_live > LIVENESS_NS) {
-			res->reclaimed += rs_nt_reclaim(t);
+			if (sl_idx >= RS_NGRANT || !owner_alive(t, sl_owner) ||
+			    (blk.owner != UINT32_MAX && !owner_alive(t, blk.owner)))
+				res->reclaimed += rs_nt_reclaim(t);
 			last_live = rs_nt_now_ns();
 		}
 		if (!warned && blk.owner != UINT32_MAX && rs_nt_now_ns() - t0 > rs_nt_warn_ns) {

@@ -24,6 +24,9 @@ struct rs_nt {
 extern uint64_t rs_nt_warn_ns;
 /* A waiter sleeps at most this long between scans (20 ms). */
 extern uint64_t rs_nt_slice_ns;
+/* A starved waiter holds later requests back only while its last scan
+ * is younger than this (RS_PRESENT_NS, segment.h). */
+extern uint64_t rs_nt_present_ns;
 
 struct rs_nt_req {
 	uint64_t dev, ino;
@@ -31,6 +34,8 @@ struct rs_nt_req {
 	unsigned mode;        /* RS_G_SHARED, RS_G_EXSH or RS_G_APPEND */
 	uint64_t window;      /* expand to this alignment when uncontended */
 	int exact;            /* grant exactly [start, end): the file is contended */
+	int whole;            /* no other process has a grant on the file: grant
+			       * all of it (SHARED and EXSH; "A lone process") */
 	int bounded;          /* expand only within [lo, hi): cluster scope's */
 	uint64_t lo, hi;      /* cluster grant, which holds [start, end) */
 };
@@ -44,8 +49,10 @@ struct rs_nt_result {
 	uint32_t wanted;      /* busy grants of others marked wanted */
 	uint32_t reclaimed;   /* dead processes whose grants were freed */
 	int table_full;       /* had to wait for a free slot */
+	uint32_t evicted;     /* idle grants taken back to make room */
 	int met;              /* another process had an incompatible grant in
 			       * the request's window: the file is shared here */
+	int others;           /* another process had a grant (any) on the file */
 };
 
 /* Attach to the segment named name (creating it) and take a process slot.

@@ -9,6 +9,9 @@
 #ifndef RS_RAWSYSCALL_H
 #define RS_RAWSYSCALL_H
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #if defined(__x86_64__) || defined(__aarch64__)
 #define RS_HAVE_RAW_SYSCALL 1
 
@@ -65,5 +68,15 @@ rs_raw_syscall6(long nr, long a, long b, long c, long d, long e, long f)
 #endif
 }
 #endif
+
+/* getpid, without errno or a libc call (it cannot fail). */
+static inline __attribute__((always_inline)) long rs_raw_getpid(void)
+{
+#if defined(RS_HAVE_RAW_SYSCALL)
+	return rs_raw_syscall3(SYS_getpid, 0, 0, 0);
+#else
+	return syscall(SYS_getpid);
+#endif
+}
 
 #endif

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -47,6 +48,24 @@ static ssize_t raw_write(int fd, const void *b, size_t n) { return syscall(SYS_w
 static ssize_t raw_pread(int fd, void *b, size_t n, off_t o) { return syscall(SYS_pread64, fd, b, n, o); }
 static ssize_t raw_pwrite(int fd, const void *b, size_t n, off_t o) { return syscall(SYS_pwrite64, fd, b, n, o); }
 static off_t raw_lseek(int fd, off_t o, int w) { return (off_t)syscall(SYS_lseek, fd, o, w); }
+#if defined(SYS_newfstatat)
+/* struct stat is the kernel's on the 64-bit architectures that have
+ * newfstatat; elsewhere these wait for dlsym (ENOSYS until then). */
+static int raw_fstat(int fd, struct stat *st) { return (int)syscall(SYS_fstat, fd, st); }
+static int raw_fstat64(int fd, struct stat64 *st) { return (int)syscall(SYS_fstat, fd, st); }
+static int raw_fstatat(int d, const char *p, struct stat *st, int fl)
+{
+	return (int)syscall(SYS_newfstatat, d, p, st, fl);
+}
+static int raw_fstatat64(int d, const char *p, struct stat64 *st, int fl)
+{
+	return (int)syscall(SYS_newfstatat, d, p, st, fl);
+}
+#define RS_RAW_FSTAT .fstat = raw_fstat, .fstat64 = raw_fstat64, \
+		     .fstatat = raw_fstatat, .fstatat64 = raw_fstatat64,
+#else
+#define RS_RAW_FSTAT
+#endif
 
 static int raw_fcntl(int fd, int cmd, ...)
 {
@@ -67,6 +86,7 @@ struct rs_real rs_real = {
 	.pwrite = raw_pwrite, .pwrite64 = raw_pwrite,
 	.lseek = raw_lseek, .lseek64 = raw_lseek,
 	.fcntl = raw_fcntl, .fcntl64 = raw_fcntl,
+	RS_RAW_FSTAT
 };
 
 static _Atomic int resolved;

@@ -10,6 +10,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <sys/types.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 
 /* X(return type, name, parameter list) */
@@ -74,7 +77,19 @@
 	X(int, posix_fallocate64, (int, off_t, off_t)) \
 	X(ssize_t, copy_file_range, (int, off_t *, int, off_t *, size_t, unsigned)) \
 	X(ssize_t, sendfile, (int, int, off_t *, size_t)) \
-	X(ssize_t, sendfile64, (int, int, off_t *, size_t))
+	X(ssize_t, sendfile64, (int, int, off_t *, size_t)) \
+	X(int, fstat, (int, struct stat *)) \
+	X(int, fstat64, (int, struct stat64 *)) \
+	X(int, fstatat, (int, const char *, struct stat *, int)) \
+	X(int, fstatat64, (int, const char *, struct stat64 *, int)) \
+	X(int, posix_spawn, (pid_t *, const char *, const posix_spawn_file_actions_t *, \
+			     const posix_spawnattr_t *, char *const *, char *const *)) \
+	X(int, posix_spawnp, (pid_t *, const char *, const posix_spawn_file_actions_t *, \
+			      const posix_spawnattr_t *, char *const *, char *const *)) \
+	X(int, system, (const char *)) \
+	X(FILE *, popen, (const char *, const char *)) \
+	X(ssize_t, sendmsg, (int, const struct msghdr *, int)) \
+	X(int, sendmmsg, (int, struct mmsghdr *, unsigned, int))
 
 struct rs_real {
 #define RS_REAL_PTR(ret, name, params) ret (*name) params;

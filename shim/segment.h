@@ -14,21 +14,27 @@
 #include <stdint.h>
 
 #define RS_SEG_MAGIC   0x31304d4853534752ull   /* "RGSSHM01" */
-#define RS_SEG_VERSION 7u
-#define RS_NPROC       256u
-#define RS_NGRANT      1024u
+#define RS_SEG_VERSION 8u
+/* A node runs hundreds of processes (MPI ranks, tools): 4096 slots, and
+ * four grant slots per process.  At 64 and 128 bytes a slot the segment
+ * is 2.3 MiB.  A registrant that still finds every slot held by a live
+ * process waits for one (nodelock.c, "Registration"); it never runs
+ * without the table. */
+#define RS_NPROC       4096u
+#define RS_NGRANT      16384u
 /* Liveness: each attached process holds an OFD write lock on one byte of
  * the segment file at RS_LIVE_BASE + its slot; the kernel drops it when
  * the process dies, so a dead holder is told from a live one exactly, and
  * a reused pid cannot pass for it. */
 #define RS_LIVE_BASE   (1ull << 40)
-/* The table lock word: the holder's slot + 1 in the low 9 bits, and a
+/* The table lock word: the holder's slot + 1 in the low 13 bits, and a
  * nonce drawn at registration above them, so that a registrant that
  * inherits a dead holder's slot is never taken for that holder (nodelock.c). */
-#define RS_LOCK_SLOT_BITS 9
+#define RS_LOCK_SLOT_BITS 13
 #define RS_LOCK_SLOT(v)   ((v) & ((1u << RS_LOCK_SLOT_BITS) - 1))
 #define RS_LOCK_ID(slot, nonce) (((slot) + 1) | ((nonce) << RS_LOCK_SLOT_BITS))
 _Static_assert(RS_NPROC < (1u << RS_LOCK_SLOT_BITS), "lock word slot field too small");
+_Static_assert((RS_NGRANT & (RS_NGRANT - 1)) == 0, "grant indices are masked (grants.c)");
 /* More threads than this in one grant means the count is garbage. */
 #define RS_MAX_USERS   (1u << 20)
 
@@ -44,8 +50,13 @@ enum rs_grant_state { RS_G_FREE = 0, RS_G_HELD = 1, RS_G_WAIT = 2 };
  * grant only appends, since other processes append inside it. */
 enum rs_grant_mode { RS_G_SHARED = 1, RS_G_EXSH = 7, RS_G_APPEND = 4 };
 /* A WAIT entry that has waited long enough: later requests queue behind
- * it (nodelock.c, "Fairness"). */
+ * it while its owner is present (nodelock.c, "Fairness"). */
 #define RS_WF_STARVED 1u
+/* Present: a waiter's last scan (beat_ns) is at most this old.  A waiter
+ * wakes at least every 20 ms (rs_nt_slice_ns) while it runs; one that is
+ * stopped, frozen or not scheduled stops beating, and after this long
+ * its place in the queue holds nobody back. */
+#define RS_PRESENT_NS (50ull * 1000 * 1000)
 /*
  * A grant's state word, gw: generation << 32 | wanted bits | users.
  *
@@ -98,7 +109,10 @@ struct rs_seg_grant {
 	/* The state word (RS_GW_*): the holder's threads count themselves
 	 * in and out, other processes set wanted bits and free it. */
 	_Atomic uint64_t gw __attribute__((aligned(64)));
-	uint64_t pad[7];
+	/* A WAIT entry: CLOCK_MONOTONIC of its owner's last scan.  Written
+	 * under the table lock; a garbage value only costs fairness. */
+	uint64_t beat_ns;
+	uint64_t pad[6];
 };
 
 struct rs_seg_header {

@@ -18,6 +18,7 @@
 	X(node_wait_ns,    "nanoseconds spent waiting for node grants") \
 	X(node_reclaims,   "dead processes whose grants were reclaimed") \
 	X(node_table_full, "acquisitions that found the node table full") \
+	X(node_evictions,  "idle grants of any process taken back to make room, oldest first") \
 	X(node_exact,      "exact, uncached grants acquired on files processes share") \
 	X(cluster_locks,   "lock requests the node's agent sent to the file system for us") \
 	X(cluster_revokes, "cluster grants the node gave back to other nodes (reported once)") \

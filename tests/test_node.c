@@ -18,6 +18,8 @@
  *                   on EINVAL), partial overlap, read()/write() at the file
  *                   offset.  No shim warning may be printed, and afterwards
  *                   the table holds no grant at all.
+ *  torn_300_attached  The same with 300 idle processes attached first:
+ *                   every one holds a slot, nobody warns, 0 torn.
  *  mixed_*          Writer processes write 64 KiB of their id at random
  *                   multiples of 32 KiB for ~1 s; every 32 KiB chunk must
  *                   then be uniform and hold a writer id (tmpfs; ext4
@@ -28,6 +30,8 @@
  *                   anything back (stats JSON, RANGESHIM_STATS=dir/%p.json).
  *                   Two processes, 512 B writes: no waits either.  Two
  *                   processes on the same region: grants change hands.
+ *  lone_whole_file  One process alone on a 400 MiB file, 100k random 4 KiB
+ *                   calls: at most 64 node acquisitions (stats JSON).
  *  hammer           Four processes pwrite/pread 64 KiB at random offsets in
  *                   1 MiB; one is SIGKILLed every 300 ms for 3 s and
  *                   replaced.  Every survivor (and replacement) makes
@@ -399,6 +403,54 @@ Test(node, torn_exact_grants)
 	free(shim);
 }
 
+/*
+ * More processes than the table once had slots (256): 300 idle processes
+ * attached, then a writer and a reader in two more.  Every one of them
+ * must hold a slot and none may say that others are not coordinated; the
+ * reader sees no torn read.  The same rig without the shim tears.
+ */
+Test(node, torn_300_attached, .timeout = 240)
+{
+	const char *file = data_file("/dev/shm", "many");
+	char farg[300];
+	struct rs_run *ctl = NULL, *shim;
+	long long ctl_torn = 0;
+
+	snprintf(farg, sizeof(farg), "file=%s", file);
+	for (int i = 0; i < 3 && ctl_torn == 0; i++) {
+		free(ctl);
+		ctl = probe(0, 0, 120, "torn", farg, "writers=1", "readers=1", "block=1M",
+			    "seconds=1", "idle=300", "overlap=0", "direct=0", "rw=0", NULL);
+		ctl_torn = rs_field(ctl->out, "torn");
+	}
+	cr_log_info("control (no shim, 300 idle): reads=%lld torn=%lld",
+		    rs_field(ctl->out, "reads"), ctl_torn);
+	cr_assert_eq(ctl->status, 0, "control: status %d: %s", ctl->status, ctl->out);
+	if (ctl_torn == 0) {
+		cr_log_info("control never tore in 3 runs (reads %lld): too loaded to mean anything",
+			    rs_field(ctl->out, "reads"));
+		free(ctl);
+		cr_skip_test("control: 0 torn of %lld reads", rs_field(ctl->out, "reads"));
+	}
+	shim = probe(1, 0, 180, "torn", farg, "writers=1", "readers=1", "block=1M", "seconds=1",
+		     "idle=300", "overlap=0", "direct=0", "rw=0", NULL);
+	cr_log_info("shim, 300 idle attached (%lld hold the table): reads=%lld torn=%lld "
+		    "writes=%lld", rs_field(shim->out, "idle_attached"),
+		    rs_field(shim->out, "reads"), rs_field(shim->out, "torn"),
+		    rs_field(shim->out, "writes"));
+	cr_assert_eq(shim->status, 0, "status %d: %s", shim->status, shim->out);
+	cr_assert_eq(rs_field(shim->out, "shim"), 1, "%s", shim->out);
+	cr_assert_eq(rs_field(shim->out, "idle_attached"), 300,
+		     "not every idle process holds the table: %s", shim->out);
+	cr_assert_eq(warnings(shim->out), 0, "a process warned (not coordinated?): %s", shim->out);
+	cr_assert_gt(rs_field(shim->out, "reads"), 0, "%s", shim->out);
+	cr_assert_eq(rs_field(shim->out, "torn"), 0, "%lld torn reads of %lld with 302 processes: %s",
+		     rs_field(shim->out, "torn"), rs_field(shim->out, "reads"), shim->out);
+	check_table_empty("torn_300_attached");
+	free(ctl);
+	free(shim);
+}
+
 Test(node, torn_tmpfs)
 {
 	static const struct tcfg c = { "torn_tmpfs", "/dev/shm", "overlap=0", "direct=0", "rw=0", 1 };
@@ -565,6 +617,35 @@ Test(node, region_two_512b)
 }
 
 /* The same region: grants must change hands (the writers serialise). */
+/*
+ * One process alone on a 400 MiB file, 100,000 calls at random 4 KiB
+ * blocks (a pwrite every 16th): nobody else holds a grant on the file, so
+ * one grant covers all of it, however the process moves.  At most 64
+ * node acquisitions (it made one per call, nearly, when grants were
+ * 4 MiB windows).
+ */
+Test(node, lone_whole_file, .timeout = 120)
+{
+	const char *file = data_file("/dev/shm", "lone");
+	char farg[300];
+	struct rs_run *r;
+	long long acq, calls;
+
+	snprintf(farg, sizeof(farg), "file=%s", file);
+	r = probe(1, 1, 100, "lone", farg, "size=400M", "count=100000", NULL);
+	cr_assert_eq(r->status, 0, "status %d: %s", r->status, r->out);
+	cr_assert_eq(rs_field(r->out, "shim"), 1, "%s", r->out);
+	acq = stats_of(rs_field(r->out, "pid"), "node_acquires");
+	calls = stats_of(rs_field(r->out, "pid"), "io_calls");
+	cr_log_info("one process, %lld calls at random 4 KiB blocks of 400 MiB: %lld node "
+		    "acquisitions", calls, acq);
+	cr_assert_geq(calls, 100000, "the stats did not count the calls: %s", r->out);
+	cr_assert_geq(acq, 1, "no node acquisition counted: %s", r->out);
+	cr_assert_leq(acq, 64, "%lld node acquisitions for one process alone on the file", acq);
+	cr_assert_eq(warnings(r->out), 0, "%s", r->out);
+	free(r);
+}
+
 Test(node, region_overlapping_serialise)
 {
 	int n;

@@ -30,6 +30,9 @@
  *                    table lock (taken as nodelock.c takes it): the next
  *                    acquire works within 2 s, also when the dead one held a
  *                    busy grant, and the lock is free afterwards.
+ *  full_slots_wait   every process slot held by a live process: a
+ *                    registrant waits (one line says why), never returns
+ *                    without a slot, and takes the first one freed.
  *  stopped_*         a live holder of the table lock, or a registrant,
  *                    stopped with SIGSTOP: nobody takes the lock or gets a
  *                    grant meanwhile, the waiter names it, all goes on once
@@ -65,7 +68,18 @@
  *  fifo              A busy; B queues; C asks later: C is not granted
  *                    before B, and not while B holds it.  Also a newcomer
  *                    that overlaps only B's queued request waits behind it.
- *  table_full        1024 idle grants: a new request evicts one; all busy:
+ *  stopped_waiter_*  a waiter stopped after it was starved holds nobody
+ *                    back: a holder keeps cycling (count, with a control
+ *                    under the old rule: 0), and requests queued behind
+ *                    requests queued behind it are granted (transitive);
+ *                    one queued behind a running waiter names the holder
+ *                    at the root, and `rangeshim locks` lists it as the
+ *                    BLOCKER.
+ *  whole_file_when_alone  a process alone on a file is granted [0, EOF);
+ *                    a second process revokes it (idle) and the first one
+ *                    is back to windows.
+ *  table_full        every grant slot idle: a new request evicts the least
+ *                    recently granted one; all busy:
  *                    it waits (table_full) until one is released.
  *
  * Every wait is bounded (reply timeouts, alarm() in forked children,
@@ -125,6 +139,7 @@ struct cmd {
 	unsigned mode;
 	int enter;              /* OP_ACQUIRE: count ourselves in afterwards */
 	int exact;              /* OP_ACQUIRE: rs_nt_req.exact */
+	int whole;              /* OP_ACQUIRE: rs_nt_req.whole */
 	uint32_t idx, gen, n;
 	uint64_t dev, ino, start, end, window;
 	char name[128];
@@ -229,7 +244,8 @@ static void agent_main(int cfd, int rfd)
 			break;
 		case OP_ACQUIRE: {
 			struct rs_nt_req q = { .dev = c.dev, .ino = c.ino, .start = c.start, .end = c.end,
-						 .mode = c.mode, .window = c.window, .exact = c.exact };
+						 .mode = c.mode, .window = c.window, .exact = c.exact,
+						 .whole = c.whole };
 			struct rs_nt_result res;
 
 			r.rc = rs_nt_acquire(&t, &q, &res, r.why, sizeof(r.why));
@@ -1064,6 +1080,75 @@ Test(nodelock, stopped_registrant, .timeout = 40)
 }
 
 /*
+ * Every process slot held by a live process (here one description of the
+ * test's holds every liveness byte but the first agent's, and the slots
+ * say LIVE): a registrant must not return without a slot, as running
+ * without the table would be a fail-open.  It waits, says why in one
+ * line, and takes the first slot whose holder goes.  The control: the
+ * same registrant gets a slot at once when one is free.
+ */
+Test(nodelock, full_slots_wait, .timeout = 60)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct cmd reg = { .op = OP_REGISTER }, err = { .op = OP_STDERR };
+	struct rs_segment *s;
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	struct rep rb;
+	char log[100];
+	uint32_t freed;
+	int fd;
+
+	agent_register(a);
+	s = view_attach();
+	fd = open(seg_path, O_RDWR);
+	cr_assert_geq(fd, 0, "%s", strerror(errno));
+	for (uint32_t p = 0; p < RS_NPROC; p++) {
+		if (p == a->me)
+			continue;
+		s->procs[p].pid = getpid();
+		atomic_store(&s->procs[p].state, RS_PROC_LIVE);
+	}
+	fl.l_start = (off_t)RS_LIVE_BASE;
+	fl.l_len = (off_t)a->me;
+	cr_assert(a->me == 0 || fcntl(fd, F_OFD_SETLK, &fl) == 0, "%s", strerror(errno));
+	fl.l_start = (off_t)(RS_LIVE_BASE + a->me + 1);
+	fl.l_len = (off_t)(RS_NPROC - a->me - 1);
+	cr_assert_eq(fcntl(fd, F_OFD_SETLK, &fl), 0, "%s", strerror(errno));
+
+	snprintf(log, sizeof(log), "/tmp/rs-full-%d.log", (int)getpid());
+	snprintf(err.name, sizeof(err.name), "%s", log);
+	agent_do(b, &err, "redirect stderr");
+	snprintf(reg.name, sizeof(reg.name), "%s", seg_name);
+	agent_send(b, &reg);
+	cr_assert_not(agent_poll(b, &rb, 1500),
+		      "B returned from register (rc %d, slot %u: %s) with every slot held", rb.rc,
+		      rb.me, rb.why);
+	cr_assert(file_has(log, "process slots"), "B did not say why it waits");
+	cr_assert(file_has(log, "waiting"), "B did not say it waits");
+	cr_assert_not(file_has(log, "NOT"), "B announced running without exclusion");
+
+	/* One holder goes: B takes its slot. */
+	freed = a->me == 77 ? 78 : 77;
+	fl.l_type = F_UNLCK;
+	fl.l_start = (off_t)(RS_LIVE_BASE + freed);
+	fl.l_len = 1;
+	cr_assert_eq(fcntl(fd, F_OFD_SETLK, &fl), 0, "%s", strerror(errno));
+	rb = agent_wait(b, MUST_MS, "B's registration once a slot was freed");
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+	cr_assert_eq(rb.me, freed, "B registered in slot %u, not the freed %u", rb.me, freed);
+	close(fd);
+	unlink(log);
+
+	/* Control: with free slots, registration does not wait. */
+	{
+		struct agent *c = agent_start();
+
+		agent_register(c);
+		cr_assert_neq(c->me, freed);
+	}
+}
+
+/*
  * A malformed user count (docs/limitations.md's old race could leave
  * 0xffffffff on a free slot; a stray write can put anything anywhere).
  * Free slots carrying garbage words: the next grant filled into one must
@@ -1847,7 +1932,260 @@ Test(nodelock, fifo_newcomer_behind_waiter)
 	cr_assert_lt(rb.seq, rc.seq);
 }
 
-Test(nodelock, table_full)
+/* V's WAIT entry, once it has waited long enough to be starved. */
+static void wait_starved(struct agent *v)
+{
+	uint32_t widx = 0;
+	uint64_t end = now_ns() + MUST_MS * 1000000ull;
+
+	for (;;) {
+		int n = grants_of(v->me, RS_G_WAIT, &widx);
+
+		if (n == 1 && (view_attach()->grants[widx].flags & RS_WF_STARVED))
+			return;
+		cr_assert_lt(now_ns(), end, "V never queued as starved (%d WAIT entries)", n);
+		sleep_ms(10);
+	}
+}
+
+/* A's acquire/release cycles on [0, 64K) for ms: how many completed.  An
+ * acquire still unanswered at the end is left pending (*pending). */
+static int cycles(struct agent *a, int ms, int *pending)
+{
+	uint64_t end = now_ns() + (uint64_t)ms * 1000000ull;
+	int n = 0;
+
+	*pending = 0;
+	while (now_ns() < end) {
+		struct cmd q = acq_cmd(0, 64 * KIB, RS_G_EXSH, 0, 0);
+		struct rep r;
+		int left = (int)((end - now_ns()) / 1000000ull) + 1;
+
+		agent_send(a, &q);
+		if (!agent_poll(a, &r, left)) {
+			*pending = 1;
+			break;
+		}
+		cr_assert_eq(r.rc, 0, "%s", r.why);
+		simple(a, OP_RELEASE, r.idx, r.gen);
+		n++;
+	}
+	return n;
+}
+
+/*
+ * A process stopped (SIGSTOP) while it waits for a range, after it has
+ * waited long enough to be starved: it holds nobody back.  A holder keeps
+ * acquiring and releasing the range while it is stopped (counted over
+ * 2 s), and it gets the range when it resumes.  Control: the same rig
+ * with a presence window longer than the test (the rule before: a
+ * starved entry held everyone back whoever it belonged to) lets the
+ * holder complete no cycle, which shows the count can see the throttle.
+ */
+static int stopped_waiter_rig(int *alone_per_s)
+{
+	struct agent *a = agent_start(), *v = agent_start();
+	struct cmd qv = acq_cmd(0, 64 * KIB, RS_G_EXSH, 0, 0);
+	struct rep ra, rv;
+	int n, pending;
+
+	agent_register(a);
+	agent_register(v);
+	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, 0, 0);
+	simple(a, OP_ENTER, ra.idx, 0);
+	agent_send(v, &qv);
+	cr_assert_not(agent_poll(v, &rv, MUSTNT_MS), "V granted while A is inside");
+	wait_starved(v);
+	kill(v->pid, SIGSTOP);
+	wait_stopped(v->pid);
+	simple(a, OP_LEAVE, ra.idx, 0);
+	simple(a, OP_RELEASE, ra.idx, ra.gen);
+	n = cycles(a, 2000, &pending);
+	kill(v->pid, SIGCONT);
+	rv = agent_wait(v, MUST_MS, "V's acquire once it resumed");
+	cr_assert_eq(rv.rc, 0, "%s", rv.why);
+	if (pending) {
+		struct rep r = agent_wait(a, MUST_MS, "A's acquire once V resumed");
+
+		cr_assert_eq(r.rc, 0, "%s", r.why);
+		simple(a, OP_RELEASE, r.idx, r.gen);
+		pending = 0;
+	}
+	if (alone_per_s)
+		*alone_per_s = cycles(a, 1000, &pending);
+	cr_assert_not(pending, "A blocked with nobody waiting");
+	return n;
+}
+
+Test(nodelock, stopped_waiter_holds_nobody_back, .timeout = 60)
+{
+	int ctl, n, alone = 0;
+
+	rs_nt_present_ns = 1000ull * 1000 * 1000 * 1000;	/* agents inherit it */
+	ctl = stopped_waiter_rig(NULL);
+	teardown();
+	setup();
+	rs_nt_present_ns = RS_PRESENT_NS;
+	n = stopped_waiter_rig(&alone);
+	cr_log_info("holder cycles in 2 s with a starved waiter stopped: %d (%.1f/s); alone "
+		    "afterwards: %d/s; ratio %.2f; control (stopped waiter holds all back): %d",
+		    n, n / 2.0, alone, alone ? n / 2.0 / alone : 0.0, ctl);
+	cr_assert_leq(ctl, 1, "control: the holder completed %d cycles behind a stopped starved "
+		      "waiter under the old rule: the rig does not see the throttle", ctl);
+	cr_assert_geq(n, 40, "the holder completed only %d cycles in 2 s while a starved waiter "
+		      "was stopped (the bar is 20 per second)", n);
+}
+
+/*
+ * The transitive case: V (stopped, starved) waited for A's busy grant on
+ * [0, 64K); W1 asks for [32K, 128K) and W2 for [96K, 160K), which
+ * overlaps W1's request and neither A's nor V's.  W2 waits behind W1,
+ * W1 behind A, a real holder: after a second W2 names A, and `rangeshim
+ * locks` lists A as W2's BLOCKER.  Once A lets go, W1 and then W2 are
+ * granted while V stays stopped.  Control: under the old rule (presence
+ * longer than the test) W1 is not granted while V is stopped.
+ */
+static int transitive_rig(int control)
+{
+	struct agent *a = agent_start(), *v = agent_start(), *w1 = agent_start(),
+		     *w2 = agent_start();
+	struct cmd qv = acq_cmd(0, 64 * KIB, RS_G_EXSH, 0, 0);
+	struct cmd q1 = acq_cmd(32 * KIB, 128 * KIB, RS_G_EXSH, 0, 1);
+	struct cmd q2 = acq_cmd(96 * KIB, 160 * KIB, RS_G_EXSH, 0, 1);
+	struct cmd err = { .op = OP_STDERR };
+	struct rep ra, rv, r1, r2;
+	char log[100], apid[32];
+	int granted;
+
+	snprintf(log, sizeof(log), "/tmp/rs-trans-%d.log", (int)getpid());
+	snprintf(err.name, sizeof(err.name), "%s", log);
+	agent_do(w2, &err, "redirect stderr");
+	agent_register(a);
+	agent_register(v);
+	agent_register(w1);
+	agent_register(w2);
+	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, 0, 0);
+	simple(a, OP_ENTER, ra.idx, 0);
+	agent_send(v, &qv);
+	wait_starved(v);
+	kill(v->pid, SIGSTOP);
+	wait_stopped(v->pid);
+	agent_send(w1, &q1);
+	cr_assert_not(agent_poll(w1, &r1, MUSTNT_MS), "W1 granted while A is inside");
+	wait_starved(w1);
+	agent_send(w2, &q2);
+	cr_assert_not(agent_poll(w2, &r2, 1500), "W2 granted (rc %d, %s, [%llu,%llu)) while W1 "
+		      "waits ahead of it (control %d)", r2.rc, r2.why, (unsigned long long)r2.start,
+		      (unsigned long long)r2.end, control);
+	snprintf(apid, sizeof(apid), "pid %d (", (int)a->pid);
+	if (!control) {
+		char cmd[300], out[4096];
+		FILE *p;
+		size_t k;
+
+		cr_assert(file_has(log, apid), "W2 did not name the holder A (%s)", apid);
+		snprintf(cmd, sizeof(cmd), "%s/rangeshim locks --shm %s -o PID,STATE,BLOCKER 2>&1",
+			 RS_BUILD_DIR, seg_name);
+		p = popen(cmd, "r");
+		cr_assert_not_null(p);
+		k = fread(out, 1, sizeof(out) - 1, p);
+		out[k] = '\0';
+		pclose(p);
+		cr_log_info("%s", out);
+		snprintf(cmd, sizeof(cmd), "%d WAIT %d", (int)w2->pid, (int)a->pid);
+		{
+			/* Columns are padded: compare with runs of blanks squeezed. */
+			char sq[4096];
+			size_t o = 0;
+
+			for (size_t i = 0; out[i] && o + 1 < sizeof(sq); i++)
+				if (!(out[i] == ' ' && o && sq[o - 1] == ' '))
+					sq[o++] = out[i];
+			sq[o] = '\0';
+			cr_assert(strstr(sq, cmd), "locks does not list A (%d) as W2's BLOCKER: %s",
+				  (int)a->pid, out);
+		}
+	}
+	simple(a, OP_LEAVE, ra.idx, 0);
+	simple(a, OP_RELEASE, ra.idx, ra.gen);
+	granted = agent_poll(w1, &r1, control ? 1000 : MUST_MS);
+	if (granted) {
+		cr_assert_eq(r1.rc, 0, "%s", r1.why);
+		simple(w1, OP_LEAVE, r1.idx, 0);
+		simple(w1, OP_RELEASE, r1.idx, r1.gen);
+		r2 = agent_wait(w2, MUST_MS, "W2 after W1 let go");
+		cr_assert_eq(r2.rc, 0, "%s", r2.why);
+		simple(w2, OP_LEAVE, r2.idx, 0);
+		simple(w2, OP_RELEASE, r2.idx, r2.gen);
+	}
+	kill(v->pid, SIGCONT);
+	rv = agent_wait(v, MUST_MS, "V once it resumed");
+	cr_assert_eq(rv.rc, 0, "%s", rv.why);
+	unlink(log);
+	return granted;
+}
+
+Test(nodelock, stopped_waiter_not_transitive, .timeout = 60)
+{
+	int ctl;
+
+	rs_nt_warn_ns = 1000000000ull;	/* agents inherit it */
+	rs_nt_present_ns = 1000ull * 1000 * 1000 * 1000;
+	ctl = transitive_rig(1);
+	teardown();
+	setup();
+	/* Long enough that W1, running, counts even on a loaded machine
+	 * (it wakes every 20 ms), and V, stopped for 2 s before A lets go,
+	 * does not. */
+	rs_nt_present_ns = 1000ull * 1000 * 1000;
+	cr_assert(transitive_rig(0), "W1 was not granted while a stopped waiter sat ahead of it");
+	cr_assert_not(ctl, "control: W1 was granted past a stopped starved waiter under the old "
+		      "rule: the rig does not show the block");
+}
+
+/*
+ * A process alone on a file is granted all of it (req.whole), and keeps
+ * it however it moves; when another process arrives, the idle whole-file
+ * grant is revoked, and the first one's next grant is a window again,
+ * clipped at the newcomer's.
+ */
+Test(nodelock, whole_file_when_alone)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct cmd q = acq_cmd(100 * MIB, 100 * MIB + 4 * KIB, RS_G_EXSH, WINDOW, 0);
+	struct rep ra, rb;
+
+	agent_register(a);
+	agent_register(b);
+	q.whole = 1;
+	ra = agent_do(a, &q, "acquire, alone");
+	cr_assert_eq(ra.rc, 0, "%s", ra.why);
+	cr_assert_eq(ra.start, 0, "a lone process got [%llu, %llu), not the whole file",
+		     (unsigned long long)ra.start, (unsigned long long)ra.end);
+	cr_assert_eq(ra.end, RS_RANGE_EOF, "a lone process got [%llu, %llu), not the whole file",
+		     (unsigned long long)ra.start, (unsigned long long)ra.end);
+	/* B arrives elsewhere in the file: A's idle grant goes. */
+	q.start = 8 * MIB;
+	q.end = 8 * MIB + 4 * KIB;
+	rb = agent_do(b, &q, "acquire by a second process");
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+	cr_assert_eq(rb.revoked, 1, "B did not revoke A's whole-file grant");
+	cr_assert(rb.start > 0 || rb.end < RS_RANGE_EOF, "B took the whole file from A");
+	cr_assert_neq(simple(a, OP_GW, ra.idx, 0), ra.gen, "A's grant was not revoked");
+	/* A again: no longer alone, a window clipped at B's grant. */
+	q.start = 0;
+	q.end = 4 * KIB;
+	ra = agent_do(a, &q, "acquire with B present");
+	cr_assert_eq(ra.rc, 0, "%s", ra.why);
+	cr_assert_leq(ra.end, rb.start, "A's grant [%llu, %llu) overlaps B's [%llu, %llu)",
+		      (unsigned long long)ra.start, (unsigned long long)ra.end,
+		      (unsigned long long)rb.start, (unsigned long long)rb.end);
+	cr_assert_eq(ra.end, WINDOW, "A's grant [%llu, %llu) is not its window",
+		     (unsigned long long)ra.start, (unsigned long long)ra.end);
+	assert_no_conflicting_grants();
+}
+
+Test(nodelock, table_full, .timeout = 120)
 {
 	struct agent *a = agent_start(), *b = agent_start();
 	struct cmd many = { .op = OP_ACQUIRE_MANY, .mode = RS_G_EXSH, .dev = DEV, .ino = INO,
@@ -1859,12 +2197,30 @@ Test(nodelock, table_full)
 
 	agent_register(a);
 	agent_register(b);
-	r = agent_do(a, &many, "1024 acquires");
+	/* 16384 acquisitions, each scanning the slots in use: seconds
+	 * on a loaded machine. */
+	agent_send(a, &many);
+	r = agent_wait(a, 60000, "16384 acquires");
 	cr_assert_eq(r.rc, 0, "%s", r.why);
 	held = (uint32_t)grants_of(a->me, RS_G_HELD, NULL);
 	cr_assert_eq(held, RS_NGRANT, "A holds %u grants", held);
-	/* All idle: one is evicted, no wait. */
-	rb = acquire(b, 64 * MIB, 64 * MIB + 4096, RS_G_EXSH, 0, 0);
+	/* Slot 0 becomes A's most recent grant (granted again, later than
+	 * the others by more than the coarse clock's tick). */
+	sleep_ms(50);
+	simple(a, OP_RELEASE, 0, simple(a, OP_GW, 0, 0));
+	many.n = 1;
+	r = agent_do(a, &many, "slot 0 again");
+	cr_assert_eq(r.rc, 0, "%s", r.why);
+	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), RS_NGRANT);
+	/* All idle: one is evicted, the least recently granted (not slot 0,
+	 * which the slot order would take), no wait. */
+	{
+		uint32_t gen0 = simple(a, OP_GW, 0, 0);
+
+		rb = acquire(b, 64 * MIB, 64 * MIB + 4096, RS_G_EXSH, 0, 0);
+		cr_assert_neq(rb.idx, 0u, "the most recent grant was evicted, not the oldest");
+		cr_assert_eq(simple(a, OP_GW, 0, 0), gen0, "A's most recent grant was revoked");
+	}
 	cr_assert_not(rb.waited, "waited although idle grants could be evicted");
 	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), RS_NGRANT - 1);
 	simple(b, OP_RELEASE, rb.idx, rb.gen);

@@ -22,6 +22,9 @@
 struct row {
 	uint32_t idx, owner, state, mode, users, ticket;
 	bool wanted, alive;
+	/* A WAIT entry that holds later requests back: starved, and its
+	 * owner scanned within RS_PRESENT_NS (nodelock.c, "Fairness"). */
+	bool present;
 	/* A cluster grant of the node's agent (owner: the agent's slot, or
 	 * RS_NPROC if it has none); busy: its file's grants are unknown (the
 	 * agent is giving one back), a line, not a row of the table. */
@@ -149,7 +152,10 @@ static void add_slot(uint32_t *v, uint32_t *n, uint32_t slot)
 /*
  * What a WAIT entry waits for: the processes whose HELD grants conflict
  * with it (lslocks' BLOCKER), and those whose conflicting requests were
- * queued before it (FIFO: it goes after them).
+ * queued before it and hold it back (starved, their owners running:
+ * it goes after them).  The holders those wait for block it too, and are
+ * listed as its BLOCKERs: a stopped waiter holds nobody back, so the
+ * process at the root of a queue is always a holder.
  */
 static void find_blockers(const struct row *rows, size_t n, struct row *w)
 {
@@ -158,10 +164,14 @@ static void find_blockers(const struct row *rows, size_t n, struct row *w)
 
 		if (h == w || !conflict(h, w))
 			continue;
-		if (h->state == RS_G_HELD)
+		if (h->state == RS_G_HELD) {
 			add_slot(w->blockers, &w->nblockers, h->owner);
-		else if (h->ticket < w->ticket)
+		} else if (h->present && h->ticket < w->ticket) {
 			add_slot(w->ahead, &w->nahead, h->owner);
+			for (size_t j = 0; j < n; j++)
+				if (rows[j].state == RS_G_HELD && conflict(&rows[j], h))
+					add_slot(w->blockers, &w->nblockers, rows[j].owner);
+		}
 	}
 }
 
@@ -338,6 +348,8 @@ static struct row *collect_rows(const struct table *t, const struct agent_grants
 			.pid = t->seg->procs[g->owner].pid,
 			.dev = g->dev, .ino = g->ino, .start = g->start, .end = g->end,
 			.since_ns = g->since_ns, .ticket = g->ticket,
+			.present = st == RS_G_WAIT && (g->flags & RS_WF_STARVED) &&
+				   (int64_t)(t->copied_ns - g->beat_ns) < (int64_t)RS_PRESENT_NS,
 		};
 		r->path = find_path(t, fds, r);
 		n++;
@@ -481,7 +493,13 @@ static void print_waiters(const struct table *t, const struct row *rows, size_t 
 			continue;
 		}
 		if (!nwho) {
-			puts("on nobody now (about to be granted)");
+			/* Nothing in its way: it takes the range when it next
+			 * runs; a stopped waiter holds nobody back meanwhile. */
+			if (t->proc[r->owner].state && !strcmp(t->proc[r->owner].state, "stopped"))
+				puts("on nobody now; it is stopped and holds nobody back (it takes "
+				     "the range when it runs, if the range is free)");
+			else
+				puts("on nobody now (about to be granted)");
 			continue;
 		}
 		fputs(r->nblockers ? "blocked by " : "queued behind the earlier request of ", stdout);

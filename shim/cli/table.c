@@ -269,6 +269,7 @@ int load_table(const char *path, struct table *t, char *why, size_t whylen)
 		snprintf(why, whylen, "%s", strerror(errno));
 		return -1;
 	}
+	t->copied_ns = rs_nt_now_ns();
 	if (read_table(t->map.fd, t->seg, why, whylen) < 0)
 		return -1;
 	for (uint32_t p = 0; p < RS_NPROC; p++) {

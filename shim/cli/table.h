@@ -47,6 +47,7 @@ struct table {
 	struct rs_segment *seg;       /* malloc'd copy, never the segment */
 	bool alive[RS_NPROC];         /* LIVE slot whose process still holds its byte */
 	struct proc_info proc[RS_NPROC];   /* of LIVE slots */
+	uint64_t copied_ns;           /* CLOCK_MONOTONIC when seg was read (waiters' beats) */
 };
 
 /* The (dev, ino) of each open fd of a process, to name grants' files. */

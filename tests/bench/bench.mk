@@ -1,15 +1,17 @@
 # Benchmarks (issue 4).  The Makefile ends with
 #     include tests/bench/bench.mk
 # and this adds:
-#   make bench        every table in one run: under 5 minutes on 2 cores;
-#                     FULL=1 for the long version (docs/benchmarks.md)
+#   make bench        every table in one run, then the scale table
+#                     (tests/bench/scale.sh); FULL=1 for the long version
+#                     (docs/benchmarks.md)
 #   make bench-fio    examples/fio/*.fio without and with the shim
 #   make bench-plot   PNG plots of the Lustre and GFS2 tables in docs/img/
 # It uses BUILD, CC, CFLAGS and LDFLAGS from the Makefile.  Nothing here is
 # part of `make test`: benchmarks measure, tests check.
 
 FULL ?= 0
-BENCH_BINS = $(BUILD)/tests/bench/iobench $(BUILD)/tests/bench/fastpath $(BUILD)/tests/bench/procrand
+BENCH_BINS = $(BUILD)/tests/bench/iobench $(BUILD)/tests/bench/fastpath $(BUILD)/tests/bench/procrand \
+	     $(BUILD)/tests/bench/manyfiles
 
 .PHONY: bench bench-fio bench-plot
 
@@ -35,6 +37,7 @@ bench_need = command -v $(1) >/dev/null 2>&1 || { \
 
 bench: all $(BENCH_BINS)
 	@FULL=$(FULL) sh tests/bench/bench.sh $(BUILD)
+	@sh tests/bench/scale.sh $(BUILD)
 
 bench-fio: all
 	@$(call bench_need,fio,fio)

@@ -24,7 +24,7 @@
 set -eu
 
 if [ $# -lt 1 ] || [ ! -d "$1" ]; then
-	echo "usage: sh tests/bench/bench.sh BUILD [lustre|gfs2|mixed|lock|contended|fastpath|small]..." >&2
+	echo "usage: sh tests/bench/bench.sh BUILD [lustre|gfs2|mixed|lock|contended|scale|fastpath|small]..." >&2
 	exit 2
 fi
 B=$(cd "$1" && pwd)
@@ -40,7 +40,7 @@ for f in "$IOB" "$LIB"; do
 	[ -e "$f" ] || { echo "bench.sh: $f not found; run 'make bench'" >&2; exit 2; }
 done
 mkdir -p "$OUT"
-SECTIONS=${*:-lustre gfs2 mixed lock contended fastpath small}
+SECTIONS=${*:-lustre gfs2 mixed lock contended scale fastpath small}
 
 # Sizes: the default run must stay under 5 minutes on 2 cores.  Buffered
 # runs rewrite cached pages at 10-20 GB/s, so they make several passes
@@ -52,13 +52,17 @@ if [ "$FULL" = 1 ]; then
 	GFS_WRITERS=1,2,4,6,8,10,12,14,16 GFS_SIZE=64M GFS_PASSES=16
 	MIX_SECS=1 LOCK_TASKS=1,2,4,8,16 LOCK_SECS=0.3 SMALL_SECS=1 SMALL_ROUNDS=9
 	CT_TASKS=2,4,8 CT_SECS=0.5 CT_ROUNDS=5 PR_CALLS=50000
+	SCALE_ROUNDS=3
 else
 	TASKS=1,2,4,8,16  ROUNDS=3
 	BUF_TOTAL=512M BUF_PASSES=4  DIO_TOTAL=512M
 	GFS_WRITERS=1,2,4,8,16 GFS_SIZE=64M GFS_PASSES=16
 	MIX_SECS=0.3 LOCK_TASKS=1,2,4 LOCK_SECS=0.1 SMALL_SECS=0.3 SMALL_ROUNDS=5
 	CT_TASKS=2,4 CT_SECS=0.2 CT_ROUNDS=3 PR_CALLS=20000
+	SCALE_ROUNDS=1
 fi
+SCALE_ROUNDS=${BENCH_SCALE_ROUNDS:-$SCALE_ROUNDS}
+SCALE_PROCS=${BENCH_SCALE_PROCS:-64,128,192,256}
 # The contended tables' medians of 3 rounds can be thrown by one disturbed
 # round on a busy machine: BENCH_CT_ROUNDS asks for more.
 CT_ROUNDS=${BENCH_CT_ROUNDS:-$CT_ROUNDS}
@@ -210,6 +214,63 @@ contended_procs() {
 	rm -f "$f" "/dev/shm$shm"
 }
 
+# Hundreds of processes on one 1 MiB region (256 blocks of 4 KiB),
+# 100,000 random pread/pwrite calls in all: whether the node table's
+# waiting scales with processes rather than with the scheduler.  Modes
+# interleaved, rotated each round; ratios within a round, then medians.
+scale() {
+	pr=$B/tests/bench/procrand
+	[ -x "$pr" ] || { echo "  skipped: $pr not built"; return 0; }
+	f=$SHM/procscale-$$.dat
+	shm=/rangeshim-bench-scale-$$
+	modes="unlocked ofd rangeshim"
+	echo
+	echo "== Scale: N processes, random 4 KiB pread/pwrite over one 1 MiB region, 100k calls in all, $SHM =="
+	echo "  us = one process's wall time per call; (x) = over unlocked, [x] = rangeshim over ofd,"
+	echo "  in the same round; median of $SCALE_ROUNDS round(s), modes interleaved."
+	printf '\n  %5s' procs
+	for m in $modes; do printf ' %19s' "$m"; done
+	printf ' %9s %s\n' "shim/ofd" "torn (all modes)"
+	for n in $(echo "$SCALE_PROCS" | tr , ' '); do
+		res=$OUT/.scale-$n
+		: >"$res"
+		calls=$((100000 / n))
+		r=0
+		while [ $r -lt "$SCALE_ROUNDS" ]; do
+			set -- $modes
+			k=0
+			while [ $k -lt $r ]; do m=$1; shift; set -- "$@" "$m"; k=$((k + 1)); done
+			for m in "$@"; do
+				case $m in
+				unlocked) o=$("$pr" "$f" "$n" "$calls" rand1m) || true ;;
+				ofd) o=$("$pr" "$f" "$n" "$calls" rand1m ofd) || true ;;
+				rangeshim) o=$(RANGESHIM_SHM=$shm LD_PRELOAD=$LIB "$pr" "$f" "$n" "$calls" rand1m) || true ;;
+				esac
+				echo "$r $m $o" >>"$res"
+			done
+			r=$((r + 1))
+		done
+		printf '  %5s' "$n"
+		for m in $modes; do
+			us=$(awk -v m="$m" '$2 == m { print $3 }' "$res" | median)
+			x=$(awk -v m="$m" '{ us[$1 " " $2] = $3 }
+				END { for (k in us) { split(k, rk, " ")
+					if (rk[2] == m && us[rk[1] " unlocked"] > 0)
+						print us[k] / us[rk[1] " unlocked"] } }' "$res" | median)
+			printf ' %9.2f us (%4.2fx)' "$us" "$x"
+		done
+		so=$(awk '{ us[$1 " " $2] = $3 }
+			END { for (k in us) { split(k, rk, " ")
+				if (rk[2] == "rangeshim" && us[rk[1] " ofd"] > 0)
+					print us[k] / us[rk[1] " ofd"] } }' "$res" | median)
+		torn=$(awk '{ for (i = 4; i <= NF; i++) if ($i ~ /^torn=/) { split($i, kv, "="); s[$2] += kv[2] } }
+			END { printf "unlocked %d ofd %d rangeshim %d", s["unlocked"], s["ofd"], s["rangeshim"] }' "$res")
+		printf ' [%5.2fx] %s\n' "$so" "$torn"
+		rm -f "$res"
+	done
+	rm -f "$f" "/dev/shm$shm"
+}
+
 fastpath() {
 	echo
 	echo "== Fast-path cost: instructions the shim adds per pread/pwrite (tests/callgrind.sh) =="
@@ -261,7 +322,7 @@ main() {
 	header
 	for s in $SECTIONS; do
 		case $s in
-		lustre|gfs2|mixed|lock|contended|fastpath|small) $s ;;
+		lustre|gfs2|mixed|lock|contended|scale|fastpath|small) $s ;;
 		*) echo "bench.sh: unknown section '$s'" >&2; return 2 ;;
 		esac
 	done

@@ -10,6 +10,8 @@
  * WORKLOAD:
  *   rand    (default) random 4 KiB pread/pwrite, half each, over one shared
  *           16 MiB region
+ *   rand1m  the same over one shared 1 MiB region (256 blocks): hundreds
+ *           of processes meet on few blocks (the scale cell)
  *   same    pwrite of the same 4 KiB block, one checking pread per 16
  *   stride  each process pwrites and preads its own 64 KiB blocks,
  *           interleaved with the others' (block k belongs to process k % N)
@@ -41,7 +43,7 @@
 #define SBLOCK (64 << 10)
 #define LINE 100
 
-enum { RAND, SAME, STRIDE, PAIR, OWN, APPEND, OWNW };
+enum { RAND, SAME, STRIDE, PAIR, OWN, APPEND, OWNW, RAND1M };
 
 static double now(void)
 {
@@ -81,6 +83,8 @@ static long worker(const char *file, int id, int procs, int calls, int work, int
 		s = s * 1103515245u + 12345u;
 		if (work == RAND)
 			off = (off_t)((s >> 8) % (REGION / BLOCK)) * BLOCK;
+		else if (work == RAND1M)
+			off = (off_t)((s >> 8) % ((1 << 20) / BLOCK)) * BLOCK;
 		else if (work == OWN || work == OWNW)
 			off = (off_t)id * REGION + (off_t)((s >> 8) % (REGION / BLOCK)) * BLOCK;
 		else if (work == STRIDE)
@@ -157,7 +161,7 @@ int main(int argc, char **argv)
 	double t0, t;
 
 	if (argc < 4) {
-		fprintf(stderr, "usage: procrand FILE PROCS CALLS [rand|same|stride|pair|own|ownw|append] [ofd]\n");
+		fprintf(stderr, "usage: procrand FILE PROCS CALLS [rand|rand1m|same|stride|pair|own|ownw|append] [ofd]\n");
 		return 2;
 	}
 	procs = atoi(argv[2]);
@@ -167,6 +171,8 @@ int main(int argc, char **argv)
 			ofd = 1;
 		else if (!strcmp(argv[i], "rand"))
 			work = RAND;
+		else if (!strcmp(argv[i], "rand1m"))
+			work = RAND1M;
 		else if (!strcmp(argv[i], "same"))
 			work = SAME;
 		else if (!strcmp(argv[i], "stride"))

@@ -16,6 +16,9 @@
  *       reads that no serial order of whole writes explains.  rw=1 uses
  *       lseek+read/write at the file offset.  Prints reads, torn, writes,
  *       final_torn (overlap: the file after the writers stopped).
+ *       idle=K first starts K idle processes that each attach to the node
+ *       table (a read far beyond the raced range) and stay until the end;
+ *       prints idle_attached, how many of them hold the table.
  *   node_probe mixed   file=F writers=N seconds=S size=Z [direct=1]
  *       Writer i writes 64 KiB of byte i+1 at random multiples of 32 KiB;
  *       afterwards every 32 KiB chunk must be uniform (each write covers
@@ -56,6 +59,12 @@
  *   node_probe selftest file=F seconds=S
  *       One process, a writer thread and a reader thread on 1 MiB blocks
  *       (torn must be 0), then a write/read-back check.
+ *   node_probe lone    file=F size=Z count=N
+ *       One process alone on a file of up to Z bytes: N calls at random
+ *       4 KiB blocks, a pwrite every 16th, a pread otherwise (of a hole,
+ *       or past the end: short).  No truncation, whose lock would run to
+ *       infinity and cover everything by itself.  Prints calls and pid
+ *       (for its RANGESHIM_STATS file).
  *   node_probe closehold file=F hold_ms=T [keep_open=1]
  *       Opens, writes, closes (unless keep_open), prints "closed" and
  *       sleeps T ms so that the test can look at the table meanwhile.
@@ -94,7 +103,7 @@ struct args {
 	long long block, size, len, io, off, start_ns, seed;
 	double seconds;
 	int writers, readers, procs, id, nw, slot;
-	int direct, rw, overlap, kill_ms, hold_ms, keep_open, count;
+	int direct, rw, overlap, kill_ms, hold_ms, keep_open, count, idle;
 };
 
 static struct args A = {
@@ -290,6 +299,7 @@ static void parse(int argc, char **argv)
 		else if (IS("hold_ms")) A.hold_ms = atoi(v);
 		else if (IS("keep_open")) A.keep_open = atoi(v);
 		else if (IS("count")) A.count = atoi(v);
+		else if (IS("idle")) A.idle = atoi(v);
 		else {
 			fprintf(stderr, "node_probe: unknown key in '%s'\n", argv[i]);
 			exit(2);
@@ -533,17 +543,94 @@ static void role_torn_reader(void)
 	exit(errs ? 1 : 0);
 }
 
+static int holds_table(void);
+
+/* An idle process: attach (a read far from the raced range), say on
+ * stdout whether we hold the table, and stay until stdin closes. */
+static void role_torn_idle(void)
+{
+	char c;
+	int fd = open(A.file, O_RDONLY);
+
+	if (fd < 0 || pread(fd, &c, 1, (off_t)(64 * MIB + (uint64_t)A.id * 4 * MIB)) < 0)
+		_exit(2);
+	c = holds_table() ? '1' : '0';
+	if (write(1, &c, 1) != 1)
+		_exit(2);
+	while (read(0, &c, 1) > 0)
+		;
+	close(fd);
+	exit(0);
+}
+
+/* Start A.idle idle processes and wait until each has attached (or
+ * failed to).  Returns how many hold the table; *release, when closed,
+ * lets them go. */
+static int start_idle(pid_t *pids, int *release)
+{
+	int ready[2], go[2], attached = 0;
+	struct argvb b;
+
+	if (pipe2(ready, O_CLOEXEC) < 0 || pipe2(go, O_CLOEXEC) < 0)
+		die("pipe");
+	for (int i = 0; i < A.idle; i++) {
+		base_args(&b, "ti");
+		ab(&b, "id=%d", i);
+		fflush(stdout);
+		pids[i] = fork();
+		if (pids[i] < 0)
+			die("fork");
+		if (pids[i] == 0) {
+			dup2(ready[1], 1);
+			dup2(go[0], 0);
+			execv(self_exe, b.v);
+			_exit(127);
+		}
+	}
+	close(ready[1]);
+	close(go[0]);
+	for (int i = 0; i < A.idle; i++) {
+		char c;
+
+		if (read(ready[0], &c, 1) != 1)
+			break;	/* one died: its status says so */
+		attached += c == '1';
+	}
+	close(ready[0]);
+	*release = go[1];
+	return attached;
+}
+
+static int stop_idle(const pid_t *pids, int release)
+{
+	int bad = 0;
+
+	close(release);
+	for (int i = 0; i < A.idle; i++) {
+		int st;
+
+		if (waitpid(pids[i], &st, 0) != pids[i] || !WIFEXITED(st) || WEXITSTATUS(st)) {
+			printf("idle worker %d (pid %d) status 0x%x\n", i, (int)pids[i], st);
+			bad++;
+		}
+	}
+	return bad;
+}
+
 static void cmd_torn(void)
 {
 	struct kid k[MAXKIDS];
 	struct argvb b;
-	int n = 0, bad;
+	int n = 0, bad, idle_attached = 0, release = -1;
 	size_t len = (size_t)(A.overlap ? A.block + A.block / 2 : A.block);
 	long long final_torn = 0;
+	pid_t *idle = xalloc(sizeof(pid_t) * (size_t)(A.idle + 1));
 
 	if (A.writers + A.readers > MAXKIDS || A.block <= 0 || A.block % (long long)PAGE)
 		die("bad sizes");
 	prefill(len, 1);
+	if (A.idle > 0)
+		idle_attached = start_idle(idle, &release);
 	A.start_ns = (long long)(now_ns() + 300000000ull);
 	for (int i = 0; i < A.writers; i++) {
 		base_args(&b, "tw");
@@ -568,11 +655,47 @@ static void cmd_torn(void)
 		close(fd);
 		free(buf);
 	}
-	printf("procs=%d reads=%lld torn=%lld writes=%lld final_torn=%lld errors=%lld ", n,
+	if (A.idle > 0)
+		bad += stop_idle(idle, release);
+	printf("procs=%d reads=%lld torn=%lld writes=%lld final_torn=%lld errors=%lld "
+	       "idle_attached=%d ", n,
 	       sum(k, n, "reads"), sum(k, n, "torn"), sum(k, n, "writes"), final_torn,
-	       sum(k, n, "read_errors") + sum(k, n, "write_errors"));
+	       sum(k, n, "read_errors") + sum(k, n, "write_errors"), idle_attached);
 	unlink(A.file);
 	verdict(bad == 0, "%d workers failed", bad);
+}
+
+/* ---- lone ---- */
+
+static void cmd_lone(void)
+{
+	unsigned char *buf = xalloc(4096);
+	uint64_t blocks = (uint64_t)A.size / 4096, calls = 0;
+	int fd;
+
+	unlink(A.file);
+	fd = open(A.file, O_RDWR | O_CREAT | O_EXCL, 0600);
+	if (fd < 0 || blocks == 0)
+		die("lone setup");
+	rnd_state = 12345;
+	for (int i = 0; i < A.count; i++) {
+		off_t off = (off_t)(rnd() % blocks * 4096);
+		ssize_t n;
+
+		if (i % 16 == 0) {
+			memset(buf, i & 0xff, 4096);
+			n = pwrite(fd, buf, 4096, off);
+		} else {
+			n = pread(fd, buf, 4096, off);
+		}
+		if (n < 0 || (i % 16 == 0 && n != 4096))
+			die("lone I/O");
+		calls++;
+	}
+	close(fd);
+	unlink(A.file);
+	printf("calls=%llu pid=%d ", (unsigned long long)calls, (int)getpid());
+	verdict(1, "%s", "");
 }
 
 /* ---- mixed ---- */
@@ -1383,7 +1506,9 @@ int main(int argc, char **argv)
 		die("readlink /proc/self/exe");
 	self_exe[n] = '\0';
 	parse(argc, argv);
-	if (!strcmp(argv[1], "tw"))
+	if (!strcmp(argv[1], "ti"))
+		role_torn_idle();
+	else if (!strcmp(argv[1], "tw"))
 		role_torn_writer();
 	else if (!strcmp(argv[1], "tr"))
 		role_torn_reader();
@@ -1405,6 +1530,8 @@ int main(int argc, char **argv)
 		role_fork_leak();
 	else if (!strcmp(argv[1], "forkleak"))
 		cmd_forkleak();
+	else if (!strcmp(argv[1], "lone"))
+		cmd_lone();
 	else if (!strcmp(argv[1], "torn"))
 		cmd_torn();
 	else if (!strcmp(argv[1], "mixed"))

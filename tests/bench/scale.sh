@@ -1,0 +1,129 @@
+#!/bin/sh
+# The scale table: many processes on one file, many files in one process,
+# and ordinary tools, each as a ratio to the same work without the shim,
+# measured in one run with the modes interleaved round by round (the
+# median of the per-round ratios).  docs/benchmarks.md records a run.
+#
+#   sh tests/bench/scale.sh BUILD [procs|files|tools]...
+#
+# SCALE_PROCS (default 1,4,16,64,128,256), SCALE_CALLS (total calls per
+# cell, default 20000), SCALE_FILES (default 1,100,1000,10000),
+# SCALE_ROUNDS (default 3).  The tools row needs tar, rsync and git
+# (Debian packages tar, rsync, git): installed when run as root with
+# apt-get, otherwise named, and the row is skipped.
+set -eu
+B=$(cd "$1" && pwd)
+shift
+LIB=$B/librangeshim.so
+PR=$B/tests/bench/procrand
+MF=$B/tests/bench/manyfiles
+PROCS=${SCALE_PROCS:-1,4,16,64,128,256}
+CALLS=${SCALE_CALLS:-20000}
+FILES=${SCALE_FILES:-1,100,1000,10000}
+ROUNDS=${SCALE_ROUNDS:-3}
+SECTIONS=${*:-procs files tools}
+DIR=$(mktemp -d "${BENCH_DIR:-/tmp}/rs-scale.XXXXXX")
+export RANGESHIM_SHM=/rangeshim-scale.$$
+trap 'rm -rf "$DIR" "/dev/shm/rangeshim-scale.$$"' EXIT
+
+# median of the numbers on stdin
+median() { sort -g | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)]; else print "nan" }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f\n", a / b; else print "nan" }'; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f\n", b - a }'; }
+now() { date +%s.%N; }
+
+# procrand cell: prints us/call; fails the run on a torn read or error
+pr() {
+	out=$("$@") || { echo "scale.sh: $* failed: $out" >&2; exit 1; }
+	case $out in *torn=0*|*bad=0*) ;; *) echo "scale.sh: damage: $* -> $out" >&2; exit 1 ;; esac
+	echo "$out" | awk '{ print $1 }'
+}
+
+if echo "$SECTIONS" | grep -qw procs; then
+	echo "## Processes on one file ($CALLS calls in all; us per call; ratio to unlocked, median of $ROUNDS rounds)"
+	echo
+	echo "| workload | procs | unlocked us | shim / unlocked | OFD / unlocked |"
+	echo "|---|---|---|---|---|"
+	for w in rand own; do
+		for p in $(echo "$PROCS" | tr , ' '); do
+			c=$((CALLS / p)); [ "$c" -ge 1 ] || c=1
+			rs=; ro=; u=
+			for r in $(seq "$ROUNDS"); do
+				tu=$(pr "$PR" "$DIR/f" "$p" "$c" "$w")
+				ts=$(LD_PRELOAD=$LIB pr "$PR" "$DIR/f" "$p" "$c" "$w")
+				to=$(pr "$PR" "$DIR/f" "$p" "$c" "$w" ofd)
+				u="$u $tu"
+				rs="$rs $(ratio "$ts" "$tu")"
+				ro="$ro $(ratio "$to" "$tu")"
+			done
+			echo "| $w | $p | $(echo $u | tr ' ' '\n' | median) | $(echo $rs | tr ' ' '\n' | median) | $(echo $ro | tr ' ' '\n' | median) |"
+		done
+	done
+	echo
+fi
+
+if echo "$SECTIONS" | grep -qw files; then
+	echo "## Files open in one process ($CALLS random 4 KiB pread/pwrite; ratio to unlocked, median of $ROUNDS rounds)"
+	echo
+	echo "| files | unlocked us | shim / unlocked |"
+	echo "|---|---|---|"
+	for n in $(echo "$FILES" | tr , ' '); do
+		rs=; u=
+		for r in $(seq "$ROUNDS"); do
+			tu=$("$MF" "$DIR" "$n" "$CALLS" | awk '{ print $1 }')
+			ts=$(LD_PRELOAD=$LIB "$MF" "$DIR" "$n" "$CALLS" | awk '{ print $1 }')
+			u="$u $tu"
+			rs="$rs $(ratio "$ts" "$tu")"
+		done
+		echo "| $n | $(echo $u | tr ' ' '\n' | median) | $(echo $rs | tr ' ' '\n' | median) |"
+	done
+	echo
+fi
+
+need() {
+	command -v "$1" >/dev/null 2>&1 && return 0
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null 2>&1 && return 0
+	fi
+	echo "scale.sh: $1 is not installed; run: sudo apt-get install $2 (tools row skipped)" >&2
+	return 1
+}
+
+# one tool run, timed: tool NAME SHIM(0|1)
+tool() {
+	pre=
+	[ "$2" = 1 ] && pre=$LIB
+	rm -rf "$DIR/t"; mkdir -p "$DIR/t"
+	case $1 in
+	"tar cf") t0=$(now); LD_PRELOAD=$pre tar cf "$DIR/t/a.tar" -C /usr include ;;
+	"tar xf") t0=$(now); LD_PRELOAD=$pre tar xf "$DIR/src.tar" -C "$DIR/t" ;;
+	"rsync -a") t0=$(now); LD_PRELOAD=$pre rsync -a /usr/include/ "$DIR/t/inc/" ;;
+	"git clone") t0=$(now); LD_PRELOAD=$pre git clone -q --no-hardlinks "$DIR/repo" "$DIR/t/c" ;;
+	esac
+	secs "$t0" "$(now)"
+}
+
+if echo "$SECTIONS" | grep -qw tools && need tar tar && need rsync rsync && need git git; then
+	tar cf "$DIR/src.tar" -C /usr include
+	SRCREPO=${SCALE_GIT_REPO:-$(cd "$(dirname "$0")/../.." && pwd)}
+	git clone -q --bare --no-hardlinks "$SRCREPO" "$DIR/repo" 2>/dev/null ||
+		{ mkdir -p "$DIR/r" && tar xf "$DIR/src.tar" -C "$DIR/r" &&
+		  git -C "$DIR/r" init -q && git -C "$DIR/r" add -A &&
+		  git -C "$DIR/r" -c user.name=b -c user.email=b@b commit -qm b &&
+		  git clone -q --bare "$DIR/r" "$DIR/repo"; }
+	echo "## Ordinary tools (/usr/include; wall time ratio to unlocked, median of $ROUNDS rounds)"
+	echo
+	echo "| tool | unlocked s | shim / unlocked |"
+	echo "|---|---|---|"
+	for t in "tar cf" "tar xf" "rsync -a" "git clone"; do
+		rs=; u=
+		for r in $(seq "$ROUNDS"); do
+			tu=$(tool "$t" 0)
+			ts=$(tool "$t" 1)
+			u="$u $tu"
+			rs="$rs $(ratio "$ts" "$tu")"
+		done
+		echo "| $t | $(echo $u | tr ' ' '\n' | median) | $(echo $rs | tr ' ' '\n' | median) |"
+	done
+	echo
+fi
