@@ -509,6 +509,34 @@ void rs_grant_file_closed(struct rs_file *f)
 		rs_cluster_file_closed(atomic_load(&f->dev), atomic_load(&f->ino));
 }
 
+/*
+ * Before we make a process that shares our descriptor table and not our
+ * memory (clone with CLONE_FILES): from then on our own table descriptor
+ * is a number in a table the other process may change.  Its dup2 onto
+ * that number moves our description to a number we never learn of
+ * (rs_fd_evict, in its memory), and our own closefrom then closed it: we
+ * looked dead and a reader reclaimed our grant while we wrote (test_edge,
+ * clonefiles_dup2).  So, as such a child does for itself (attach_locked),
+ * we map the table through the liveness descriptor: the mapping keeps the
+ * description, and its lock, for as long as we live, whatever happens to
+ * the number.  Before the clone, so that there is no window; the child
+ * replaces its copy of the mapping (rs_grants_fork_child), so it never
+ * keeps us alive, and so does a fork of ours.  Later attaches do the same
+ * (shares_files).
+ */
+void rs_grants_files_shared(void)
+{
+	int fd;
+
+	rs_mutex_lock(&attach_mtx);
+	shares_files = 1;
+	fd = atomic_load(&rs_private_fd[0]);
+	if (attach_state == 1 && table.map.seg && fd >= 0)
+		mmap(table.map.seg, sizeof(struct rs_segment), PROT_READ | PROT_WRITE,
+		     MAP_SHARED | MAP_FIXED, fd, 0);
+	rs_mutex_unlock(&attach_mtx);
+}
+
 /* No child is forked in the middle of an attach: its descriptor would be
  * inherited at a low number, outside the child's fork handling. */
 void rs_grants_fork_prepare(void)

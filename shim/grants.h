@@ -47,6 +47,8 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 void rs_grant_idle(struct rs_gref *ref, uint64_t old);
 /* Last description of f closed: give its grants back. */
 void rs_grant_file_closed(struct rs_file *f);
+/* Before a clone with CLONE_FILES and without CLONE_VM (grants.c). */
+void rs_grants_files_shared(void);
 void rs_grants_fork_prepare(void);
 void rs_grants_fork_parent(void);
 /* files_shared: the child shares our descriptor table (CLONE_FILES). */

@@ -428,6 +428,26 @@ RS_FSTAT(fstat64, struct stat64)
 RS_FSTATAT(fstatat, struct stat)
 RS_FSTATAT(fstatat64, struct stat64)
 
+/*
+ * The shim's own descriptor numbers (rs_fd_private), kept out of the
+ * application's close/dup2/closefrom.  Not in a vfork child: it has a
+ * copy of our descriptor table, whose numbers are its own to close or
+ * to dup2 onto, but our memory, where moving a number away (rs_fd_evict)
+ * recorded the child's new number as ours: the parent's later closefrom
+ * then closed its real table descriptor and it looked dead to the table
+ * (test_edge, vfork_dup2).  The vfork stub's raised rs_depth tells the
+ * child (iolock.h, RS_DEPTH_VFORK).
+ */
+static inline int in_vfork_child(void)
+{
+	return RS_LOAD(rs_depth) >= RS_DEPTH_VFORK;
+}
+
+static inline int ours(int fd)
+{
+	return rs_fd_private(fd) && !in_vfork_child();
+}
+
 /* Read the entry before the real close: once the fd number is free,
  * another thread may open something else under it. */
 static void closed(int fd, uint64_t old)
@@ -454,7 +474,7 @@ RS_EXPORT int close(int fd)
 	int r;
 
 	/* Ours: to the application it was open, and now it is closed. */
-	if (rs_fd_private(fd))
+	if (ours(fd))
 		return 0;
 	old = rs_ready() ? rs_fdt_get(fd) : RS_FD_UNKNOWN;
 	r = REAL(int, close, (fd));
@@ -490,7 +510,7 @@ static void forget_range(unsigned lo, unsigned hi)
 /* Closing a range skips the shim's own fds, lowest first. */
 static int close_range_around(unsigned lo, unsigned hi, int flags)
 {
-	for (int i = 0; i < RS_NPRIVATE; i++) {
+	for (int i = 0; i < RS_NPRIVATE && !in_vfork_child(); i++) {
 		int p = atomic_load(&rs_private_fd[i]);
 
 		if (p >= 0 && (unsigned)p >= lo && (unsigned)p <= hi && !(flags & CLOSE_RANGE_CLOEXEC)) {
@@ -625,7 +645,7 @@ RS_EXPORT void closefrom(int lo)
 	rs_ready();
 	if (!rs_real.closefrom)
 		return;
-	for (int i = 0; i < RS_NPRIVATE; i++)
+	for (int i = 0; i < RS_NPRIVATE && !in_vfork_child(); i++)
 		around |= lo >= 0 && atomic_load(&rs_private_fd[i]) >= lo;
 	if (around)
 		close_range_around((unsigned)lo, UINT_MAX, 0);
@@ -751,7 +771,7 @@ static int dup_end(struct dup_hold *h, int oldfd, int r)
 	{                                                                     \
 		struct dup_hold h;                                            \
 		rs_ready();                                                   \
-		if (oldfd != newfd)                                           \
+		if (oldfd != newfd && !in_vfork_child())                      \
 			rs_fd_evict(newfd);                                   \
 		dup_begin(&h, oldfd, newfd);                                  \
 		return dup_end(&h, oldfd, REAL(int, name, args));             \
@@ -1026,7 +1046,11 @@ static int clone_child(void *p)
 		}									\
 		if (!(flags & CLONE_VM) && fn) {					\
 			struct clone_start c = { fn, arg, flags };				\
-			int locked = fork_begin(), r;					\
+			int locked, r;							\
+											\
+			if ((flags & CLONE_FILES) && rs_ready() && !RS_LOAD(rs_depth))	\
+				rs_grants_files_shared();				\
+			locked = fork_begin();						\
 											\
 			r = REAL(int, name, (clone_child, stack, flags, &c, ptid, tls, ctid)); \
 			if (locked)	/* the child went through clone_child */	\
@@ -1265,7 +1289,11 @@ RS_EXPORT long syscall(long nr, ...)
 		rs_fdt_lazy_shared();
 	}
 	if (__builtin_expect(fork_like(nr, a, b), 0)) {
-		int locked = fork_begin();
+		int locked;
+
+		if ((fork_flags(nr, a) & CLONE_FILES) && rs_ready() && !RS_LOAD(rs_depth))
+			rs_grants_files_shared();
+		locked = fork_begin();
 
 		r = rs_raw_syscall6(nr, a, b, c, d, e, f);
 		fork_end(r, locked, fork_flags(nr, a));

@@ -641,8 +641,8 @@ static void io_clear(struct rs_io *io)
  *    dead to the table like any process, and its grant is reclaimed.
  *  - process scope (or no usable table): the file's range lock, with a
  *    node in this thread's TLS, not on the child's stack, so that the
- *    parent can unlock it (rs_vfork_parent) when the child was killed
- *    holding it.
+ *    parent can withdraw it (rs_vfork_parent, rs_rangelock_forget) when
+ *    the child was killed holding it or waiting for it.
  * The state lives in TLS (per parent thread: each has at most one vfork
  * child), never in the parent's own structures.  A child killed inside
  * the shim's own short critical sections (the fd table's mutex, the range
@@ -683,11 +683,16 @@ static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
 	struct { uint64_t dev, ino; struct rs_file *f; } k[2], x;
 	int m = 0, saved = errno;
 
+	/* Not the fd table's word on the descriptor: that table is the
+	 * parent's, and the child's number may name another file by now (a
+	 * redirection, dup2 of a file onto the number of a pipe of the
+	 * parent's, passed its writes through unlocked; test_edge,
+	 * vfork_redirect).  So a regular file outside RANGESHIM_PATHS is
+	 * locked here too: more exclusion, never less. */
 	for (int i = 0; i < n && i < 2; i++) {
-		uint64_t e = rs_fdt_get(t[i].fd);
 		struct stat st;
 
-		if (t[i].where == RS_POS_ONLY || e == RS_FD_PASS)
+		if (t[i].where == RS_POS_ONLY)
 			continue;
 		if (fstat(t[i].fd, &st) < 0 || !S_ISREG(st.st_mode))
 			continue;
@@ -712,10 +717,33 @@ static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
 	    __atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE)) {
 		char why[256];
 
-		for (int tries = 0; rs_nt_register(&vf.nt, rs_cfg.shm_name, why, sizeof(why)) < 0;
-		     tries++) {
+		/* errno is cleared first: the application's own EMFILE may
+		 * still be in it when the registration fails for another
+		 * reason. */
+		for (int tries = 0; (errno = 0, rs_nt_register(&vf.nt, rs_cfg.shm_name, why,
+							       sizeof(why))) < 0; tries++) {
 			struct timespec ts = { 0, 10 * 1000 * 1000 };
 
+			/* No descriptor for the registration: the child's fd
+			 * table changes only by the child, which waits here, and
+			 * its parent is stopped until it exits, so waiting hung
+			 * the program for good (test_edge, vfork_emfile).  The
+			 * call fails with EMFILE (ENFILE), said once, without
+			 * being made, as a cluster pin's does (limitations.md). */
+			if (errno == EMFILE || errno == ENFILE) {
+				static _Atomic int said;
+
+				if (!atomic_exchange(&said, 1))
+					rs_log(RS_LOG_ERROR, "a vfork child's call fails with %s: "
+					       "it has no free descriptor to register in the "
+					       "node lock table with (%s)",
+					       errno == EMFILE ? "EMFILE" : "ENFILE", why);
+				rs_cl_eio = errno;
+				rs_depth_add(-1);
+				io->entered = -1;
+				errno = saved;
+				return;
+			}
 			/* The parent attached, so the table exists: a full slot
 			 * table, say, frees up.  Wait; never go on unlocked. */
 			if (tries == 500)
@@ -747,19 +775,25 @@ static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
 
 		if (idx < 0)
 			continue;	/* no thread of the parent has it open */
+		/* Counted before it is queued: killed waiting, the node
+		 * stays in the queue, and the parent must withdraw it
+		 * (rs_vfork_parent; test_edge, vfork_wait_killed). */
 		vf.file[vf.nnodes] = rs_fdt_file((uint32_t)idx);
-		rs_rangelock_lock(&vf.file[vf.nnodes]->rl, &vf.node[vf.nnodes], 0, RS_RANGE_EOF,
-				  RS_RL_WRITE);
 		vf.nnodes++;
+		atomic_signal_fence(memory_order_seq_cst);
+		rs_rangelock_lock(&vf.file[vf.nnodes - 1]->rl, &vf.node[vf.nnodes - 1], 0,
+				  RS_RANGE_EOF, RS_RL_WRITE);
 	}
 	errno = saved;
 }
 
 static void vfork_end(void)
 {
+	/* Uncounted only once unlocked: see rs_vfork_parent. */
 	while (vf.nnodes > 0) {
+		rs_rangelock_unlock(&vf.file[vf.nnodes - 1]->rl, &vf.node[vf.nnodes - 1]);
+		atomic_signal_fence(memory_order_seq_cst);
 		vf.nnodes--;
-		rs_rangelock_unlock(&vf.file[vf.nnodes]->rl, &vf.node[vf.nnodes]);
 	}
 	if (vf.registered)
 		vf_unregister();
@@ -771,10 +805,11 @@ int rs_vfork_parent(int pid)
 	int saved = errno;
 
 	/* The child is gone (exited, exec'd or killed): what it still held,
-	 * it held in a call it never finished. */
+	 * or waited for, or had not yet queued, it did in a call it never
+	 * finished. */
 	while (vf.nnodes > 0) {
 		vf.nnodes--;
-		rs_rangelock_unlock(&vf.file[vf.nnodes]->rl, &vf.node[vf.nnodes]);
+		rs_rangelock_forget(&vf.file[vf.nnodes]->rl, &vf.node[vf.nnodes]);
 	}
 	if (vf.registered) {
 		/* Its slot died with its descriptor (its own fd table): the

@@ -521,6 +521,35 @@ int rs_rangelock_trylock(struct rs_rangelock *rl, struct rs_rl_node *node,
 	return ok ? 0 : -1;
 }
 
+/* Found by identity, never through the node's own links: a request
+ * that was never queued has stale ones.  A waiting request (RL_WAITING;
+ * woken is still waiting) leaves nwait with it. */
+void rs_rangelock_forget(struct rs_rangelock *rl, struct rs_rl_node *node)
+{
+	struct wakes wk = { .n = 0 };
+	struct rs_rl_node *w;
+
+	rs_mutex_lock(&rl->mtx);
+	for (w = settle(rl); w && w != node; w = w->next)
+		;
+	if (w) {
+		if ((node->mode & RL_WAITING) && rl->nwait)
+			rl->nwait--;
+		if (node->prev)
+			node->prev->next = node->next;
+		else
+			__atomic_store_n(&rl->head, node->next, __ATOMIC_RELEASE);
+		if (node->next)
+			node->next->prev = node->prev;
+		else
+			rl->tail = node->prev;
+		if (rl->nwait)
+			wake_pass(rl, &wk);
+	}
+	rs_mutex_unlock(&rl->mtx);
+	pay_wakes(&wk);
+}
+
 void rs_rangelock_unlock(struct rs_rangelock *rl, struct rs_rl_node *node)
 {
 	struct wakes wk = { .n = 0 };

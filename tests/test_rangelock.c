@@ -50,6 +50,12 @@
  *  reset       After rs_rangelock_reset (even with ranges held and the
  *              queue mutex left taken, as a forked child may find it; also
  *              in a real fork() child) an empty lock grants everything.
+ *  forget      A request whose caller was killed (a clone(CLONE_VM) child
+ *              killed with SIGKILL while it waits, as a vfork child in the
+ *              shim can be): after rs_rangelock_forget the range is free
+ *              once the holder unlocks; the control without it finds the
+ *              range still taken by the dead request.  Forgetting a held
+ *              node releases it; one never queued changes nothing.
  *  trylock     A failed trylock does not queue: it blocks nobody afterwards,
  *              its node may be scribbled on or reused at once, and once the
  *              holder unlocks the same range is granted immediately.
@@ -1747,4 +1753,72 @@ Test(rangelock, fast_path_waits_and_wakes, .timeout = 10)
 	areq_finish(&r);   /* alone by now: the fast unlock */
 	cr_assert_eq(rs_rangelock_trylock(&rl, &t, 0, EOFR, W), 0);
 	rs_rangelock_unlock(&rl, &t);
+}
+
+/* ------------------------------------------------------------------ */
+/* forget()                                                             */
+
+static struct rs_rangelock forget_rl;
+static struct rs_rl_node forget_node;
+
+static int forget_waiter(void *arg)
+{
+	(void)arg;
+	rs_rangelock_lock(&forget_rl, &forget_node, 0, 100, W);
+	for (;;)
+		pause();
+	return 0;
+}
+
+/* A waiter on [0,100) killed while it waits, forgotten or not; then the
+ * holder unlocks.  Returns whether [0,100) is free afterwards. */
+static int forget_case(int forget)
+{
+	static char stk[1 << 16] __attribute__((aligned(16)));
+	struct rs_rl_node a, n;
+	int st, free_after;
+	pid_t c;
+
+	rs_rangelock_init(&forget_rl);
+	cr_assert_eq(rs_rangelock_lock(&forget_rl, &a, 0, 100, W), 0);
+	c = clone(forget_waiter, stk + sizeof(stk), CLONE_VM | SIGCHLD, NULL);
+	cr_assert_gt(c, 0);
+	while (__atomic_load_n(&forget_rl.nwait, __ATOMIC_ACQUIRE) == 0)
+		sched_yield();
+	usleep(20000);	/* asleep in its wait, not inside the queue's mutex */
+	kill(c, SIGKILL);
+	cr_assert_eq(waitpid(c, &st, 0), c);
+	if (forget)
+		rs_rangelock_forget(&forget_rl, &forget_node);
+	rs_rangelock_unlock(&forget_rl, &a);
+	free_after = rs_rangelock_trylock(&forget_rl, &n, 0, 100, W) == 0;
+	if (free_after)
+		rs_rangelock_unlock(&forget_rl, &n);
+	return free_after;
+}
+
+Test(rangelock, forget_killed_waiter, .timeout = 20)
+{
+	if (RS_SAN[0])
+		cr_skip_test("a sanitizer runtime does not follow a child made by clone()");
+	cr_assert_eq(forget_case(0), 0, "control: the dead waiter's request did not hold "
+		     "the range after its holder unlocked");
+	cr_assert_eq(forget_case(1), 1, "the range stayed taken after forget");
+}
+
+Test(rangelock, forget_held_and_unqueued, .timeout = 10)
+{
+	struct rs_rangelock rl;
+	struct rs_rl_node a, b, n;
+
+	rs_rangelock_init(&rl);
+	cr_assert_eq(rs_rangelock_lock(&rl, &a, 0, 100, W), 0);
+	memset(&b, 0xa5, sizeof(b));	/* never queued: stale links */
+	rs_rangelock_forget(&rl, &b);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 50, 60, R), -1,
+		     "forgetting a node never queued released another");
+	rs_rangelock_forget(&rl, &a);
+	cr_assert_eq(rs_rangelock_trylock(&rl, &n, 50, 60, R), 0,
+		     "forgetting a held node did not release it");
+	rs_rangelock_unlock(&rl, &n);
 }

@@ -89,6 +89,17 @@ RS_RANGELOCK_API int rs_rangelock_trylock(struct rs_rangelock *rl, struct rs_rl_
 RS_RANGELOCK_API void rs_rangelock_unlock(struct rs_rangelock *rl, struct rs_rl_node *node);
 
 /*
+ * Pre:  node was given to rs_rangelock_lock by a caller that can no
+ *       longer run (a vfork child killed in its call), which may have
+ *       stopped anywhere outside the queue's mutex: before its request
+ *       was queued, while it waited, or holding the range.
+ * Post: node is in no queue of rl: a held range is released and a
+ *       waiting request withdrawn, each waking whom it held back, as
+ *       rs_rangelock_unlock does; a node not queued is left alone.
+ */
+RS_RANGELOCK_API void rs_rangelock_forget(struct rs_rangelock *rl, struct rs_rl_node *node);
+
+/*
  * Forget every queued request without waking anyone.  Only for a forked
  * child, whose other threads (and the nodes on their stacks) are gone.
  */

@@ -45,6 +45,72 @@
  *   clone_vfork_kill FILE READER MS  the same with the child made by
  *                 clone(CLONE_VM | CLONE_VFORK | SIGCHLD) on a stack of
  *                 its own.
+ *   vfork_dup2 FILE MS  this process writes a 1 MiB record (attached, a
+ *                 grant held), then vforks a child that dup2s FILE's fd
+ *                 onto the number of our node table descriptor (found in
+ *                 /proc/self/fd by RANGESHIM_SHM's name; a number that is
+ *                 free in its own fd table, to the child) and exits, as
+ *                 a child that passes a descriptor at a fixed number
+ *                 does.  Then this process closes every descriptor above
+ *                 FILE's (closefrom, a daemon's clean-up) and pwrites
+ *                 1 MiB records of changing value at offset 0 while a
+ *                 forked reader preads them for MS ms.  Prints
+ *                 "table=N" (-1 without the shim) and the reader's
+ *                 "reads=R torn=T".
+ *   vfork_exit FILE MS  this process writes a 1 MiB record (attached, a
+ *                 grant held), then vforks a child whose execve fails and
+ *                 which then calls exit(127), not _exit (common in
+ *                 fork-then-exec code moved to vfork): atexit handlers
+ *                 and destructors run in the child, in our memory.  Then
+ *                 this process pwrites 1 MiB records of changing value at
+ *                 offset 0 while a forked reader preads them for MS ms.
+ *                 Prints "child=N" (its exit status) and the reader's
+ *                 "reads=R torn=T".
+ *   seg_truncate FILE  this process writes a 1 MiB record (attached, a
+ *                 grant held), then truncates its node table's file to 0
+ *                 bytes by a raw system call, as another process of the
+ *                 same user (or a bug) can, and writes FILE again.
+ *                 Prints "table=N" (-1 without the shim: nothing to
+ *                 truncate) and "survived" after the second write.
+ *   vfork_mt FILE MS  a thread of ours pwrites 1 MiB records of changing
+ *                 value at offset 0 while the main thread, for MS ms,
+ *                 vforks children that each pwrite one 1 MiB record
+ *                 there and _exit, and posix_spawns /bin/true between
+ *                 them (glibc's posix_spawn: clone(CLONE_VM |
+ *                 CLONE_VFORK) inside libc); a forked reader preads the
+ *                 records.  Prints "children=C spawns=S" and the
+ *                 reader's "reads=R torn=T".
+ *   clonefiles_dup2 FILE MS  as vfork_dup2, with the child made by
+ *                 clone(CLONE_FILES | SIGCHLD): it shares our descriptor
+ *                 table, not our memory, and dup2s FILE's fd onto our
+ *                 node table descriptor's number.  Then this process
+ *                 closes every descriptor above FILE's (closefrom) and
+ *                 writes while a forked reader reads.  Prints "table=N"
+ *                 and the reader's "reads=R torn=T".
+ *   vfork_wait_kill FILE  a thread of ours pwrites 64 MiB records to FILE
+ *                 at offset 0 in a loop while a vfork child pwrites 4 KiB
+ *                 there, which must wait for the thread's range lock
+ *                 (process scope), and is killed (SIGKILL, by another
+ *                 thread of ours) 2 ms in, while it waits.  Then the
+ *                 thread stops and this process pwrites 4 KiB once more:
+ *                 "after=ok", or "after=stuck" if that call has not
+ *                 returned in 10 s (it waits behind the dead child's
+ *                 queued lock).  Prints "child=killed" (or its status).
+ *   vfork_redirect FILE MS  this process writes to a pipe (so that its
+ *                 fd number is known to the shim as one that passes
+ *                 through), then, for MS ms, vforks children that dup2
+ *                 FILE's fd onto that number, as a redirection does, and
+ *                 pwrite a 1 MiB record of changing value at offset 0
+ *                 through it before they _exit; a forked reader preads
+ *                 the records.  Prints "children=C" and the reader's
+ *                 "reads=R torn=T".
+ *   vfork_emfile FILE  this process writes FILE (attached), lowers its
+ *                 descriptor limit to 64 and opens /dev/null until EMFILE,
+ *                 then vforks a child that pwrites 1 byte to FILE and
+ *                 _exits with 0, or with the call's errno.  Prints
+ *                 "child=E" (0: written; -1: killed).  A child that waits
+ *                 for a descriptor it can never get hangs the program
+ *                 (the test's timeout ends it).
  *   growsdown FILE  LTP mmap18's first case: reserve 256 pages plus a
  *                 thread stack, unmap it all and map only the stack's top
  *                 with MAP_GROWSDOWN, leaving the hole below for the stack
@@ -57,17 +123,21 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/single_threaded.h>
@@ -375,6 +445,388 @@ static int vfork_kill(const char *how, double ms, int by_clone)
 	return 0;
 }
 
+/* ---- vfork_dup2 ------------------------------------------------------ */
+
+/* The number of our node table descriptor, or -1. */
+static int table_fd(void)
+{
+	const char *shm = getenv("RANGESHIM_SHM");
+	char want[300], p[300], l[512];
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = -1;
+
+	if (!d || !shm)
+		return d ? (closedir(d), -1) : -1;
+	snprintf(want, sizeof(want), "/dev/shm%s", shm);
+	while ((e = readdir(d))) {
+		ssize_t k;
+
+		snprintf(p, sizeof(p), "/proc/self/fd/%s", e->d_name);
+		k = readlink(p, l, sizeof(l) - 1);
+		if (k <= 0)
+			continue;
+		l[k] = 0;
+		if (!strcmp(l, want))
+			n = atoi(e->d_name);
+	}
+	closedir(d);
+	return n;
+}
+
+static __attribute__((noinline)) pid_t vfork_dup2_child(int n)
+{
+	pid_t c = vfork();
+
+	if (c == 0) {
+		if (n >= 0)
+			dup2(fd, n);
+		_exit(0);
+	}
+	return c;
+}
+
+static int vfork_dup2(double ms)
+{
+	pid_t c, reader;
+	int st, n;
+
+	fill_records();	/* our first write: attached, a grant held */
+	n = table_fd();
+	printf("table=%d\n", n);
+	c = vfork_dup2_child(n);
+	if (c < 0 || waitpid(c, &st, 0) != c)
+		abort();
+	closefrom(fd + 1);
+	fflush(stdout);
+	reader = fork();
+	if (reader == 0) {
+		read_for(ms);
+		fflush(stdout);
+		_exit(0);
+	}
+	for (long k = 1; waitpid(reader, &st, WNOHANG) == 0; k++)
+		if (pwrite(fd, wbuf[k % 2], BIG, 0) != BIG)
+			abort();
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		printf("reader=status %d\n", st);
+	return 0;
+}
+
+static __attribute__((noinline)) pid_t vfork_exit_child(void)
+{
+	pid_t c = vfork();
+
+	if (c == 0) {
+		char *argv[] = { "/nonexistent/rs-edge-probe", NULL };
+
+		execv(argv[0], argv);
+		exit(127);
+	}
+	return c;
+}
+
+static int vfork_exit(double ms)
+{
+	pid_t c, reader;
+	int st;
+
+	fill_records();	/* our first write: attached, a grant held */
+	fflush(stdout);	/* the child's exit flushes stdio in our memory */
+	c = vfork_exit_child();
+	if (c < 0 || waitpid(c, &st, 0) != c)
+		abort();
+	printf("child=%d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	fflush(stdout);
+	reader = fork();
+	if (reader == 0) {
+		read_for(ms);
+		fflush(stdout);
+		_exit(0);
+	}
+	for (long k = 1; waitpid(reader, &st, WNOHANG) == 0; k++)
+		if (pwrite(fd, wbuf[k % 2], BIG, 0) != BIG)
+			abort();
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		printf("reader=status %d\n", st);
+	return 0;
+}
+
+static int seg_truncate(void)
+{
+	char l[PATH_MAX], p[64];
+	ssize_t k;
+	int n;
+
+	fill_records();
+	n = table_fd();
+	printf("table=%d\n", n);
+	fflush(stdout);
+	if (n >= 0) {
+		snprintf(p, sizeof(p), "/proc/self/fd/%d", n);
+		k = readlink(p, l, sizeof(l) - 1);
+		if (k <= 0)
+			abort();
+		l[k] = 0;
+		if (syscall(SYS_truncate, l, 0L) < 0)
+			abort();
+	}
+	if (pwrite(fd, wbuf[1], BIG, 0) != BIG)
+		abort();
+	printf("survived\n");
+	return 0;
+}
+
+static __attribute__((noinline)) pid_t vfork_write_child(long k)
+{
+	pid_t c = vfork();
+
+	if (c == 0) {
+		if (pwrite(fd, wbuf[k % 2], BIG, 0) != BIG)
+			_exit(3);
+		_exit(0);
+	}
+	return c;
+}
+
+static int vfork_mt(double ms)
+{
+	extern char **environ;
+	char *targv[] = { "/bin/true", NULL };
+	pthread_t w;
+	pid_t c, reader;
+	long children = 0, spawns = 0;
+	double t0;
+	int st;
+
+	fill_records();
+	reader = fork();
+	if (reader == 0) {
+		read_for(ms);
+		fflush(stdout);
+		_exit(0);
+	}
+	if (pthread_create(&w, NULL, writer, NULL))
+		abort();
+	t0 = probe_now();
+	for (long k = 0; (probe_now() - t0) * 1e3 < ms; k++) {
+		c = vfork_write_child(k);
+		if (c < 0 || waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st))
+			printf("child=status %d\n", st);
+		children++;
+		if (posix_spawn(&c, targv[0], NULL, NULL, targv, environ) == 0 &&
+		    waitpid(c, &st, 0) == c)
+			spawns++;
+	}
+	atomic_store(&stop_writer, 1);
+	pthread_join(w, NULL);
+	printf("children=%ld spawns=%ld\n", children, spawns);
+	fflush(stdout);
+	waitpid(reader, &st, 0);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		printf("reader=status %d\n", st);
+	return 0;
+}
+
+static int clone_dup2_child(void *arg)
+{
+	int n = *(int *)arg;
+
+	if (n >= 0 && dup2(fd, n) != n)
+		return 3;
+	return 0;
+}
+
+static int clonefiles_dup2(double ms)
+{
+	char *stk = malloc(1 << 16);
+	pid_t c, reader;
+	int st, n;
+
+	if (!stk)
+		abort();
+	fill_records();	/* our first write: attached, a grant held */
+	n = table_fd();
+	printf("table=%d\n", n);
+	c = clone(clone_dup2_child, stk + (1 << 16), CLONE_FILES | SIGCHLD, &n);
+	if (c < 0 || waitpid(c, &st, 0) != c) {
+		printf("verdict=skip clone: %s\n", strerror(errno));
+		return 0;
+	}
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		printf("child=status %d\n", st);
+	closefrom(fd + 1);
+	fflush(stdout);
+	reader = fork();
+	if (reader == 0) {
+		read_for(ms);
+		fflush(stdout);
+		_exit(0);
+	}
+	for (long k = 1; waitpid(reader, &st, WNOHANG) == 0; k++)
+		if (pwrite(fd, wbuf[k % 2], BIG, 0) != BIG)
+			abort();
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		printf("reader=status %d\n", st);
+	return 0;
+}
+
+static void *big_writer(void *arg)
+{
+	while (!atomic_load(&stop_writer))
+		if (pwrite(fd, arg, 64 << 20, 0) != 64 << 20)
+			abort();
+	return NULL;
+}
+
+static void *killer2(void *arg)
+{
+	(void)arg;
+	while (!vchild)
+		sched_yield();
+	usleep(2000);	/* inside the child's wait for the writer's lock */
+	kill(vchild, SIGKILL);
+	return NULL;
+}
+
+static void stuck(int sig)
+{
+	(void)sig;
+	(void)!write(1, "after=stuck\n", 12);
+	_exit(0);
+}
+
+static __attribute__((noinline)) pid_t vfork_small_child(const char *b)
+{
+	pid_t c = vfork();
+
+	if (c == 0) {
+		vchild = getpid();
+		(void)!pwrite(fd, b, 4096, 0);
+		_exit(0);
+	}
+	return c;
+}
+
+static int vfork_wait_kill(void)
+{
+	static char small[4096];
+	char *big = malloc(64 << 20);
+	pthread_t w, kt;
+	pid_t c;
+	int st;
+
+	if (!big)
+		abort();
+	memset(big, 'w', 64 << 20);
+	if (pwrite(fd, big, 64 << 20, 0) != 64 << 20)
+		abort();
+	if (pthread_create(&w, NULL, big_writer, big))
+		abort();
+	usleep(1000);
+	if (pthread_create(&kt, NULL, killer2, NULL))
+		abort();
+	c = vfork_small_child(small);
+	if (c < 0 || waitpid(c, &st, 0) != c)
+		abort();
+	pthread_join(kt, NULL);
+	if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+		printf("child=killed\n");
+	else
+		printf("child=status %d\n", st);
+	atomic_store(&stop_writer, 1);
+	fflush(stdout);
+	signal(SIGALRM, stuck);
+	alarm(10);
+	pthread_join(w, NULL);
+	if (pwrite(fd, small, sizeof(small), 0) != (ssize_t)sizeof(small))
+		abort();
+	alarm(0);
+	printf("after=ok\n");
+	return 0;
+}
+
+static __attribute__((noinline)) pid_t vfork_redirect_child(int n, long k)
+{
+	pid_t c = vfork();
+
+	if (c == 0) {
+		if (dup2(fd, n) != n || pwrite(n, wbuf[k % 2], BIG, 0) != BIG)
+			_exit(3);
+		_exit(0);
+	}
+	return c;
+}
+
+static int vfork_redirect(double ms)
+{
+	int p[2], st;
+	long children = 0;
+	pid_t c, reader;
+	double t0;
+
+	if (pipe(p) < 0 || write(p[1], "x", 1) != 1)
+		abort();
+	fill_records();
+	reader = fork();
+	if (reader == 0) {
+		read_for(ms);
+		fflush(stdout);
+		_exit(0);
+	}
+	t0 = probe_now();
+	for (long k = 1; (probe_now() - t0) * 1e3 < ms; k++) {
+		c = vfork_redirect_child(p[1], k);
+		if (c < 0 || waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st))
+			printf("child=status %d\n", st);
+		children++;
+	}
+	printf("children=%ld\n", children);
+	fflush(stdout);
+	waitpid(reader, &st, 0);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		printf("reader=status %d\n", st);
+	return 0;
+}
+
+static __attribute__((noinline)) pid_t vfork_emfile_child(void)
+{
+	pid_t c = vfork();
+
+	if (c == 0) {
+		ssize_t r = pwrite(fd, "y", 1, 0);
+
+		_exit(r == 1 ? 0 : errno);
+	}
+	return c;
+}
+
+static int vfork_emfile(void)
+{
+	struct rlimit rl = { 64, 64 };
+	pid_t c;
+	int st, n = 0;
+
+	if (pwrite(fd, "x", 1, 0) != 1)
+		abort();
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max > 64)
+		rl.rlim_max = 64;
+	rl.rlim_cur = 64;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+		printf("verdict=skip setrlimit: %s\n", strerror(errno));
+		return 0;
+	}
+	while (open("/dev/null", O_RDONLY) >= 0)
+		n++;
+	printf("filled=%d\n", n);
+	fflush(stdout);
+	c = vfork_emfile_child();
+	if (c < 0 || waitpid(c, &st, 0) != c)
+		abort();
+	printf("child=%d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	return 0;
+}
+
 /* ---- growsdown ------------------------------------------------------- */
 
 static long page;
@@ -495,6 +947,22 @@ int main(int argc, char **argv)
 		abort();
 	if ((!strcmp(argv[1], "vfork_kill") || !strcmp(argv[1], "clone_vfork_kill")) && argc >= 5) {
 		vfork_kill(argv[3], atof(argv[4]), argv[1][0] == 'c');
+	} else if (!strcmp(argv[1], "clonefiles_dup2") && argc >= 4) {
+		clonefiles_dup2(atof(argv[3]));
+	} else if (!strcmp(argv[1], "vfork_wait_kill")) {
+		vfork_wait_kill();
+	} else if (!strcmp(argv[1], "vfork_redirect") && argc >= 4) {
+		vfork_redirect(atof(argv[3]));
+	} else if (!strcmp(argv[1], "vfork_emfile")) {
+		vfork_emfile();
+	} else if (!strcmp(argv[1], "vfork_mt") && argc >= 4) {
+		vfork_mt(atof(argv[3]));
+	} else if (!strcmp(argv[1], "seg_truncate")) {
+		seg_truncate();
+	} else if (!strcmp(argv[1], "vfork_exit") && argc >= 4) {
+		vfork_exit(atof(argv[3]));
+	} else if (!strcmp(argv[1], "vfork_dup2") && argc >= 4) {
+		vfork_dup2(atof(argv[3]));
 	} else if (!strcmp(argv[1], "clonefiles_closefrom") && argc >= 4) {
 		clonefiles_closefrom(atof(argv[3]));
 	} else if (!strcmp(argv[1], "clonefiles") && argc >= 5) {
