@@ -521,6 +521,22 @@ int rs_rangelock_trylock(struct rs_rangelock *rl, struct rs_rl_node *node,
 	return ok ? 0 : -1;
 }
 
+/* Pre: rl->mtx held, node queued.  Post: node out of the queue, and the
+ * waiters it held back passed to wk (woken by pay_wakes after the mutex). */
+static void dequeue(struct rs_rangelock *rl, struct rs_rl_node *node, struct wakes *wk)
+{
+	if (node->prev)
+		node->prev->next = node->next;
+	else	/* Release: to the next inline lock, once it is NULL. */
+		__atomic_store_n(&rl->head, node->next, __ATOMIC_RELEASE);
+	if (node->next)
+		node->next->prev = node->prev;
+	else
+		rl->tail = node->prev;
+	if (rl->nwait)
+		wake_pass(rl, wk);
+}
+
 /* Found by identity, never through the node's own links: a request
  * that was never queued has stale ones.  A waiting request (RL_WAITING;
  * woken is still waiting) leaves nwait with it. */
@@ -535,16 +551,7 @@ void rs_rangelock_forget(struct rs_rangelock *rl, struct rs_rl_node *node)
 	if (w) {
 		if ((node->mode & RL_WAITING) && rl->nwait)
 			rl->nwait--;
-		if (node->prev)
-			node->prev->next = node->next;
-		else
-			__atomic_store_n(&rl->head, node->next, __ATOMIC_RELEASE);
-		if (node->next)
-			node->next->prev = node->prev;
-		else
-			rl->tail = node->prev;
-		if (rl->nwait)
-			wake_pass(rl, &wk);
+		dequeue(rl, node, &wk);
 	}
 	rs_mutex_unlock(&rl->mtx);
 	pay_wakes(&wk);
@@ -557,16 +564,7 @@ void rs_rangelock_unlock(struct rs_rangelock *rl, struct rs_rl_node *node)
 	rs_mutex_lock(&rl->mtx);
 	/* A node the inline path locked alone is queued from here on. */
 	settle(rl);
-	if (node->prev)
-		node->prev->next = node->next;
-	else	/* Release: to the next inline lock, once it is NULL. */
-		__atomic_store_n(&rl->head, node->next, __ATOMIC_RELEASE);
-	if (node->next)
-		node->next->prev = node->prev;
-	else
-		rl->tail = node->prev;
-	if (rl->nwait)
-		wake_pass(rl, &wk);
+	dequeue(rl, node, &wk);
 	rs_mutex_unlock(&rl->mtx);
 	pay_wakes(&wk);
 }
