@@ -168,6 +168,8 @@ static _Atomic int std_counted;
 static _Atomic unsigned long seen_count[COV_NKINDS];
 static _Atomic int named_state[COV_NKINDS];
 static char first_file[COV_NKINDS][RS_FILE_NAME_LEN];
+/* Of seen_count[COV_mmap], mappings the program locks itself. */
+static _Atomic unsigned long mmap_own_locked;
 
 void rs_cov_fork_child(void)
 {
@@ -177,6 +179,7 @@ void rs_cov_fork_child(void)
 		atomic_store_explicit(&seen_count[i], 0, memory_order_relaxed);
 		atomic_store_explicit(&named_state[i], 0, memory_order_relaxed);
 	}
+	atomic_store_explicit(&mmap_own_locked, 0, memory_order_relaxed);
 }
 
 /* Is anyone listening?  Otherwise the wrappers only pass calls on.  Not
@@ -461,11 +464,43 @@ static inline __attribute__((always_inline)) int shared_writable(int prot, int f
 	       (type == MAP_SHARED || type == MAP_SHARED_VALIDATE);
 }
 
+/*
+ * Does the program hold a lock of its own through fd's description?
+ * SQLite's WAL index (-shm) and LMDB's lock file are mapped shared and
+ * writable, and the program orders its stores with fcntl locks taken
+ * through the same descriptor: the kernel lists those in fdinfo.  Such a
+ * mapping is still counted (stats), but the line at exit leaves it out:
+ * the program coordinates that file itself, and naming it in every
+ * SQLite process would teach users to ignore the line.
+ */
+static int locked_by_program(int fd)
+{
+	char path[48], buf[1024];
+	long f, n;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+	f = syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+	if (f < 0)
+		return 0;
+	n = syscall(SYS_read, f, buf, sizeof(buf) - 1);
+	syscall(SYS_close, f);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	return strstr(buf, "\nlock:") != NULL;
+}
+
 static void notice_map(void *p, int fd)
 {
-	if (p != MAP_FAILED && !RS_LOAD(rs_depth) && cov_on_kind(COV_mmap) &&
-	    !rs_fd_private(fd) && coordinated(fd, CLASSIFY))
+	if (p == MAP_FAILED || RS_LOAD(rs_depth) || !cov_on_kind(COV_mmap) ||
+	    rs_fd_private(fd) || !coordinated(fd, CLASSIFY))
+		return;
+	if (locked_by_program(fd)) {
+		atomic_fetch_add_explicit(&mmap_own_locked, 1, memory_order_relaxed);
+		noticed(COV_mmap, -1);
+	} else {
 		noticed(COV_mmap, fd);
+	}
 }
 
 #define RS_COV_MMAP(name, off_t_)                                             \
@@ -673,6 +708,8 @@ static void say_at_exit(void)
 	for (int k = 0; k < COV_NKINDS && n < sizeof line; k++) {
 		unsigned long c = atomic_load_explicit(&seen_count[k], memory_order_relaxed);
 
+		if (k == COV_mmap)
+			c -= atomic_load_explicit(&mmap_own_locked, memory_order_relaxed);
 		if (!c || !said_at_exit(k))
 			continue;
 		n += (size_t)snprintf(line + n, sizeof line - n, "%s%s (%lu", n ? "; " : "",

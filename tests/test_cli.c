@@ -1652,7 +1652,8 @@ Test(cli, stats_job_summary)
 }
 
 /* Bypasses said once by default: a process that stored through a
- * writable shared mapping of a coordinated file, and one that set up
+ * writable shared mapping of a coordinated file (unless it holds its own
+ * lock through the mapping's descriptor, as SQLite does), and one that set up
  * io_uring, say so in one line at exit, at the default log level, naming
  * the kind and (where the kind has one) the file.  Controls: the same
  * programs on a file RANGESHIM_PATHS leaves out say nothing about it, and
@@ -1689,6 +1690,16 @@ Test(cli, bypass_said_once_at_exit)
 		rs_run(r, argv, (const char *const[]){ shm, paths, NULL }, 1, 60);
 		cr_assert_eq(r->status, 0, "%s", r->out);
 		cr_expect(!strstr(r->out, "NOT coordinated"), "control: a file left out:\n%s", r->out);
+	}
+	{
+		/* The same mappings under a lock the program holds itself
+		 * (SQLite's WAL index): its own coordination, not said; the
+		 * run above, without the lock, is the control. */
+		char *argv[] = { RS_HELPER("cov_probe"), "mmap_locked", file, NULL };
+
+		rs_run(r, argv, (const char *const[]){ shm, NULL }, 1, 60);
+		cr_assert_eq(r->status, 0, "%s", r->out);
+		cr_expect(!strstr(r->out, "NOT coordinated"), "a locked mapping was said:\n%s", r->out);
 	}
 	{
 		char *argv[] = { RS_HELPER("cov_probe"), "uring", file, NULL };

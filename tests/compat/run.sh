@@ -306,6 +306,12 @@ case_sigkill() {
 	"$BIN/hammer" "$PWD/f" procs=8 seconds="$s" blocks=48 maxblocks=3 max_gap_ms=2000
 }
 
+allowed_warn() {
+	case $1 in
+	sigkill) echo 'NOT coordinated in this process: stores through a writable MAP_SHARED mapping of a coordinated file \([0-9]+, first: file [0-9]+:[0-9]+:[0-9]+ .*/f\.ctl\)$' ;;
+	esac
+}
+
 case_sigstorm() { "$BIN/sigstorm" "$PWD" seconds=2 threads=4; }
 case_fdchaos() { "$BIN/fdchaos" "$PWD" seconds=3; }
 case_limits_files() { "$BIN/limits" files "$PWD" n=1500; }
@@ -507,7 +513,12 @@ for c in $cases; do
 	run_mode "$c" shim
 	rc_shim=$?
 	d="$WORK/$c"
-	warn=$(grep -E '^rangeshim\[[0-9]+\]' "$d/shim.err" "$d/shim.out" 2>/dev/null | head -3)
+	# A case may name the one line it expects: hammer's control block is
+	# a shared writable mapping of a file in the work directory, which the
+	# shim rightly names at exit.
+	allow=$(allowed_warn "$c")
+	warn=$(grep -hE '^rangeshim\[[0-9]+\]' "$d/shim.err" "$d/shim.out" 2>/dev/null |
+	    { if [ -n "$allow" ]; then grep -vE "$allow"; else cat; fi; } | head -3)
 	if [ "$rc_plain" = 124 ] || [ "$rc_plain" = 137 ]; then
 		show_tail "$d/plain.err"
 		result FAIL "$c" "timed out after ${CASE_TIMEOUT}s without the shim (see $d/plain.*)"

@@ -8,6 +8,9 @@
  *                             (/dev/null, /proc, pipes, private and
  *                             read-only mappings): all zero
  *   cov_probe mmap FILE       two writable MAP_SHARED mappings (mmap, mmap64)
+ *   cov_probe mmap_locked FILE  the same, made as SQLite makes its WAL
+ *                             index: under an fcntl lock of the program's
+ *                             own, held through the mapping's descriptor
  *   cov_probe stdio FILE      fopen, fopen64, freopen, fdopen: four streams
  *   cov_probe splice FILE     three splices from FILE into a pipe
  *   cov_probe posix_aio FILE  aio_write, aio_read, lio_listio(w, NOP, r): 4
@@ -123,9 +126,8 @@ static void controls(const char *path)
 	close(fd);
 }
 
-static void maps(const char *path)
+static void maps_on(int fd)
 {
-	int fd = open_file(path);
 	char *a = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	char *b = mmap64(NULL, 4096, PROT_WRITE, MAP_SHARED, fd, 16384);
 
@@ -137,6 +139,20 @@ static void maps(const char *path)
 	if (b != MAP_FAILED)
 		munmap(b, 4096);
 	close(fd);
+}
+
+static void maps(const char *path)
+{
+	maps_on(open_file(path));
+}
+
+static void maps_locked(const char *path)
+{
+	int fd = open_file(path);
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 128, .l_len = 1 };
+
+	CHECK(fcntl(fd, F_SETLK, &fl) == 0, "fcntl F_SETLK");
+	maps_on(fd);
 }
 
 static void streams(const char *path)
@@ -350,6 +366,8 @@ int main(int argc, char **argv)
 		plain(path);
 	else if (strcmp(cmd, "controls") == 0)
 		controls(path);
+	else if (strcmp(cmd, "mmap_locked") == 0)
+		maps_locked(path);
 	else if (strcmp(cmd, "mmap") == 0)
 		maps(path);
 	else if (strcmp(cmd, "stdio") == 0)
