@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -210,6 +211,52 @@ static inline int pread_full(int fd, void *buf, size_t n, off_t off)
 	if (r >= 0)
 		errno = EIO;
 	return -1;
+}
+
+/*
+ * A deadlock is a run that stops moving, not one that is slow: on a
+ * loaded machine a signal storm with and without the shim both overran
+ * a fixed bound.  The watchdog prints "NAME DEADLOCK" and exits 3 once
+ * the run time is over and progress() has not changed for 30 s.
+ */
+struct watchdog_arg {
+	const char *name;
+	double seconds;
+	long (*progress)(void);
+};
+
+static inline void *watchdog_thread(void *p)
+{
+	const struct watchdog_arg *w = p;
+	uint64_t start = now_ns(), moved = start;
+	long last = w->progress();
+
+	for (;;) {
+		uint64_t t;
+		long now;
+
+		sleep_ms(100);
+		t = now_ns();
+		now = w->progress();
+		if (now != last) {
+			last = now;
+			moved = t;
+		}
+		if (t - start > (uint64_t)(w->seconds * 1e9) && t - moved > 30000000000ull)
+			break;
+	}
+	printf("%s DEADLOCK: no progress for 30 s after the run time\n", w->name);
+	fflush(stdout);
+	_exit(3);
+}
+
+static inline void start_watchdog(struct watchdog_arg *w)
+{
+	pthread_t t;
+
+	if (pthread_create(&t, NULL, watchdog_thread, w) != 0)
+		die("pthread_create watchdog");
+	pthread_detach(t);
 }
 
 #endif
