@@ -770,7 +770,68 @@ void rs_fdt_fork_child(void)
 		atomic_store_explicit(&rs_files[i].acquire_mtx, 0, memory_order_relaxed);
 	}
 	for (uint32_t i = 0; i < descs_used; i++)
-		atomic_store_explicit(&rs_descs[i].pos_mtx, 0, memory_order_relaxed);
+		atomic_store_explicit(&rs_descs[i].pos, 0, memory_order_relaxed);
 	atomic_store_explicit(&mnt_mtx, 0, memory_order_relaxed);
 	atomic_store_explicit(&tbl_mtx, 0, memory_order_release);
+}
+
+/* Wait until none of mask's bits is set in the offset lock's word: spin
+ * a little (the holder is usually one short system call on another CPU),
+ * then sleep on the word with RS_POS_SLEEP set.  Returns the word. */
+static uint32_t pos_wait(struct rs_desc *d, uint32_t mask)
+{
+	uint32_t v = atomic_load_explicit(&d->pos, memory_order_acquire);
+
+	for (int i = 0; v & mask; i++) {
+		if (i < RS_SPIN_LIMIT) {
+			rs_cpu_relax();
+		} else {
+			if (!(v & RS_POS_SLEEP)) {
+				v = atomic_fetch_or_explicit(&d->pos, RS_POS_SLEEP,
+							     memory_order_acquire);
+				if (!(v & mask))
+					break;
+				v |= RS_POS_SLEEP;
+			}
+			rs_futex_wait(&d->pos, v);
+		}
+		v = atomic_load_explicit(&d->pos, memory_order_acquire);
+	}
+	return v;
+}
+
+void rs_pos_lock_slow(struct rs_desc *d)
+{
+	uint32_t v = atomic_load_explicit(&d->pos, memory_order_relaxed);
+
+	for (;;) {
+		if (v & RS_POS_HELD)
+			v = pos_wait(d, RS_POS_HELD);
+		else if (atomic_compare_exchange_weak_explicit(&d->pos, &v, v | RS_POS_HELD,
+							       memory_order_acquire,
+							       memory_order_relaxed))
+			break;
+	}
+	/* Ours; the appenders inside finish first, and no new one enters. */
+	pos_wait(d, ~(RS_POS_HELD | RS_POS_SLEEP));
+	rs_tsan_acquire(&d->pos);
+}
+
+void rs_pos_app_slow(struct rs_desc *d)
+{
+	do {
+		rs_pos_app_leave(d);
+		pos_wait(d, RS_POS_HELD);
+	} while (atomic_fetch_add_explicit(&d->pos, RS_POS_APP, memory_order_acquire) &
+		 RS_POS_HELD);
+}
+
+/* A change a sleeper may wait for (HELD cleared, or an appender out):
+ * wake them all, each looks again and sleeps again if it must.
+ * Rare: it needs appenders and calls at the offset on one description
+ * at once, or two calls at the offset that met. */
+void rs_pos_wake(struct rs_desc *d)
+{
+	if (atomic_fetch_and_explicit(&d->pos, ~RS_POS_SLEEP, memory_order_relaxed) & RS_POS_SLEEP)
+		rs_futex_wake(&d->pos, INT_MAX);
 }

@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "futex.h"
 #include "rangeshim/rangelock.h"
 
 /* fd entry values */
@@ -65,11 +66,89 @@ struct rs_file {
 } __attribute__((aligned(64)));
 
 struct rs_desc {
-	_Atomic uint32_t pos_mtx;   /* serialises use of the file offset */
+	_Atomic uint32_t pos;       /* the offset lock (rs_pos_lock, below) */
 	_Atomic uint32_t flags;
 	_Atomic uint32_t file;      /* index into the file array */
 	uint32_t refs;              /* fds using it (table mutex) */
 };
+
+/*
+ * The offset lock of a description: exclusive for a call that uses or
+ * moves the file offset (read and write at the offset, lseek, and the
+ * shim's own dup2 and F_SETFL), shared among appenders.
+ *
+ * An append does not use the offset: the kernel writes it at end of file
+ * and only then sets the offset past it.  So appenders need to exclude
+ * the calls that find their range from the offset (an append between
+ * such a call's lseek and its real call would move it off the range it
+ * locked), not each other: the kernel already orders O_APPEND writes to
+ * one description (the description's f_pos_lock, then the inode lock).
+ * Were each appender to take the lock exclusively, the threads of a
+ * logger that share one O_APPEND descriptor would take turns in user
+ * space on top of the kernel's turns (design.md (d), "Appenders share
+ * the offset lock").
+ *
+ * One word: RS_POS_HELD, held exclusively; RS_POS_SLEEP, a waiter may
+ * sleep on the word; above them, the count of appenders inside, in units
+ * of RS_POS_APP.  Every change is a read-modify-write of the one word, so
+ * an exclusive holder and an appender cannot both miss each other.
+ *  - Exclusive: a CAS from 0 to HELD, as the plain mutex's; else claim
+ *    HELD as soon as it is clear (appenders may still be inside), and
+ *    wait for the count to drain (rs_pos_lock_slow).  Unlock subtracts
+ *    HELD, so that the counts of appenders that looked in meanwhile stay.
+ *  - Appender: add RS_POS_APP; if HELD was set, take it back and wait
+ *    until HELD clears, then try again (rs_pos_app_slow).  An exclusive
+ *    caller claims HELD past any number of appenders, so a stream of
+ *    appenders cannot starve it.
+ * Ordering: held only before a call's node grants and range locks (the
+ * order of iolock.c), so a holder waiting to drain appenders holds
+ * nothing they wait for; an appender waits for HELD holding nothing.
+ */
+#define RS_POS_HELD  1u
+#define RS_POS_SLEEP 2u
+#define RS_POS_APP   4u
+
+void rs_pos_lock_slow(struct rs_desc *d);
+void rs_pos_app_slow(struct rs_desc *d);
+void rs_pos_wake(struct rs_desc *d);
+
+static inline __attribute__((always_inline)) void rs_pos_lock(struct rs_desc *d)
+{
+	uint32_t c = 0;
+
+	if (__builtin_expect(atomic_compare_exchange_strong_explicit(&d->pos, &c, RS_POS_HELD,
+			memory_order_acquire, memory_order_relaxed), 1))
+		rs_tsan_acquire(&d->pos);
+	else
+		rs_pos_lock_slow(d);
+}
+
+static inline __attribute__((always_inline)) void rs_pos_unlock(struct rs_desc *d)
+{
+	rs_tsan_release(&d->pos);
+	if (__builtin_expect(atomic_fetch_sub_explicit(&d->pos, RS_POS_HELD, memory_order_release) !=
+			     RS_POS_HELD, 0))
+		rs_pos_wake(d);
+}
+
+/* Returns once the caller is inside as an appender. */
+static inline __attribute__((always_inline)) void rs_pos_app_enter(struct rs_desc *d)
+{
+	if (__builtin_expect(atomic_fetch_add_explicit(&d->pos, RS_POS_APP, memory_order_acquire) &
+			     RS_POS_HELD, 0))
+		rs_pos_app_slow(d);
+	rs_tsan_acquire(&d->pos);
+}
+
+static inline __attribute__((always_inline)) void rs_pos_app_leave(struct rs_desc *d)
+{
+	rs_tsan_release(&d->pos);
+	/* A sleeper may be an exclusive caller draining the count: it looks
+	 * again, and sleeps again until the last appender is out. */
+	if (__builtin_expect(atomic_fetch_sub_explicit(&d->pos, RS_POS_APP, memory_order_release) &
+			     RS_POS_SLEEP, 0))
+		rs_pos_wake(d);
+}
 
 /* A fixed size, reserved but not committed, so the bound is a constant. */
 #define RS_FD_CAP (1u << 22)

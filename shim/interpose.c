@@ -727,14 +727,14 @@ static void dup_begin(struct dup_hold *h, int oldfd, int newfd)
 		h->desc = rs_fdt_desc(e);
 		fidx = atomic_load_explicit(&h->desc->file, memory_order_acquire);
 		h->file = rs_fdt_file(fidx);
-		rs_mutex_lock(&h->desc->pos_mtx);
+		rs_pos_lock(h->desc);
 		rs_rangelock_lock(&h->file->rl, &h->node, 0, RS_RANGE_EOF, RS_RL_WRITE);
 		if (rs_fdt_get(newfd) == e &&
 		    atomic_load_explicit(&h->desc->file, memory_order_relaxed) == fidx)
 			break;
 		/* Closed and reused under us: lock what it is now. */
 		rs_rangelock_unlock(&h->file->rl, &h->node);
-		rs_mutex_unlock(&h->desc->pos_mtx);
+		rs_pos_unlock(h->desc);
 		h->desc = NULL;
 		h->file = NULL;
 	}
@@ -745,7 +745,7 @@ static void dup_unlock(struct dup_hold *h)
 {
 	if (h->file) {
 		rs_rangelock_unlock(&h->file->rl, &h->node);
-		rs_mutex_unlock(&h->desc->pos_mtx);
+		rs_pos_unlock(h->desc);
 	}
 	rs_leave_slow();
 }

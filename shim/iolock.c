@@ -386,7 +386,7 @@ static void release(struct rs_io *io)
 	}
 	leave_grants(io);
 	while (io->npos > 0)
-		rs_mutex_unlock(&io->pos[--io->npos]->pos_mtx);
+		rs_pos_unlock(io->pos[--io->npos]);
 }
 
 /* Where does the lock start?  -1: cannot tell (fd went bad): pass. */
@@ -514,7 +514,7 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 		io->pos[1] = tmp;
 	}
 	for (int i = 0; i < io->npos; i++)
-		rs_mutex_lock(&io->pos[i]->pos_mtx);
+		rs_pos_lock(io->pos[i]);
 	if (t[0].where == RS_POS_ONLY) {
 		/* lseek may move the offset (compute clears it for the
 		 * other calls at the offset). */

@@ -432,8 +432,12 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 		 * offset lock; lseek tells us where the kernel will start.
 		 * (Nothing cheaper is safe: stdio, dprintf, another process
 		 * sharing the description move it unseen; design.md (d).) */
-		if (!solo)
-			rs_mutex_lock(&desc->pos_mtx);
+		/* An appender shares the offset lock with other appenders: it
+		 * does not use the offset (fdtable.h, rs_pos_lock). */
+		if (!solo && append)
+			rs_pos_app_enter(desc);
+		else if (!solo)
+			rs_pos_lock(desc);
 		if (append) {
 			uint64_t size;
 
@@ -511,8 +515,10 @@ undo:
 	if (append)
 		RS_STORE(rs_ap.file, NULL);
 unlock_pos:
-	if ((how & RS_HOW_CURSOR) && !solo)
-		rs_mutex_unlock(&desc->pos_mtx);
+	if ((how & RS_HOW_CURSOR) && !solo && append)
+		rs_pos_app_leave(desc);
+	else if ((how & RS_HOW_CURSOR) && !solo)
+		rs_pos_unlock(desc);
 general:
 	RS_STORE(rs_depth, 0);
 	return RS_FAST_GENERAL;
@@ -613,8 +619,10 @@ rs_io_end_fast(struct rs_io *io, unsigned mode, unsigned how, long long r, const
 			RS_STORE(rs_ap.file, io->hold[0].file);
 			RS_STORE(rs_ap.eof, io->eof + (r > 0 ? (uint64_t)r : 0));
 		}
-		if (!solo)
-			rs_mutex_unlock(&io->fdesc->pos_mtx);
+		if (!solo && append)
+			rs_pos_app_leave(io->fdesc);
+		else if (!solo)
+			rs_pos_unlock(io->fdesc);
 	}
 	RS_STORE(rs_depth, 0);	/* the fast path runs only from depth 0 */
 	if (__builtin_expect(rs_stats_on, 0)) {

@@ -19,6 +19,10 @@
  *  rwf         pwritev2 with RWF_APPEND (no O_APPEND) and RWF_NOAPPEND (on
  *              O_APPEND) among plain appenders.
  *  beyond      a pwrite one record past end of file among the appenders.
+ *  sharedfd    four threads append through one O_APPEND descriptor,
+ *              sharing its offset lock (fdtable.h, rs_pos_lock), while
+ *              threads read across end of file, one of them through that
+ *              descriptor at its file offset.
  *  fcntl       O_APPEND toggled by fcntl(F_SETFL) under two writers of
  *              one description.  The library before setfl_begin tore 2-6
  *              reads per 2 s run here (a write locked for one flag value
@@ -116,3 +120,4 @@ Test(append, huge) { race("huge"); }
 Test(append, rwf) { race("rwf"); }
 Test(append, beyond) { race("beyond"); }
 Test(append, fcntl) { race("fcntl"); }
+Test(append, sharedfd) { race("sharedfd"); }

@@ -5,7 +5,10 @@
 #   sh tests/bench/appends.sh BUILD [BEFORE_LIB] [ROUNDS] [WORKLOAD]
 #
 # WORKLOAD is threads (iobench contended --work=append, 4 and 2 threads,
-# one round per run, the two libraries alternating), or a procrand
+# one round per run, the two libraries alternating), threads-fd (the same
+# with --work=append-fd: every thread writes through one shared O_APPEND
+# descriptor), same (--work=same: every thread pwrites one 4 KiB block),
+# or a procrand
 # workload (append, ownw, ...; 4 and 2 processes, every mode in every
 # round, the order rotated).  Prints each run, then for every mode the
 # median time and the median of the ratios to unlocked taken within a
@@ -35,19 +38,26 @@ for m in us:
 '
 }
 
-if [ "$W" = threads ]; then
+case $W in
+threads) work=append; title="100-byte O_APPEND lines" ;;
+threads-fd) work=append-fd; title="100-byte O_APPEND lines, one shared descriptor" ;;
+same) work=same; title="pwrite of one 4 KiB block" ;;
+*) work= ;;
+esac
+if [ -n "$work" ]; then
 	ib=$B/tests/bench/iobench
 	for n in 4 2; do
-		echo "== $n threads, 100-byte O_APPEND lines ($R rounds)"
+		echo "== $n threads, $title ($R rounds)"
 		r=0
 		while [ "$r" -lt "$R" ]; do
 			for tag in after ${BEFORE:+before}; do
 				lib=$LIB
 				[ "$tag" = before ] && lib=$BEFORE
 				"$ib" contended --tasks=$n --secs=0.5 --rounds=1 --dir="$SHM" \
-				    --work=append --lib="$lib" 2>&1 | awk -v t="$tag" -v r="$r" '
-					/O_APPEND 100-byte/ { u[1] = $5; u[2] = $7; u[3] = $10; u[4] = $13 }
-					/^ +append +unlocked/ { d[1] = $3; d[2] = $5; d[3] = $7; d[4] = $9 }
+				    --work=$work --lib="$lib" 2>&1 | awk -v t="$tag" -v r="$r" -v w="$work" '
+					# The row: ... THREADS u1 us u2 us (x) u3 us (x) u4 us (x)
+					/ us \(/ { u[1] = $(NF - 10); u[2] = $(NF - 8); u[3] = $(NF - 5); u[4] = $(NF - 2) }
+					$1 == w && $2 == "unlocked" { d[1] = $3; d[2] = $5; d[3] = $7; d[4] = $9 }
 					END { if (t == "after") print r, "unlocked", u[1], d[1];
 					      print r, "ofd-" t, u[2], d[2]; print r, "rangeshim-" t, u[3], d[3];
 					      print r, "rs-process-" t, u[4], d[4] }'

@@ -117,10 +117,19 @@ lock() {
 	run "$IOB" lock $common --dir="$SHM" --tasks="$LOCK_TASKS" --secs="$LOCK_SECS"
 }
 
-# Threads meeting on the same bytes (issue 9): about 16 s.
+# Threads meeting on the same bytes (issue 9): about 16 s.  Then the two
+# rows with bars of their own, 4 threads each, in at least 5 rounds
+# whatever the run's length (about 15 s): lines appended through one
+# shared O_APPEND descriptor (bar 1.5x) and one 4 KiB block rewritten
+# (bar 2x), each the median of the per-round ratios to unlocked.
 contended() {
 	run "$IOB" contended $common --rounds="$CT_ROUNDS" --dir="$SHM" --tasks="$CT_TASKS" \
 	    --secs="$CT_SECS"
+	bars=$(( CT_ROUNDS > 7 ? CT_ROUNDS : 7 ))
+	for w in append-fd same; do
+		run "$IOB" contended $common --rounds="$bars" --dir="$SHM" --tasks=4 \
+		    --secs="$CT_SECS" --work=$w
+	done
 	contended_procs
 }
 

@@ -31,6 +31,14 @@
  *               descriptor, where the truncations leave the file's start.
  *   beyond      besides the appenders, a thread pwrites records one record
  *               past end of file (a hole before them).
+ *   sharedfd    the usual multi-threaded logger: all four appenders
+ *               write() through one O_APPEND descriptor (one open file
+ *               description, whose offset lock appenders share:
+ *               fdtable.h, rs_pos_lock), and besides the two readers a
+ *               third reads across end of file through that same
+ *               description at its file offset (lseek, then read), so
+ *               that calls which must exclude the appenders from the
+ *               offset meet them.
  *   fcntl       a thread toggles O_APPEND with fcntl(F_SETFL) on a
  *               descriptor that two threads write() through: each write
  *               lands at end of file or at the file offset (rewound to 0
@@ -68,7 +76,7 @@ static const char *path;
 static _Atomic int stop;
 static _Atomic long torn, reads, writes, bad_results;
 static long stop_after;
-static int mode_fork, mode_huge, mode_rwf, mode_beyond, mode_fcntl;
+static int mode_fork, mode_huge, mode_rwf, mode_beyond, mode_fcntl, mode_sharedfd;
 static int shared_fd;
 
 static void full_write(int fd, const void *b, size_t n)
@@ -127,11 +135,49 @@ static void *reader(void *arg)
 	return NULL;
 }
 
+/*
+ * Reads at the shared description's file offset: lseek to the middle of
+ * the last whole record, then read one record's length.  Where the read
+ * starts is not known for sure (an append may move the offset to end of
+ * file between our lseek and the read: the application's own race), but
+ * either start is a multiple of half a record, and so is every end of
+ * file that whole records leave.  So the read is checked in half records:
+ * each one value throughout, and a short read ending on a half record.
+ * An append that moves the offset between the shim's own lseek and the
+ * read would let the read land where another append is under way.
+ */
+static void *offset_reader(void *arg)
+{
+	unsigned char *b = malloc(REC);
+
+	(void)arg;
+	if (!b)
+		abort();
+	while (!atomic_load(&stop)) {
+		struct stat st;
+		ssize_t r;
+
+		if (fstat(shared_fd, &st) < 0)
+			abort();
+		if (st.st_size < REC)
+			continue;
+		if (lseek(shared_fd, st.st_size / REC * REC - REC / 2, SEEK_SET) < 0)
+			abort();
+		r = read(shared_fd, b, REC);
+		if (r <= 0)
+			continue;
+		atomic_fetch_add(&reads, 1);
+		note_torn(probe_records_torn(b, r, 0, REC, REC / 2));
+	}
+	free(b);
+	return NULL;
+}
+
 static void *appender(void *arg)
 {
 	long id = (long)arg;
 	int own = open(path, (mode_rwf && id % 2) ? O_WRONLY : O_WRONLY | O_APPEND);
-	int fd = id < 2 || mode_fcntl ? shared_fd : own;
+	int fd = id < 2 || mode_fcntl || mode_sharedfd ? shared_fd : own;
 	char *b = malloc(REC), *huge_buf = NULL;
 
 	if (own < 0 || !b)
@@ -301,7 +347,8 @@ int main(int argc, char **argv)
 	const char *m;
 
 	if (argc < 5) {
-		fprintf(stderr, "usage: append_probe trunc_proc|fork|huge|rwf|beyond|fcntl PATH MS STOP\n");
+		fprintf(stderr, "usage: append_probe trunc_proc|fork|huge|rwf|beyond|fcntl|sharedfd "
+			"PATH MS STOP\n");
 		return 2;
 	}
 	m = argv[1];
@@ -313,7 +360,8 @@ int main(int argc, char **argv)
 	mode_rwf = !strcmp(m, "rwf");
 	mode_beyond = !strcmp(m, "beyond");
 	mode_fcntl = !strcmp(m, "fcntl");
-	if (!mode_fork && !mode_huge && !mode_rwf && !mode_beyond && !mode_fcntl &&
+	mode_sharedfd = !strcmp(m, "sharedfd");
+	if (!mode_fork && !mode_huge && !mode_rwf && !mode_beyond && !mode_fcntl && !mode_sharedfd &&
 	    strcmp(m, "trunc_proc") != 0) {
 		fprintf(stderr, "append_probe: unknown mode %s\n", m);
 		return 2;
@@ -341,6 +389,8 @@ int main(int argc, char **argv)
 		pthread_create(&t[nt++], NULL, beyond_writer, NULL);
 	if (mode_fcntl)
 		pthread_create(&t[nt++], NULL, toggler, NULL);
+	if (mode_sharedfd)
+		pthread_create(&t[nt++], NULL, offset_reader, NULL);
 	t0 = probe_now();
 	if (mode_fork) {
 		int fd = open(path, O_WRONLY | O_APPEND);
