@@ -400,12 +400,20 @@ static void chain_link(struct rs_segment *s, uint32_t idx)
 	s->hdr.chains[b].count++;
 }
 
+/* The link that names the grant a walk is looking at (rs_nt_acquire),
+ * so that freeing it costs no search of its chain.  Ours while we hold
+ * the table lock, which one thread of a process holds at a time. */
+static uint32_t *walk_at;
+
 /* Out of its chain; a chain that does not hold it (only a stray write
  * makes one) is left for the next walk to find wrong and rebuild. */
 static void chain_unlink(struct rs_segment *s, uint32_t idx)
 {
 	struct rs_seg_grant *g = &s->grants[idx];
 	uint32_t b = bucket_of(g->dev, g->ino), *at = &s->hdr.chains[b].head;
+
+	if (walk_at && *walk_at == idx + 1)
+		at = walk_at;
 
 	for (uint32_t steps = 0; *at && steps <= RS_NGRANT; steps++) {
 		uint32_t n = *at;
@@ -1141,7 +1149,7 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 	}
 	for (;;) {
 		uint64_t lo, top;
-		uint32_t conflicts, seen, idx, b, n, walked, count;
+		uint32_t conflicts, seen, idx, b, n, walked, count, prev, *at;
 		int others, bad;
 		struct blocker blk = { UINT32_MAX, 0, 0 };
 		/* What to sleep on (wait_grant): our nearest predecessor in the
@@ -1164,6 +1172,8 @@ rescan:
 		walked = 0;
 		bad = 0;
 		count = s->hdr.chains[b].count;
+		prev = UINT32_MAX;
+		at = &s->hdr.chains[b].head;
 		lo = 0;
 		top = RS_RANGE_EOF;
 		conflicts = 0;
@@ -1189,6 +1199,12 @@ rescan:
 				bad = 1;
 				break;
 			}
+			/* The link that names i: the previous grant's, if it
+			 * is still in the chain. */
+			if (prev != UINT32_MAX && *at == prev + 1)
+				at = &s->grants[prev].next;
+			prev = i;
+			walk_at = at;
 			g = &s->grants[i];
 			n = g->next;
 			st = atomic_load(&g->state);
@@ -1285,6 +1301,7 @@ rescan:
 		if (wait_idx != UINT32_MAX && !(s->grants[wait_idx].flags & RS_WF_STARVED) &&
 		    rs_nt_now_ns() - t0 >= STARVE_NS)
 			s->grants[wait_idx].flags |= RS_WF_STARVED;
+		walk_at = NULL;
 		if (bad || walked != count) {
 			/* The chain does not say what the slots say (a stray
 			 * write: a death inside is scrubbed by the next holder of

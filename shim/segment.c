@@ -321,7 +321,9 @@ static int attach_ready(struct rs_seg_map *m, int fd, char *why, size_t whylen,
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
 	    (st.st_mode & 07777) != 0600 || st.st_size != (off_t)sizeof(*s))
 		return 1;	/* the locked path says why, or sizes it */
-	if (back(fd, sizeof(*s), 0) < 0) {
+	/* A file whose blocks cover its size has no hole to fill: fallocate
+	 * would walk its 579 pages for nothing, in every process. */
+	if ((uint64_t)st.st_blocks * 512 < sizeof(*s) && back(fd, sizeof(*s), 0) < 0) {
 		err = errno;
 		syscall(SYS_close, fd);
 		if (err == ENOSPC)
