@@ -295,6 +295,15 @@ unsigned long rs_fw_text(char *buf, unsigned long size, unsigned long n)
 
 void rs_fw_reset(void)
 {
-	memset((void *)slots, 0, sizeof(slots));
-	atomic_store_explicit(&untracked, 0, memory_order_relaxed);
+	const unsigned char *c = (const unsigned char *)slots;
+
+	/* Only if something is there: a fork's child that writes a page it
+	 * shares with its parent copies it (stats.c, rs_stats_reset). */
+	for (size_t i = 0; i < sizeof(slots); i++)
+		if (c[i]) {
+			memset((void *)slots, 0, sizeof(slots));
+			break;
+		}
+	if (atomic_load_explicit(&untracked, memory_order_relaxed))
+		atomic_store_explicit(&untracked, 0, memory_order_relaxed);
 }

@@ -35,8 +35,8 @@
  * process arrives, it meets that grant as any other: an idle one is
  * revoked, a busy one drained, and both go on with windows.
  *
- * Conflicts.  Under the table lock the requester scans the grant slots in
- * use (up to used_hi, checked against nused) for the same file.  Each
+ * Conflicts.  Under the table lock the requester walks its file's chain
+ * (below) for the grants of other processes on the same file.  Each
  * conflicting grant is decided by one CAS on its word: with no users it is
  * revoked (its generation moves on, so the holder's cached copy is seen
  * to be stale); otherwise it is marked wanted, its holder admits no new
@@ -45,14 +45,31 @@
  * time: a demote here costs microseconds, not a DLM round trip, and a hold
  * time would be added latency for every writer that meets another.
  *
+ * Per-file chains.  Each used grant slot hangs in the chain of one of
+ * RS_NBUCKET buckets, chosen by its file's (dev, ino); the header keeps
+ * each bucket's head and count, and a bit per slot saying it is used.
+ * So an acquisition looks at its own file's grants (and a colliding
+ * file's, rarely), not at every grant of the table: two writers of one
+ * file pay the same with 900 idle grants on other files as without, and
+ * a free slot is found from the bits, lowest first.  The index is kept
+ * under the table lock, where slots are filled (linked once dev and ino
+ * are written) and freed (unlinked as the state turns FREE), and it is
+ * only ever an index of the slots: a walk that meets a free slot, a
+ * slot of another bucket, an index out of range, or a number of slots
+ * other than the bucket's count rebuilds every chain, the bits and the
+ * counts from the slots themselves (recount) and walks again, and so
+ * does whoever takes the lock over from a dead holder (scrub).  A
+ * process's own exact grants left on other files are freed by their
+ * close, or by whoever meets them, as any idle grant.
+ *
  * Exact grants.  Where processes meet, expansion takes bytes another
  * process is about to use, and cached grants go back and forth.  So a
  * file that keeps meeting others turns exact (the policy is the process's
  * own, grants.c): req->exact asks for the call's range only, the grant is
  * marked RS_WANTED_SELF at once (never cached), and its call's leave makes
  * it idle and closed to new users.  Nobody takes the table lock for that:
- * the next scan that meets it frees it (its owner's next acquisition,
- * free_if_left, or a conflicting request, as any idle grant).  The table
+ * the next scan that meets it frees it (its owner's next acquisition on
+ * the file, free_if_left, or a conflicting request, as any idle grant).  The table
  * then works as a shared-memory range lock costing one table-lock pass per
  * call (Lustre's answer to contended extents, LOCKNOEXPAND, in the same
  * spirit).  rs_nt_result.met tells the policy whether another process had
@@ -112,13 +129,18 @@
  * Only that byte says who is dead; a dead process's grants and slot are
  * freed by whoever waits on them.  The table lock word names its holder's
  * slot (and a nonce of its registration): a waiter that finds the holder
- * dead takes it over and scrubs the loose ends (scrub()).  Fail safe:
+ * dead takes it over and scrubs the loose ends (scrub(): fresh words
+ * for free slots; counts, bits and chains rebuilt from the slots).  Fail safe:
  * nothing in the segment ever makes an attached process run without
  * exclusion; only a process that could never attach (a bad header) runs
  * in process scope, and says so.
  *
- * Registration.  A registrant claims the first slot whose liveness byte
- * is free; it looks at the suspects' bytes (system calls) before taking
+ * Registration.  A registrant claims the first slot that says FREE and
+ * whose liveness byte it can lock, and only if none, the first LIVE one
+ * whose owner is gone (one look each: with hundreds of processes attached,
+ * a look at every LIVE slot on the way made registration quadratic).  It
+ * reclaims the dead below procs_hi, which every claimant raises past its
+ * slot first; it looks at the suspects' bytes (system calls) before taking
  * the table lock and again under it only for them, so that hundreds of
  * registrants do not hold the lock for hundreds of system calls each.
  * When every one of the 4096 slots is held by a live process, it says so
@@ -329,30 +351,103 @@ static int32_t slot_pid(const struct rs_segment *s, uint32_t slot)
 	return slot < RS_NPROC ? s->procs[slot].pid : -1;
 }
 
-/* Book-keeping of used_hi/nused (segment.h), under the table lock.
- * Counts move before a slot becomes used and after it becomes free, so a
- * death in between leaves nused too high: a mismatch, never a hidden
- * grant. */
-static void slot_using(struct rs_segment *s, uint32_t idx)
+/* The bucket of a file's chain. */
+static uint32_t bucket_of(uint64_t dev, uint64_t ino)
+{
+	uint64_t h = ino * 0x9e3779b97f4a7c15ull ^ (dev + 0x632be59bd9b4e019ull) * 0xc2b2ae3d27d4eb4full;
+
+	return (uint32_t)(h >> 40) % RS_NBUCKET;
+}
+
+static void map_set(struct rs_segment *s, uint32_t idx)
+{
+	s->hdr.used_map[idx / 64] |= 1ull << (idx % 64);
+}
+
+static void map_clear(struct rs_segment *s, uint32_t idx)
+{
+	s->hdr.used_map[idx / 64] &= ~(1ull << (idx % 64));
+}
+
+static int map_test(const struct rs_segment *s, uint32_t idx)
+{
+	return (int)(s->hdr.used_map[idx / 64] >> (idx % 64) & 1);
+}
+
+/* Book-keeping of used_hi/nused and the used map (segment.h), under the
+ * table lock.  Counts move before a slot becomes used and after it
+ * becomes free, so a death in between leaves nused too high: a mismatch,
+ * never a hidden grant. */
+static int slot_using(struct rs_segment *s, uint32_t idx)
 {
 	if (atomic_load(&s->grants[idx].state) != RS_G_FREE)
-		return;
+		return 0;
 	s->hdr.nused++;
 	if (s->hdr.used_hi <= idx)
 		s->hdr.used_hi = idx + 1;
+	map_set(s, idx);
+	return 1;
 }
 
-static void slot_freed(struct rs_segment *s)
+/* Into its file's chain, once its dev and ino are written (fill). */
+static void chain_link(struct rs_segment *s, uint32_t idx)
+{
+	struct rs_seg_grant *g = &s->grants[idx];
+	uint32_t b = bucket_of(g->dev, g->ino);
+
+	g->next = s->hdr.chains[b].head;
+	s->hdr.chains[b].head = idx + 1;
+	s->hdr.chains[b].count++;
+}
+
+/* The link that names the grant a walk is looking at (rs_nt_acquire),
+ * so that freeing it costs no search of its chain.  Ours while we hold
+ * the table lock, which one thread of a process holds at a time. */
+static uint32_t *walk_at;
+
+/* Out of its chain; a chain that does not hold it (only a stray write
+ * makes one) is left for the next walk to find wrong and rebuild. */
+static void chain_unlink(struct rs_segment *s, uint32_t idx)
+{
+	struct rs_seg_grant *g = &s->grants[idx];
+	uint32_t b = bucket_of(g->dev, g->ino), *at = &s->hdr.chains[b].head;
+
+	if (walk_at && *walk_at == idx + 1)
+		at = walk_at;
+
+	for (uint32_t steps = 0; *at && steps <= RS_NGRANT; steps++) {
+		uint32_t n = *at;
+
+		if (n > RS_NGRANT)
+			return;
+		if (n == idx + 1) {
+			*at = g->next;
+			g->next = 0;
+			if (s->hdr.chains[b].count)
+				s->hdr.chains[b].count--;
+			return;
+		}
+		at = &s->grants[n - 1].next;
+	}
+}
+
+static void slot_freed(struct rs_segment *s, uint32_t idx)
 {
 	if (s->hdr.nused)
 		s->hdr.nused--;
+	chain_unlink(s, idx);
+	map_clear(s, idx);
+	/* The top slot went: used_hi comes down to the highest used one. */
+	if (idx + 1 == s->hdr.used_hi)
+		while (s->hdr.used_hi && !map_test(s, s->hdr.used_hi - 1))
+			s->hdr.used_hi--;
 }
 
 /* The state word last, once the grant's word has moved on. */
 static void mark_free(struct rs_segment *s, struct rs_seg_grant *g)
 {
 	if (atomic_exchange(&g->state, RS_G_FREE) != RS_G_FREE)
-		slot_freed(s);
+		slot_freed(s, (uint32_t)(g - s->grants));
 }
 
 /* A freed slot: the next generation, no users, no wanted bits; only
@@ -406,15 +501,22 @@ static void free_if_left(struct rs_segment *s, struct rs_seg_grant *g)
 	}
 }
 
-/* used_hi and nused from the slots themselves. */
+/* used_hi, nused, the used map and the chains from the slots
+ * themselves: whatever they said before (a death half-way through a
+ * change, a stray write), they now say what the slots say. */
 static void recount(struct rs_segment *s)
 {
 	uint32_t n = 0, hi = 0;
 
-	for (uint32_t i = 0; i < RS_NGRANT; i++)
+	memset(s->hdr.chains, 0, sizeof(s->hdr.chains));
+	memset(s->hdr.used_map, 0, sizeof(s->hdr.used_map));
+	for (uint32_t i = RS_NGRANT; i-- > 0;)
 		if (atomic_load(&s->grants[i].state) != RS_G_FREE) {
 			n++;
-			hi = i + 1;
+			if (!hi)
+				hi = i + 1;
+			map_set(s, i);
+			chain_link(s, i);	/* from the top: chains run in slot order */
 		}
 	s->hdr.nused = n;
 	s->hdr.used_hi = hi;
@@ -424,7 +526,7 @@ static void recount(struct rs_segment *s)
  * inside.  Records are written state-last and grants are freed by one
  * CAS on their word, so the only loose ends are a slot it was filling or
  * freeing (every free slot gets a clean word of a new generation) and the
- * counts (recounted). */
+ * counts, map and chains (rebuilt from the slots). */
 static void scrub(struct rs_segment *s)
 {
 	for (uint32_t i = 0; i < RS_NGRANT; i++)
@@ -585,11 +687,14 @@ static int slot_dead(struct rs_nt *t, uint32_t p)
  * lock, reclaim_locked looks again at the suspects only (a slot seen
  * alive here that dies meanwhile is found by the next reclaim).
  */
-static uint32_t dead_suspects(struct rs_nt *t, unsigned char *gone)
+static uint32_t dead_suspects(struct rs_nt *t, unsigned char *gone, uint32_t lim)
 {
 	uint32_t n = 0;
 
-	for (uint32_t p = 0; p < RS_NPROC; p++) {
+	if (lim > RS_NPROC)
+		lim = RS_NPROC;
+	memset(gone + lim, 0, RS_NPROC - lim);
+	for (uint32_t p = 0; p < lim; p++) {
 		gone[p] = (unsigned char)slot_dead(t, p);
 		n += gone[p];
 	}
@@ -670,7 +775,7 @@ uint32_t rs_nt_reclaim(struct rs_nt *t)
 
 	if (!t->map.seg || t->me >= RS_NPROC)
 		return 0;
-	nsusp = dead_suspects(t, gone);
+	nsusp = dead_suspects(t, gone, RS_NPROC);
 	if (table_lock(t) < 0)
 		return 0;
 	n = reclaim_locked(t, gone, nsusp);
@@ -740,13 +845,23 @@ static int register_once(struct rs_nt *t, const char *name, char *why, size_t wh
 		uint32_t seen = atomic_load(&s->hdr.change);
 		uint64_t now;
 
-		for (uint32_t p = 0; p < RS_NPROC; p++) {
+		/* A slot that says FREE first, one claim each (with hundreds
+		 * of processes attached, a liveness look at every LIVE slot on
+		 * the way made registration quadratic); then any slot whose
+		 * owner is gone. */
+		for (uint32_t p = 0, pass = 0; pass < 2; p = p + 1 < RS_NPROC ? p + 1 : (pass++, 0)) {
+			uint32_t st = atomic_load(&s->procs[p].state);
+
 			/* A cheap look first; the byte decides. */
-			if (atomic_load(&s->procs[p].state) == RS_PROC_LIVE &&
-			    rs_seg_alive(&t->map, p))
+			if (pass == 0 ? st != RS_PROC_FREE
+				      : st == RS_PROC_LIVE && rs_seg_alive(&t->map, p))
 				continue;
 			if (rs_seg_claim(&t->map, p) < 0)
 				continue;
+			/* Registration's reclaim looks below this mark only. */
+			for (uint32_t hi = atomic_load(&s->hdr.procs_hi);
+			     hi <= p && !atomic_compare_exchange_weak(&s->hdr.procs_hi, &hi, p + 1);)
+				;
 			/* A nonce no earlier holder of this slot had (segment.h). */
 			t->nonce = __atomic_add_fetch(&s->procs[p].gen, 1, __ATOMIC_RELAXED) &
 				   ((1u << (32 - RS_LOCK_SLOT_BITS)) - 1);
@@ -785,7 +900,11 @@ static int register_once(struct rs_nt *t, const char *name, char *why, size_t wh
 	/* Ours alone while we hold its byte: name ourselves before we take
 	 * the lock, so that whoever waits for us can say who we are. */
 	s->procs[t->me].pid = t->pid;
-	nsusp = dead_suspects(t, gone);
+	/* Each claimant raises procs_hi before its slot turns LIVE:
+	 * every LIVE slot lies below it.  A wrong value
+	 * (a stray write) only leaves dead slots to the next reclaim of a
+	 * waiter, which looks at every slot. */
+	nsusp = dead_suspects(t, gone, atomic_load(&s->hdr.procs_hi));
 	(void)table_lock(t);	/* cannot fail: t->me is ours */
 	reclaim_locked(t, gone, nsusp);
 	/* Our slot may still list a dead previous owner's grants. */
@@ -875,8 +994,19 @@ static int overlaps(const struct rs_seg_grant *g, uint64_t start, uint64_t end)
 	return gs < end && start < ge;
 }
 
+/* The lowest free slot: the used map says where to look, the state
+ * decides (a bit that is wrong is put right on the way).  Should the map
+ * say that none is free, every state is looked at. */
 static uint32_t find_free(struct rs_segment *s)
 {
+	for (uint32_t w = 0; w < RS_NGRANT / 64; w++)
+		for (uint64_t m = ~s->hdr.used_map[w]; m; m &= m - 1) {
+			uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(m);
+
+			if (atomic_load(&s->grants[i].state) == RS_G_FREE)
+				return i;
+			map_set(s, i);
+		}
 	for (uint32_t i = 0; i < RS_NGRANT; i++)
 		if (atomic_load(&s->grants[i].state) == RS_G_FREE)
 			return i;
@@ -921,14 +1051,22 @@ static void fill(struct rs_nt *t, uint32_t idx, const struct rs_nt_req *r,
 		 uint64_t start, uint64_t end, uint32_t state, uint32_t ticket, uint32_t users)
 {
 	struct rs_seg_grant *g = &t->map.seg->grants[idx];
+	int link = slot_using(t->map.seg, idx);
 
-	slot_using(t->map.seg, idx);
+	/* A used slot is refilled only for its own file (a WAIT entry
+	 * turning into its grant); any other stays in its chain no more. */
+	if (!link && (g->dev != r->dev || g->ino != r->ino)) {
+		chain_unlink(t->map.seg, idx);
+		link = 1;
+	}
 	__atomic_store_n(&g->mode, r->mode, __ATOMIC_RELAXED);
 	g->owner = t->me;
 	g->ticket = ticket;
 	g->flags = 0;
 	g->dev = r->dev;
 	g->ino = r->ino;
+	if (link)
+		chain_link(t->map.seg, idx);
 	/* Read racily by holders' fast paths, which check the generation. */
 	__atomic_store_n(&g->start, start, __ATOMIC_RELAXED);
 	__atomic_store_n(&g->end, end, __ATOMIC_RELAXED);
@@ -955,12 +1093,15 @@ struct blocker {
 /* A HELD grant of another process in the way of WAIT entry e (for the
  * message of a request queued behind e: whom the queue waits for).
  * Under the table lock; hi from the scan. */
-static void held_in_way(const struct rs_segment *s, uint32_t hi, const struct rs_seg_grant *e,
+static void held_in_way(const struct rs_segment *s, const struct rs_seg_grant *e,
 			struct blocker *b)
 {
-	for (uint32_t i = 0; i < hi && i < RS_NGRANT; i++) {
-		const struct rs_seg_grant *g = &s->grants[i];
+	uint32_t n = s->hdr.chains[bucket_of(e->dev, e->ino)].head;
 
+	for (uint32_t steps = 0; n && n <= RS_NGRANT && steps < RS_NGRANT; steps++) {
+		const struct rs_seg_grant *g = &s->grants[n - 1];
+
+		n = g->next;
 		if (atomic_load(&g->state) != RS_G_HELD || g->owner == e->owner ||
 		    g->dev != e->dev || g->ino != e->ino || compatible(g->mode, e->mode) ||
 		    !overlaps(g, e->start, e->end))
@@ -1008,8 +1149,8 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 	}
 	for (;;) {
 		uint64_t lo, top;
-		uint32_t conflicts, seen, idx, hi, nused, used, last;
-		int others;
+		uint32_t conflicts, seen, idx, b, n, walked, count, prev, *at;
+		int others, bad;
 		struct blocker blk = { UINT32_MAX, 0, 0 };
 		/* What to sleep on (wait_grant): our nearest predecessor in the
 		 * queue, the earlier WAIT entry with the highest ticket, so that
@@ -1026,11 +1167,13 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 			snprintf(why, whylen, "not attached to the node lock table");
 			return -1;
 		}
-		hi = s->hdr.used_hi < RS_NGRANT ? s->hdr.used_hi : RS_NGRANT;
-		nused = s->hdr.nused;
+		b = bucket_of(r->dev, r->ino);
 rescan:
-		used = 0;
-		last = 0;
+		walked = 0;
+		bad = 0;
+		count = s->hdr.chains[b].count;
+		prev = UINT32_MAX;
+		at = &s->hdr.chains[b].head;
 		lo = 0;
 		top = RS_RANGE_EOF;
 		conflicts = 0;
@@ -1044,17 +1187,31 @@ rescan:
 			wait_idx = UINT32_MAX;	/* reclaimed from under us: queue again */
 		if (wait_idx != UINT32_MAX)	/* we run: our place in the queue counts */
 			s->grants[wait_idx].beat_ns = now = rs_nt_now_ns();
-		for (uint32_t i = 0; i < hi; i++) {
-			struct rs_seg_grant *g = &s->grants[i];
-			uint32_t st = atomic_load(&g->state);
+		/* Our file's chain: every used slot of the bucket, each once.
+		 * The next link is read before the grant is looked at, since
+		 * freeing it takes it out of the chain. */
+		for (n = s->hdr.chains[b].head; n; ) {
+			uint32_t i = n - 1, st;
+			struct rs_seg_grant *g;
 			int newly;
 
-			if (st != RS_G_FREE) {
-				used++;
-				last = i + 1;
+			if (n > RS_NGRANT || walked >= count || walked++ >= RS_NGRANT) {
+				bad = 1;
+				break;
 			}
-			if (st == RS_G_FREE)
-				continue;
+			/* The link that names i: the previous grant's, if it
+			 * is still in the chain. */
+			if (prev != UINT32_MAX && *at == prev + 1)
+				at = &s->grants[prev].next;
+			prev = i;
+			walk_at = at;
+			g = &s->grants[i];
+			n = g->next;
+			st = atomic_load(&g->state);
+			if (st == RS_G_FREE || bucket_of(g->dev, g->ino) != b) {
+				bad = 1;
+				break;
+			}
 			if (g->owner == t->me) {
 				/* Our exact grants, left behind by their calls. */
 				if (st == RS_G_HELD)
@@ -1100,7 +1257,6 @@ rescan:
 					 * until the next reclaim. */
 					if (g->owner < RS_NPROC && !owner_alive(t, g->owner)) {
 						free_grant(s, g);
-						used--;
 						res->reclaimed++;
 						atomic_fetch_add(&s->hdr.reclaims, 1);
 					}
@@ -1145,16 +1301,14 @@ rescan:
 		if (wait_idx != UINT32_MAX && !(s->grants[wait_idx].flags & RS_WF_STARVED) &&
 		    rs_nt_now_ns() - t0 >= STARVE_NS)
 			s->grants[wait_idx].flags |= RS_WF_STARVED;
-		if (used != nused && hi != RS_NGRANT) {
-			/* The bounds hide something (a death between a count and
-			 * a state, or a stray write): look at every slot. */
+		walk_at = NULL;
+		if (bad || walked != count) {
+			/* The chain does not say what the slots say (a stray
+			 * write: a death inside is scrubbed by the next holder of
+			 * the lock): rebuild every chain from the slots, look again. */
 			recount(s);
-			hi = RS_NGRANT;
-			nused = s->hdr.nused;
 			goto rescan;
 		}
-		if (used == nused && last < s->hdr.used_hi)
-			s->hdr.used_hi = last;	/* the top slots have been freed */
 		if (conflicts == 0) {
 			uint64_t start = r->start, end = r->end;
 
@@ -1203,7 +1357,7 @@ rescan:
 		 * wait for?  Looked up only when it is time to say so. */
 		if (!warned && blk.owner == UINT32_MAX && via != UINT32_MAX && t0 &&
 		    rs_nt_now_ns() - t0 > rs_nt_warn_ns)
-			held_in_way(s, hi, &s->grants[via], &blk);
+			held_in_way(s, &s->grants[via], &blk);
 		if (wait_idx == UINT32_MAX && conflicts) {
 			idx = find_free(s);
 			if (idx != UINT32_MAX) {

@@ -5,7 +5,8 @@
  * preempted before it is initialised.  Creator and openers therefore both
  * run "flock(LOCK_EX); if not initialised, initialise; unlock", so exactly
  * one initialises, whoever gets there first; the magic number is written
- * last.  Everything here uses raw syscalls: the shim's own wrappers are not
+ * last.  An opener that finds the magic number already there (every one
+ * after the first) needs no lock (attach_ready).  Everything here uses raw syscalls: the shim's own wrappers are not
  * for its own files.
  */
 #include "segment.h"
@@ -280,6 +281,71 @@ static struct rs_segment *map_separately(const char *path, const struct stat *wa
 	return s == MAP_FAILED ? NULL : s;
 }
 
+/* Only the header decides whether we can use the table at all; a
+ * malformed slot is dealt with where it is met (nodelock.c), and must not
+ * keep anyone out of node scope. */
+static int finish(struct rs_seg_map *m, int fd, struct rs_segment *s, char *why, size_t whylen)
+{
+	if (rs_seg_check_header(s, why, whylen) < 0) {
+		char reason[160];
+
+		snprintf(reason, sizeof(reason), "%s", why);
+		WHY("%s: %s", m->path, reason);
+		munmap(s, sizeof(*s));
+		syscall(SYS_close, fd);
+		m->dev = m->ino = 0;
+		return -1;
+	}
+	m->seg = s;
+	m->fd = fd;
+	return 0;
+}
+
+/*
+ * An initialised table of the right size is mapped without the creation
+ * lock: the lock only orders who initialises, and the magic number,
+ * written last with a release store, says that someone has.  Hundreds of
+ * processes attaching at once (a job's ranks) otherwise queued on the
+ * lock, each loser sleeping 10 ms a try.  0 and *sp set (the mapping), or
+ * 0 and *sp NULL with why filled and fd closed (a failure that the
+ * locked path would meet too), or 1: take the locked path.
+ */
+static int attach_ready(struct rs_seg_map *m, int fd, char *why, size_t whylen,
+			struct rs_segment **sp)
+{
+	struct stat st;
+	struct rs_segment *s;
+	int err;
+
+	*sp = NULL;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & 07777) != 0600 || st.st_size != (off_t)sizeof(*s))
+		return 1;	/* the locked path says why, or sizes it */
+	/* A file whose blocks cover its size has no hole to fill: fallocate
+	 * would walk its 579 pages for nothing, in every process. */
+	if ((uint64_t)st.st_blocks * 512 < sizeof(*s) && back(fd, sizeof(*s), 0) < 0) {
+		err = errno;
+		syscall(SYS_close, fd);
+		if (err == ENOSPC)
+			WHY("no space for the %zu bytes of %s: its file system is full",
+			    sizeof(*s), m->path);
+		else
+			WHY("cannot allocate %s: %s", m->path, strerror(err));
+		return 0;
+	}
+	s = map_separately(m->path, &st, &err);
+	if (!s)
+		return 1;
+	if (__atomic_load_n(&s->hdr.magic, __ATOMIC_ACQUIRE) != RS_SEG_MAGIC) {
+		munmap(s, sizeof(*s));
+		return 1;	/* not initialised yet (or garbage): under the lock */
+	}
+	m->dev = (uint64_t)st.st_dev;
+	m->ino = (uint64_t)st.st_ino;
+	*sp = s;
+	return 0;
+}
+
 int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why, size_t whylen)
 {
 	struct stat st;
@@ -302,6 +368,11 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 		fd = open_file(m->path, 0);
 	if (fd < 0)
 		return WHY("cannot open %s: %s", m->path, strerror(errno)), -1;
+	if (attach_ready(m, fd, why, whylen, &s) == 0) {
+		if (!s)
+			return -1;
+		return finish(m, fd, s, why, whylen);
+	}
 	/* Initialisation takes microseconds; a lock held for seconds is a
 	 * stuck or hostile holder, and we do not wait on it. */
 	for (int tries = 0; flock(fd, LOCK_EX | LOCK_NB) < 0; tries++) {
@@ -353,23 +424,9 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 			rs_seg_init(s);
 	}
 	flock(fd, LOCK_UN);
-	/* Only the header decides whether we can use the table at all; a
-	 * malformed slot is dealt with where it is met (nodelock.c), and
-	 * must not keep anyone out of node scope. */
-	if (rs_seg_check_header(s, why, whylen) < 0) {
-		char reason[160];
-
-		snprintf(reason, sizeof(reason), "%s", why);
-		WHY("%s: %s", m->path, reason);
-		munmap(s, sizeof(*s));
-		syscall(SYS_close, fd);
-		return -1;
-	}
-	m->seg = s;
-	m->fd = fd;
 	m->dev = (uint64_t)st.st_dev;
 	m->ino = (uint64_t)st.st_ino;
-	return 0;
+	return finish(m, fd, s, why, whylen);
 }
 
 static int map_fd(const struct rs_seg_map *m)

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define RS_SEG_MAGIC   0x31304d4853534752ull   /* "RGSSHM01" */
-#define RS_SEG_VERSION 8u
+#define RS_SEG_VERSION 9u
 /* A node runs hundreds of processes (MPI ranks, tools): 4096 slots, and
  * four grant slots per process.  At 64 and 128 bytes a slot the segment
  * is 2.3 MiB.  A registrant that still finds every slot held by a live
@@ -22,6 +22,10 @@
  * without the table. */
 #define RS_NPROC       4096u
 #define RS_NGRANT      16384u
+/* Grants are chained per file: a file's grants hang off one of these
+ * buckets (by its (dev, ino)), so an acquisition looks at the grants of
+ * its own file, not at the whole table (nodelock.c, "Per-file chains"). */
+#define RS_NBUCKET     1024u
 /* Liveness: each attached process holds an OFD write lock on one byte of
  * the segment file at RS_LIVE_BASE + its slot; the kernel drops it when
  * the process dies, so a dead holder is told from a live one exactly, and
@@ -97,7 +101,7 @@ struct rs_seg_grant {
 	/* Changes only under the table lock, when the slot is filled or
 	 * freed; the fast path reads start, end and mode racily and trusts
 	 * them only if gw still has the generation it cached. */
-	uint32_t pad_users;
+	uint32_t next;              /* next grant of its bucket's chain + 1; 0 ends it */
 	_Atomic uint32_t state;
 	uint32_t mode;
 	uint32_t owner;             /* proc slot */
@@ -137,7 +141,16 @@ struct rs_seg_header {
 	 * FREE, and nused slots are not.  Scans stop at used_hi and check the
 	 * count, so a value that hides a grant is noticed (nodelock.c). */
 	uint32_t used_hi, nused;
+	/* Every process slot ever claimed lies below this (nodelock.c,
+	 * "Registration"); raised by claimants, a hint only. */
+	_Atomic uint32_t procs_hi;
 	_Atomic uint64_t acquires, revokes, wanted_calls, reclaims;
+	/* Under the table lock, an index of the grant slots, rebuilt from
+	 * the slots whenever it disagrees with them (nodelock.c, "Per-file
+	 * chains"): each bucket's chain of used slots and their number, and
+	 * a bit per slot, set while it is used (where to find a free one). */
+	struct { uint32_t head, count; } chains[RS_NBUCKET];
+	uint64_t used_map[RS_NGRANT / 64];
 };
 
 struct rs_segment {

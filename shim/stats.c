@@ -247,11 +247,18 @@ int rs_stats_text(char *buf, unsigned long size, long pid)
 	return (int)(n < size ? n : size - 1);
 }
 
-/* fork's child: the other threads are gone, and so are their counts. */
+/* fork's child: the other threads are gone, and so are their counts.
+ * Only the blocks in use are cleared (a block is folded to zero before
+ * it is given back): a child that writes a page it shares with its
+ * parent copies it, a page fault and a TLB flush, and hundreds of forked
+ * workers paid for every page of these arrays. */
 void rs_stats_reset(void)
 {
 	start_ns = wall_ns();
 	for (int k = 0; k < RS_STATS_SLOTS; k++) {
+		if (!atomic_load_explicit(&slot_used[k], memory_order_relaxed) &&
+		    &slots[k] != rs_tstat)
+			continue;
 		memset((void *)&slots[k], 0, sizeof(slots[k]));
 		if (&slots[k] != rs_tstat)
 			atomic_store_explicit(&slot_used[k], 0, memory_order_relaxed);

@@ -40,7 +40,10 @@
  *  malformed_user_count  garbage counts in free slots and in a held grant:
  *                    a busy grant is never revoked, the garbage one blocks
  *                    its range only, its owner's death frees it.
- *  scan_bounds_hide_nothing  a used_hi that hides a busy grant is noticed.
+ *  scan_bounds_hide_nothing  a file chain that hides a busy grant is
+ *                    noticed and rebuilt.
+ *  chain_garbage     a cycle, a garbage count and a link out of range in
+ *                    the chains: rebuilt, the busy grant still excludes.
  *  reclaimed_slot_reusable  after a busy holder is reclaimed, the slots the
  *                    table hands out next carry no stale user count: idle
  *                    grants in them are revoked at once.
@@ -1157,10 +1160,11 @@ Test(nodelock, full_slots_wait, .timeout = 60)
  * table works, nobody is refused, and its owner's death frees it.
  */
 /*
- * Acquisitions scan only up to hdr.used_hi and check hdr.nused against
- * what they saw.  A bound that would hide a busy grant (a death between a
- * count and a state, or a stray write) must be noticed: the request still
- * waits for the grant, and the counts are repaired.
+ * Acquisitions walk only their file's chain (nodelock.c, "Per-file
+ * chains") and check it against the bucket's count and the slots.  A
+ * chain that would hide a busy grant (a stray write) must be noticed: the
+ * request still waits for the grant, and the chains and counts are
+ * rebuilt from the slots (used_hi, lowered by the same write, too).
  */
 Test(nodelock, scan_bounds_hide_nothing)
 {
@@ -1168,6 +1172,7 @@ Test(nodelock, scan_bounds_hide_nothing)
 	struct cmd q = acq_cmd(0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
 	struct rs_segment *s;
 	struct rep ra, rb;
+	uint32_t k, n, found = 0;
 
 	agent_register(a);
 	agent_register(b);
@@ -1175,10 +1180,52 @@ Test(nodelock, scan_bounds_hide_nothing)
 	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, WINDOW, 1);	/* busy, above it */
 	s = view_attach();
 	cr_assert_gt(ra.idx, 0);
-	s->hdr.used_hi = ra.idx;	/* hides A's busy grant */
+	for (k = 0; k < RS_NBUCKET && s->hdr.chains[k].head != ra.idx + 1; k++)
+		;
+	cr_assert_lt(k, RS_NBUCKET, "A's newest grant heads no chain");
+	s->hdr.chains[k].head = s->grants[ra.idx].next;	/* hides A's busy grant */
+	s->hdr.used_hi = ra.idx;
 	agent_send(b, &q);
-	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS), "B was granted a range hidden above used_hi");
+	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS), "B was granted a range its chain hid");
 	cr_assert_gt(s->hdr.used_hi, ra.idx, "used_hi was not repaired");
+	n = s->hdr.chains[k].head;
+	for (uint32_t steps = 0; n && n <= RS_NGRANT && steps < RS_NGRANT; steps++, n = s->grants[n - 1].next)
+		found |= n == ra.idx + 1;
+	cr_assert(found, "the chain was not rebuilt");
+	simple(a, OP_LEAVE, ra.idx, 0);
+	rb = agent_wait(b, MUST_MS, "B once A left");
+	cr_assert_eq(rb.rc, 0, "%s", rb.why);
+}
+
+/*
+ * Garbage in a chain (a cycle, an impossible count, a link out of range):
+ * the walk stops, the index is rebuilt, and a busy grant still keeps the
+ * request out until its call leaves.
+ */
+Test(nodelock, chain_garbage)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct cmd q = acq_cmd(0, 64 * KIB, RS_G_EXSH, WINDOW, 0);
+	struct rs_segment *s;
+	struct rep ra, rb;
+	uint32_t k;
+
+	agent_register(a);
+	agent_register(b);
+	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, WINDOW, 1);	/* busy */
+	s = view_attach();
+	for (k = 0; k < RS_NBUCKET && s->hdr.chains[k].head != ra.idx + 1; k++)
+		;
+	cr_assert_lt(k, RS_NBUCKET, "A's grant heads no chain");
+	s->grants[ra.idx].next = ra.idx + 1;	/* a cycle */
+	s->hdr.chains[k].count = UINT32_MAX;
+	s->hdr.chains[(k + 1) % RS_NBUCKET].head = RS_NGRANT + 7;
+	agent_send(b, &q);
+	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS), "B was granted over A's busy grant");
+	/* A's grant and B's WAIT entry. */
+	cr_assert_eq(s->hdr.chains[k].count, 2, "the chain's count was not rebuilt (%u)", s->hdr.chains[k].count);
+	cr_assert_neq(s->grants[ra.idx].next, ra.idx + 1, "the cycle was not broken");
+	cr_assert_eq(s->hdr.chains[(k + 1) % RS_NBUCKET].head, 0, "a link out of range was kept");
 	simple(a, OP_LEAVE, ra.idx, 0);
 	rb = agent_wait(b, MUST_MS, "B once A left");
 	cr_assert_eq(rb.rc, 0, "%s", rb.why);

@@ -1,14 +1,15 @@
 #!/bin/sh
 # The scale table: many processes on one file, many files in one process,
-# and ordinary tools, each as a ratio to the same work without the shim,
+# idle grants on other files beside two writers of one, and ordinary tools, each as a ratio to the same work without the shim,
 # measured in one run with the modes interleaved round by round (the
 # median of the per-round ratios).  docs/benchmarks.md records a run.
 #
-#   sh tests/bench/scale.sh BUILD [procs|files|tools]...
+#   sh tests/bench/scale.sh BUILD [procs|files|idle|tools]...
 #
 # SCALE_PROCS (default 1,4,16,64,128,256), SCALE_CALLS (total calls per
 # cell, default 20000), SCALE_FILES (default 1,100,1000,10000),
-# SCALE_ROUNDS (default 3).  The tools row needs tar, rsync and git
+# SCALE_IDLE (idle grants, default 900), SCALE_IDLE_CALLS (writes per
+# writer, default 5000), SCALE_ROUNDS (default 3).  The tools row needs tar, rsync and git
 # (Debian packages tar, rsync, git): installed when run as root with
 # apt-get, otherwise named, and the row is skipped.
 set -eu
@@ -17,11 +18,14 @@ shift
 LIB=$B/librangeshim.so
 PR=$B/tests/bench/procrand
 MF=$B/tests/bench/manyfiles
+IG=$B/tests/bench/idlegrants
 PROCS=${SCALE_PROCS:-1,4,16,64,128,256}
 CALLS=${SCALE_CALLS:-20000}
 FILES=${SCALE_FILES:-1,100,1000,10000}
+IDLE=${SCALE_IDLE:-900}
+IDLE_CALLS=${SCALE_IDLE_CALLS:-5000}
 ROUNDS=${SCALE_ROUNDS:-3}
-SECTIONS=${*:-procs files tools}
+SECTIONS=${*:-procs files idle tools}
 DIR=$(mktemp -d "${BENCH_DIR:-/tmp}/rs-scale.XXXXXX")
 export RANGESHIM_SHM=/rangeshim-scale.$$
 trap 'rm -rf "$DIR" "/dev/shm/rangeshim-scale.$$"' EXIT
@@ -77,6 +81,35 @@ if echo "$SECTIONS" | grep -qw files; then
 		done
 		echo "| $n | $(echo $u | tr ' ' '\n' | median) | $(echo $rs | tr ' ' '\n' | median) |"
 	done
+	echo
+fi
+
+# Two processes writing random 4 KiB blocks of one 16 MiB region (their
+# grants turn exact: one table pass per write), with and without a third
+# process that holds cached grants on IDLE other files: an acquisition's
+# cost should follow its own file's grants, not the table's.
+if echo "$SECTIONS" | grep -qw idle; then
+	echo "## Idle grants on other files (2 writers x $IDLE_CALLS random 4 KiB pwrites of one region, under the shim; us per write, wall and the writers' CPU, with and without a process holding $IDLE idle grants on other files; median of $ROUNDS rounds, alternating)"
+	echo
+	echo "| idle grants | wall us without | wall us with | with / without | CPU us without | CPU us with | with / without |"
+	echo "|---|---|---|---|---|---|---|"
+	rs=; rc=; a=; b=; ac=; bc=
+	for r in $(seq "$ROUNDS"); do
+		for order in 0 1; do
+			[ $(( (r + order) % 2 )) = 0 ] && n=0 || n=$IDLE
+			rm -rf "$DIR/ig"; mkdir "$DIR/ig"
+			out=$(LD_PRELOAD=$LIB "$IG" "$DIR/ig" "$n" "$IDLE_CALLS") ||
+				{ echo "scale.sh: idlegrants failed: $out" >&2; exit 1; }
+			w=$(echo "$out" | awk '{ print $1 }')
+			c=$(echo "$out" | awk '{ sub("cpu=", "", $3); print $3 }')
+			if [ "$n" = 0 ]; then t0=$w; c0=$c; else t1=$w; c1=$c; fi
+		done
+		a="$a $t0"; b="$b $t1"; ac="$ac $c0"; bc="$bc $c1"
+		rs="$rs $(ratio "$t1" "$t0")"
+		rc="$rc $(ratio "$c1" "$c0")"
+	done
+	m() { echo $1 | tr ' ' '\n' | median; }
+	echo "| $IDLE | $(m "$a") | $(m "$b") | $(m "$rs") | $(m "$ac") | $(m "$bc") | $(m "$rc") |"
 	echo
 fi
 
