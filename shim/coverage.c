@@ -49,6 +49,7 @@
 #include "fdtable.h"
 #include "iolock.h"
 #include "log.h"
+#include "filewaits.h"
 #include "stats.h"
 #include "rawsyscall.h"
 #include "fileid.h"
@@ -257,6 +258,9 @@ static void noticed(int kind, int fd)
 	RS_COV_KINDS(RS_COV_COUNT)
 #undef RS_COV_COUNT
 	}
+	/* And for its file, when the call names one. */
+	if (__builtin_expect(rs_stats_on, 0) && fd >= 0)
+		rs_fw_uncovered(fd);
 	if (RS_LOAD(rs_log_level) >= RS_LOG_INFO &&
 	    !atomic_exchange_explicit(&said[kind], 1, memory_order_relaxed))
 		say(kind, fd);

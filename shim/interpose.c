@@ -78,6 +78,8 @@ static inline __attribute__((always_inline)) void count_bytes(unsigned kind, lon
 	}                                                                    \
 	r = REAL(ret, name, args);                                           \
 	if (io.entered) {                                                    \
+		if (__builtin_expect(rs_stats_on, 0))                        \
+			rs_io_count(&io, bytes, (long long)r);               \
 		rs_io_end_slow(&io);                                         \
 		count_bytes(bytes, (long long)r);                            \
 	}                                                                    \

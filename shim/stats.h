@@ -43,6 +43,8 @@
  * Counting is per thread: each thread adds to a block of its own, so a
  * counter costs a load, an add and a store on a line no other thread
  * writes (no atomic read-modify-write, no shared cache line: issue 10).
+ * (The inline path's io_calls and bytes go to the file's record instead,
+ * filewaits.h: atomic adds on a line the file's users share.)
  * A thread's first count claims a block (rs_count_slow); when the thread
  * exits its block is folded into the shared totals.  The report functions
  * below sum the totals and every live block, so their callers need not
