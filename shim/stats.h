@@ -107,6 +107,8 @@ int rs_stats_json(char *buf, unsigned long size, long pid);
 int rs_stats_text(char *buf, unsigned long size, long pid);
 /* One counter summed over the threads (tests, the reports). */
 uint64_t rs_stats_get(size_t off);
+/* Write text to the report path tmpl with %p as pid (init.c). */
+void rs_write_stats_file(const char *tmpl, long pid, const char *text, int len);
 /* Stats are on: make thread exits fold their blocks (once, at start-up). */
 void rs_stats_init(void);
 /* The child of fork: only the calling thread is left; zero everything. */

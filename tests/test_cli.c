@@ -47,6 +47,10 @@
  *                          and a sum), escaped program names.
  *  locks_noinaccessible    -i leaves out a grant whose path is unknown;
  *                          the same grant with its file open stays.
+ *  run_stats_names_*       `run --stats` counts and names the programs the
+ *                          shim could not be in: CMD itself, and a static
+ *                          program two levels down (control: a dynamic one
+ *                          in its place, 0).
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -1810,15 +1814,16 @@ Test(cli, run_stats_names_uninstrumented)
 		char *argv[] = { RS_CLI, "run", "--stats", "--", "/sbin/ldconfig", "--version", NULL };
 
 		run_cli(&r, argv, env);
-		cr_expect(strstr(r.out, "1 program of the job could not be instrumented: "
-				 "/sbin/ldconfig (statically linked"), "%s", r.out);
+		cr_expect(strstr(r.out, "1 program(s) in the job could not be instrumented: "
+				 "ldconfig (/sbin/ldconfig: statically linked"), "%s", r.out);
 	}
 	{
 		char *argv[] = { RS_CLI, "run", "--stats", "--", "/bin/true", NULL };
 
 		run_cli(&r, argv, env);
 		cr_expect(strstr(r.out, "rangeshim job summary: 1 process report(s)") &&
-			  !strstr(r.out, "could not be instrumented"), "control:\n%s", r.out);
+			  strstr(r.out, "\n0 program(s) in the job could not be instrumented\n"),
+			  "control:\n%s", r.out);
 	}
 	rs_rm_rf(base);
 	free(base);
@@ -2011,5 +2016,68 @@ Test(cli, locks_noinaccessible)
 		cr_assert_eq(holder_finish(&h), 0);
 	}
 	holder_opens = false;
+	free(r);
+}
+
+/*
+ * A static program started two levels down a `run --stats` job (a shell
+ * that starts a shell that starts it, and once more by the first shell
+ * through PATH) is counted and named in the job summary: the library
+ * writes its report at the exec.  Control: the same job with a dynamic
+ * program in its place says 0.  The static program is built here with
+ * cc -static (skipped where the C library has no static archive).
+ */
+Test(cli, run_stats_names_static_descendants)
+{
+	struct rs_run *r = malloc(sizeof(*r));
+	char *base = rs_make_base("/tmp", "rs-cli-static2."), src[PATH_MAX], bin[PATH_MAX];
+	char dyn[PATH_MAX], cmd[PATH_MAX * 4], tmpdir[PATH_MAX + 8], path[PATH_MAX + 64];
+	const char *env[] = { tmpdir, path, NULL };
+
+	cr_assert(r);
+	snprintf(src, sizeof src, "%s/st.c", base);
+	snprintf(bin, sizeof bin, "%s/stwriter", base);
+	snprintf(dyn, sizeof dyn, "%s/dynwriter", base);
+	rs_write_text(src, "#include <stdio.h>\nint main(int c, char **v)\n{\n\tFILE *f = c > 1 ? "
+		      "fopen(v[1], \"w\") : NULL;\n\tif (f) {\n\t\tfputs(\"x\\n\", f);\n"
+		      "\t\tfclose(f);\n\t}\n\treturn 0;\n}\n");
+	{
+		char *cc[] = { "/usr/bin/cc", "-static", "-O2", "-o", bin, src, NULL };
+		char *cd[] = { "/usr/bin/cc", "-O2", "-o", dyn, src, NULL };
+
+		rs_run(r, cc, NULL, 0, 120);
+		if (r->status != 0)
+			cr_skip_test("cannot link a static program here: %s", r->out);
+		rs_run(r, cd, NULL, 0, 120);
+		cr_assert_eq(r->status, 0, "%s", r->out);
+	}
+	snprintf(tmpdir, sizeof tmpdir, "TMPDIR=%s", base);
+	snprintf(path, sizeof path, "PATH=%s:/usr/bin:/bin", base);
+	for (int leg = 0; leg < 2; leg++) {
+		const char *prog = leg ? "dynwriter" : "stwriter";
+
+		snprintf(cmd, sizeof cmd, "/bin/sh -c '%s/%s %s/o1; echo hi > %s/o2'; %s %s/o3",
+			 base, prog, base, base, prog, base);
+		char *argv[] = { RS_CLI, "run", "--shm", shm_name, "--stats", "--", "/bin/sh", "-c",
+				 cmd, NULL };
+
+		run_cli(r, argv, env);
+		cr_log_info("%s:\n%s", prog, r->out);
+		cr_assert_eq(r->status, 0, "%s", r->out);
+		if (!leg) {
+			char want[PATH_MAX + 128];
+
+			snprintf(want, sizeof want, "\n2 program(s) in the job could not be "
+				 "instrumented: stwriter (%s, 2 times: statically linked", bin);
+			cr_expect(strstr(r->out, want), "no '%s':\n%s", want, r->out);
+		} else {
+			cr_expect(strstr(r->out, "\n0 program(s) in the job could not be instrumented\n"),
+				  "control:\n%s", r->out);
+			cr_expect(strstr(r->out, " dynwriter "), "control: no dynwriter row:\n%s",
+				  r->out);
+		}
+	}
+	rs_rm_rf(base);
+	free(base);
 	free(r);
 }

@@ -41,6 +41,9 @@ struct report {
 	char program[64];
 	char host[64], cmdline[1024], job_id[64];
 	char skipped[64];             /* why the user left it out, or "" */
+	/* A program the shim could not be in (statically linked): why, and
+	 * its path; such a report has no counters. */
+	char uninstrumented[160], exe_path[256];
 	unsigned nkeys;
 	char key[MAX_KEYS][KEY_LEN];
 	unsigned long long val[MAX_KEYS];
@@ -48,6 +51,7 @@ struct report {
 
 struct job {
 	unsigned nreports, nbad;
+	unsigned ninstrumented;       /* reports with counters */
 	unsigned nkeys;
 	char key[MAX_KEYS][KEY_LEN];
 	unsigned long long total[MAX_KEYS];
@@ -367,6 +371,13 @@ static int parse_report(const char *text, size_t len, struct report *r, struct j
 				return snprintf(why, whylen, "no ':' after \"%s\"", key), -1;
 			ws(&s);
 			if (s.p < s.end && *s.p == '"' &&
+			    (!strcmp(key, "uninstrumented") || !strcmp(key, "exe_path"))) {
+				bool u = key[0] == 'u';
+
+				if (str(&s, u ? r->uninstrumented : r->exe_path,
+					u ? sizeof r->uninstrumented : sizeof r->exe_path) < 0)
+					return snprintf(why, whylen, "bad string for \"%s\"", key), -1;
+			} else if (s.p < s.end && *s.p == '"' &&
 			    (!strcmp(key, "program") || !strcmp(key, "comm") || !strcmp(key, "exe") ||
 			     !strcmp(key, "host") || !strcmp(key, "cmdline") ||
 			     !strcmp(key, "job_id") || !strcmp(key, "skipped"))) {
@@ -420,7 +431,7 @@ static int parse_report(const char *text, size_t len, struct report *r, struct j
 	ws(&s);
 	if (s.p != s.end)
 		return snprintf(why, whylen, "text after the object"), -1;
-	if (!have_pid || !r->nkeys)
+	if (!have_pid || (!r->nkeys && !r->uninstrumented[0]))
 		return snprintf(why, whylen, "not a rangeshim stats report (no pid and counters)"), -1;
 	return 0;
 }
@@ -519,6 +530,7 @@ static void add_report(struct job *j, const char *path)
 		return;
 	}
 	j->nreports++;
+	j->ninstrumented += !rep->uninstrumented[0];
 	merge_files(j);
 	for (unsigned i = 0; i < rep->nkeys; i++) {
 		unsigned k = 0;
@@ -608,7 +620,9 @@ static void print_coverage_line(FILE *out, const struct job *j)
 		fprintf(out, "%s%s (%llu)", sep, j->key[k] + 10, j->total[k]);
 		sep = ", ";
 	}
-	if (!any_key)
+	if (!any_key && !j->ninstrumented)
+		fputs("no process of the job was instrumented", out);
+	else if (!any_key)
 		fputs("not counted by this library (its reports have no uncovered_* counters)", out);
 	else if (!*sep)
 		fputs("none seen", out);
@@ -663,7 +677,8 @@ static unsigned tally(const struct job *j, int which, struct tally **out)
 		const struct report *r = &j->rep[i];
 		unsigned k = 0;
 
-		if (which == 0 ? r->skipped[0] || did_io(r) : !r->skipped[0])
+		if (r->uninstrumented[0] ||
+		    (which == 0 ? r->skipped[0] || did_io(r) : !r->skipped[0]))
 			continue;
 		while (k < n && strcmp(t[k].program, r->program))
 			k++;
@@ -709,7 +724,7 @@ static void print_rows(FILE *out, const struct job *j)
 	if (!io)
 		return;
 	for (unsigned i = 0; i < j->nreports; i++) {
-		if (j->rep[i].skipped[0])
+		if (j->rep[i].skipped[0] || j->rep[i].uninstrumented[0])
 			continue;
 		if (did_io(&j->rep[i]))
 			io[shown++] = &j->rep[i];
@@ -928,6 +943,45 @@ static void print_header(FILE *out, const struct job *j, const struct header *h)
 	free(t);
 }
 
+/* "N program(s) in the job could not be instrumented: busybox
+ * (/usr/bin/busybox, 2 times: statically linked ...)", one entry per
+ * path.  Their reports were written for them: by `run --stats` for the
+ * program it starts, by the library at the exec for the others. */
+static void print_uninstrumented(FILE *out, const struct job *j)
+{
+	unsigned total = 0;
+	const char *sep = ": ";
+
+	for (unsigned i = 0; i < j->nreports; i++)
+		total += j->rep[i].uninstrumented[0] != 0;
+	fprintf(out, "%u program(s) in the job could not be instrumented", total);
+	for (unsigned i = 0; i < j->nreports; i++) {
+		const struct report *r = &j->rep[i];
+		unsigned times = 0;
+		bool first = true;
+		char prog[256], path[1024], why[640];
+
+		if (!r->uninstrumented[0])
+			continue;
+		for (unsigned k = 0; k < j->nreports; k++)
+			if (j->rep[k].uninstrumented[0] && !strcmp(j->rep[k].exe_path, r->exe_path)) {
+				first &= k >= i;
+				times++;
+			}
+		if (!first)
+			continue;	/* listed with an earlier one */
+		escape_text(r->program[0] ? r->program : "?", prog, sizeof prog);
+		escape_text(r->exe_path[0] ? r->exe_path : "?", path, sizeof path);
+		escape_text(r->uninstrumented, why, sizeof why);
+		fprintf(out, "%s%s (%s", sep, prog, path);
+		if (times > 1)
+			fprintf(out, ", %u times", times);
+		fprintf(out, ": %s)", why);
+		sep = ", ";
+	}
+	fputc('\n', out);
+}
+
 static void print_job(FILE *out, struct job *j)
 {
 	struct header h;
@@ -960,6 +1014,7 @@ static void print_job(FILE *out, struct job *j)
 	}
 	print_files(out, j);
 	print_coverage_line(out, j);
+	print_uninstrumented(out, j);
 }
 
 /* ---- --json: the same, as one object ---- */
@@ -1046,7 +1101,7 @@ static void print_job_json(struct job *j)
 	for (unsigned i = 0, n = 0; i < j->nreports; i++) {
 		const struct report *r = &j->rep[i];
 
-		if (!did_io(r) || r->skipped[0])
+		if (!did_io(r) || r->skipped[0] || r->uninstrumented[0])
 			continue;
 		printf("%s{\"pid\": %ld, \"program\": ", n++ ? ", " : "", r->pid);
 		json_string(r->program);
@@ -1060,6 +1115,21 @@ static void print_job_json(struct job *j)
 	json_tally(j, 0);
 	fputs(", \"left_out\": ", stdout);
 	json_tally(j, 1);
+	fputs(", \"uninstrumented\": [", stdout);
+	for (unsigned i = 0, n = 0; i < j->nreports; i++) {
+		const struct report *r = &j->rep[i];
+
+		if (!r->uninstrumented[0])
+			continue;
+		printf("%s{\"pid\": %ld, \"program\": ", n++ ? ", " : "", r->pid);
+		json_string(r->program);
+		fputs(", \"path\": ", stdout);
+		json_string(r->exe_path[0] ? r->exe_path : NULL);
+		fputs(", \"why\": ", stdout);
+		json_string(r->uninstrumented);
+		putchar('}');
+	}
+	putchar(']');
 	fputs("}\n", stdout);
 }
 
