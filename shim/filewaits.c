@@ -452,8 +452,9 @@ unsigned long rs_fw_text(char *buf, unsigned long size, unsigned long n)
 
 	if (!k)
 		return n;
-	APPEND("  files, most bytes first (bytes_read bytes_written calls lock_waits node_waits "
-	       "wait_ms uncovered file):%s\n", "");
+	/* Words, not the counters' names: a line per counter name. */
+	APPEND("  files, most bytes first (bytes read, written, calls, lock waits, node waits, "
+	       "ms waited, uncovered calls, file):%s\n", "");
 	for (int i = 0; i < k; i++) {
 		const struct slot *s = top[i];
 		char shown[PATH_LEN], id[RS_FILE_ID_LEN];
@@ -499,8 +500,14 @@ static void zero(struct slot *s)
 
 void rs_fw_reset(void)
 {
-	for (int i = 0; i < RS_FW_SLOTS; i++)
+	for (int i = 0; i < RS_FW_SLOTS; i++) {
+		/* A claim another thread had begun at the fork never ends
+		 * here: free the slot, or every later claim would spin on it. */
+		uint32_t one = 1;
+
+		atomic_compare_exchange_strong(&slots[i].state, &one, 0);
 		zero(&slots[i]);
+	}
 	zero(&other);
 	atomic_store_explicit(&untracked, 0, memory_order_relaxed);
 	atomic_store_explicit(&other_files, 0, memory_order_relaxed);
