@@ -49,9 +49,13 @@
 #include "fdtable.h"
 #include "iolock.h"
 #include "log.h"
+#include "filewaits.h"
 #include "stats.h"
 #include "rawsyscall.h"
 #include "fileid.h"
+#include "elfinterp.h"
+
+#include <stdlib.h>
 
 #define RS_EXPORT __attribute__((visibility("default")))
 
@@ -260,6 +264,9 @@ static void noticed(int kind, int fd)
 	RS_COV_KINDS(RS_COV_COUNT)
 #undef RS_COV_COUNT
 	}
+	/* And for its file, when the call names one. */
+	if (__builtin_expect(rs_stats_on, 0) && fd >= 0)
+		rs_fw_uncovered(fd);
 	if (RS_LOAD(rs_log_level) >= RS_LOG_INFO &&
 	    !atomic_exchange_explicit(&said[kind], 1, memory_order_relaxed))
 		say(kind, fd);
@@ -740,5 +747,86 @@ void rs_cov_scan(void)
 		notice_std(&_IO_2_1_stderr_, LOOK_ONLY);
 	}
 	say_at_exit();
+	errno = saved;
+}
+
+/* The program execvp would run for file, into out; 0 if found. */
+static int exec_target(const char *file, int search, char *out, size_t len)
+{
+	const char *path = getenv("PATH");
+
+	if (!search || strchr(file, '/')) {
+		snprintf(out, len, "%s", file);
+		return 0;
+	}
+	if (!path)
+		path = "/bin:/usr/bin";
+	for (const char *p = path;; p += strcspn(p, ":") + 1) {
+		size_t n = strcspn(p, ":");
+
+		snprintf(out, len, "%.*s%s%s", (int)n, p, n ? "/" : "", file);
+		if (syscall(SYS_faccessat, AT_FDCWD, out, X_OK) == 0)
+			return 0;
+		if (!p[n])
+			return -1;
+	}
+}
+
+/*
+ * Only raw system calls, snprintf and the stack: this may run in a vfork
+ * child, whose memory is its parent's.  Only the exec's file is looked
+ * at, never the I/O path.  The report carries no counters: "uninstrumented"
+ * says why there are none.
+ */
+void rs_cov_exec(const char *file, char *const argv[], int search, long pid)
+{
+	static const char why[] = "statically linked (no ELF interpreter): no library "
+				  "can be preloaded into it";
+	char target[1024], cmd[1024], buf[4096];
+	unsigned long n = 0;
+	int saved = errno;
+	struct timespec ts;
+
+	if (!rs_stats_on || rs_cfg.stats != RS_STATS_FILE || !strstr(rs_cfg.stats_path, "%p") ||
+	    !file || exec_target(file, search, target, sizeof target) < 0 ||
+	    rs_elf_path_has_interp(target) != 0) {
+		errno = saved;
+		return;
+	}
+	cmd[0] = '\0';
+	for (size_t i = 0, k = 0; argv && argv[i] && k + 1 < sizeof cmd; i++) {
+		int w = snprintf(cmd + k, sizeof cmd - k, "%s%s", i ? " " : "", argv[i]);
+
+		if (w < 0)
+			break;
+		k += (size_t)w;
+	}
+	/* A vfork child shares rs_pid with its parent: ask the kernel. */
+	if (!pid)
+		pid = syscall(SYS_getpid);
+	clock_gettime(CLOCK_REALTIME, &ts);
+#define APPEND_S(s) n = rs_json_str(buf, sizeof buf, n, (s))
+#define APPEND_F(...)                                                           \
+	do {                                                                    \
+		int k_ = snprintf(buf + n, n < sizeof buf ? sizeof buf - n : 0, __VA_ARGS__); \
+		if (k_ > 0)                                                     \
+			n += (unsigned long)k_;                                 \
+	} while (0)
+	APPEND_F("{\"pid\": %ld, \"ppid\": %ld, \"uid\": %lu, \"start_ns\": %llu, \"end_ns\": %llu, "
+		 "\"program\": ", pid, pid == syscall(SYS_getpid) ? (long)syscall(SYS_getppid) : (long)syscall(SYS_getpid), (unsigned long)getuid(),
+		 (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec,
+		 (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+	APPEND_S(strrchr(target, '/') ? strrchr(target, '/') + 1 : target);
+	APPEND_F("%s", ", \"cmdline\": ");
+	APPEND_S(cmd);
+	APPEND_F("%s", ", \"exe_path\": ");
+	APPEND_S(target);
+	APPEND_F("%s", ", \"uninstrumented\": ");
+	APPEND_S(why);
+	APPEND_F("%s", "}\n");
+#undef APPEND_S
+#undef APPEND_F
+	if (n < sizeof buf)
+		rs_write_stats_file(rs_cfg.stats_path, pid, buf, (int)n);
 	errno = saved;
 }

@@ -15,6 +15,12 @@ void rs_cov_fork_child(void);
 /* At report time: rings and AIO contexts still open that no wrapper saw
  * created (liburing and others make the system call themselves). */
 void rs_cov_scan(void);
+/* Before an exec of file (search: by PATH, as execvp) with argv, or
+ * after a spawn of it as process pid (0: the exec, this process): if it
+ * is statically linked, the shim will not be in it, so with per-process
+ * reports (RANGESHIM_STATS=PATH with %p) write its report now, naming it
+ * as not instrumented, for `rangeshim stats`.  errno is left alone. */
+void rs_cov_exec(const char *file, char *const argv[], int search, long pid);
 /* A stream fdopen or freopen made. */
 void rs_cov_stream(FILE *fp);
 /* Before fclose(fp): a standard stream used on a coordinated file. */

@@ -15,6 +15,7 @@
 #include <linux/kcmp.h>
 
 #include "config.h"
+#include "filewaits.h"
 #include "futex.h"
 #include "grants.h"
 #include "log.h"
@@ -149,7 +150,8 @@ static int64_t find_file(uint64_t dev, uint64_t ino)
 	return -1;
 }
 
-static int64_t get_file(uint64_t dev, uint64_t ino)
+/* fd: a descriptor of the file, to name it in the stats. */
+static int64_t get_file(uint64_t dev, uint64_t ino, int fd)
 {
 	int64_t idx = find_file(dev, ino);
 	uint32_t h = hash_of(dev, ino);
@@ -176,6 +178,8 @@ static int64_t get_file(uint64_t dev, uint64_t ino)
 	f->refs = 1;
 	f->hnext = buckets[h];
 	buckets[h] = (uint32_t)idx + 1;
+	/* Before any call can find the file through a descriptor. */
+	f->fio = rs_fw_file_io(f, fd);
 	RS_COUNT(files_opened, 1);
 	return idx;
 }
@@ -500,7 +504,7 @@ static uint64_t install(int fd, int oflags, enum how how, uint64_t lazy, const s
 	rs_mutex_lock(&tbl_mtx);
 	e = RS_FD_PASS;
 	if (w) {
-		file = get_file(dev, ino);
+		file = get_file(dev, ino, fd);
 		if (file >= 0) {
 			if (!fresh)
 				shared = shared_desc(fd, (uint32_t)file);

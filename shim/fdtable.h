@@ -54,6 +54,12 @@
 /* Node grants this process caches for a file: words of grants.h. */
 #define RS_NCACHE 4
 
+/* A file's I/O on the inline path, for RANGESHIM_STATS' per-file totals
+ * (filewaits.h): atomic adds, by whichever thread used the file. */
+struct rs_fio {
+	_Atomic uint64_t calls, bytes_read, bytes_written;
+};
+
 struct rs_file {
 	struct rs_rangelock rl;
 	_Atomic uint64_t dev;
@@ -63,6 +69,10 @@ struct rs_file {
 	_Atomic uint64_t grants[RS_NCACHE];   /* see grants.c */
 	_Atomic uint32_t grants_mtx;
 	_Atomic uint32_t acquire_mtx;         /* one acquisition at a time */
+	/* Where the inline path counts this file's calls and bytes when
+	 * stats are on: never NULL once the file is in the table (a shared
+	 * record for files beyond the per-file table, or with stats off). */
+	struct rs_fio *fio;
 } __attribute__((aligned(64)));
 
 struct rs_desc {

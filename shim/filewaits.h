@@ -1,11 +1,19 @@
 /*
- * Per-file lock waits for RANGESHIM_STATS: which files this process
- * waited on, how often and how long, for the report's "files" list and
- * `rangeshim stats`' "top files by lock waits".
+ * Per-file figures for RANGESHIM_STATS: for each file this process used,
+ * its calls and bytes, its lock waits and their time, and the calls the
+ * shim could not coordinate on it (uncovered: mmap, splice, POSIX AIO,
+ * stdio), for the report's "files" list and `rangeshim stats`' per-file
+ * totals over a job.
  *
- * Recorded only where a wait has already happened (the range lock
- * returned "waited", or a node grant slept), and only when stats are on:
- * the path that does not wait gains no instruction.
+ * Waits are recorded only where a wait has already happened (the range
+ * lock returned "waited", or a node grant slept), and only when stats are
+ * on.  Calls and bytes are counted where the stats counters already are:
+ * the inline path adds to the record its file points at (rs_file.fio),
+ * inside the branch it takes only when stats are on, in place of the
+ * process-wide counters (their totals include these records: rs_fw_total);
+ * the general path adds to both (rs_fw_general).  A file gets its record
+ * when the fd table first meets it; files beyond RS_FW_SLOTS share one
+ * record, reported as "other files".
  */
 #ifndef RS_FILEWAITS_H
 #define RS_FILEWAITS_H
@@ -15,8 +23,9 @@
 #include "fdtable.h"
 #include "stats.h"
 
-/* Files remembered per process, and how many of them a report lists. */
-#define RS_FW_SLOTS 64
+/* Files remembered per process, and how many of them a report lists
+ * (the most bytes first; the rest are summed in "files_other"). */
+#define RS_FW_SLOTS 512
 #define RS_FW_REPORT 16
 
 /* A range-lock wait on f that just ended; node is the waiter's node
@@ -32,8 +41,22 @@ void rs_fw_node_wait(struct rs_file *f, uint64_t ns);
 			rs_fw_lock_wait((f), (fd), (path), (node));            \
 	} while (0)
 
-/* Append `, "file_waits_untracked": N, "files": [...]` (the top files by
- * waits) to a JSON report at buf + n; returns the new length. */
+/* f just entered the fd table (fd: a descriptor of it, or -1): where its
+ * inline-path counts go.  A record of its own when stats are on and one
+ * is free, else the shared one. */
+struct rs_fio *rs_fw_file_io(struct rs_file *f, int fd);
+/* A general-path call on f that returned r: one call, and r bytes read
+ * (rw 1), written (rw 2) or both (3), when r > 0.  Stats on only. */
+void rs_fw_general(struct rs_file *f, unsigned rw, long long r);
+/* An uncovered call on fd (a coordinated file): counted for its file. */
+void rs_fw_uncovered(int fd);
+/* The inline path's part of a process-wide counter (io_calls,
+ * bytes_read, bytes_written; 0 for the others): the sum of the records. */
+uint64_t rs_fw_total(size_t off);
+
+/* Append `, "file_waits_untracked": N, "files": [...], "files_other":
+ * {...}` (the top files by bytes, then by waits) to a JSON report at
+ * buf + n; returns the new length. */
 unsigned long rs_fw_json(char *buf, unsigned long size, unsigned long n);
 /* The same as text lines for the stderr summary. */
 unsigned long rs_fw_text(char *buf, unsigned long size, unsigned long n);

@@ -127,7 +127,7 @@ __attribute__((constructor)) static void rs_ctor(void)
 		rs_init_slow();
 }
 
-static void write_stats_file(const char *tmpl, const char *text, int len)
+void rs_write_stats_file(const char *tmpl, long pid, const char *text, int len)
 {
 	char path[600];
 	size_t n = 0;
@@ -135,7 +135,7 @@ static void write_stats_file(const char *tmpl, const char *text, int len)
 
 	for (const char *p = tmpl; *p && n < sizeof(path) - 24; p++) {
 		if (p[0] == '%' && p[1] == 'p') {
-			n += (size_t)snprintf(path + n, sizeof(path) - n, "%ld", rs_pid);
+			n += (size_t)snprintf(path + n, sizeof(path) - n, "%ld", pid);
 			p++;
 		} else {
 			path[n++] = *p;
@@ -171,7 +171,7 @@ static void write_report(void)
 		return;
 	if (rs_cfg.stats == RS_STATS_FILE) {
 		len = rs_stats_json(buf, sizeof(buf), rs_pid);
-		write_stats_file(rs_cfg.stats_path, buf, len);
+		rs_write_stats_file(rs_cfg.stats_path, rs_pid, buf, len);
 	} else {
 		struct stat st;
 		int fd = 2;

@@ -78,6 +78,8 @@ static inline __attribute__((always_inline)) void count_bytes(unsigned kind, lon
 	}                                                                    \
 	r = REAL(ret, name, args);                                           \
 	if (io.entered) {                                                    \
+		if (__builtin_expect(rs_stats_on, 0))                        \
+			rs_io_count(&io, bytes, (long long)r);               \
 		rs_io_end_slow(&io);                                         \
 		count_bytes(bytes, (long long)r);                            \
 	}                                                                    \
@@ -568,7 +570,7 @@ RS_EXPORT pid_t _Fork(void)
  * pidfd_getfd, by which a process with ptrace rights takes our
  * descriptor, is not seen (limitations.md).
  */
-#define RS_SPAWN(name)                                                        \
+#define RS_SPAWN(name, search)                                                \
 	RS_EXPORT int name(pid_t *pid, const char *path,                      \
 			   const posix_spawn_file_actions_t *fa,              \
 			   const posix_spawnattr_t *attr, char *const argv[], \
@@ -576,10 +578,49 @@ RS_EXPORT pid_t _Fork(void)
 	{                                                                     \
 		rs_ready();                                                   \
 		rs_fdt_lazy_shared();                                         \
-		return REAL(int, name, (pid, path, fa, attr, argv, envp));    \
+		int r_ = REAL(int, name, (pid, path, fa, attr, argv, envp));   \
+                                                                              \
+		if (__builtin_expect(rs_stats_on, 0) && r_ == 0 && pid)       \
+			rs_cov_exec(path, argv, search, *pid);                \
+		return r_;                                                    \
 	}
-RS_SPAWN(posix_spawn)
-RS_SPAWN(posix_spawnp)
+RS_SPAWN(posix_spawn, 0)
+RS_SPAWN(posix_spawnp, 1)
+
+/*
+ * Exec: the shim follows into a dynamically linked program through
+ * LD_PRELOAD, never into a static one; with per-process reports, that
+ * one gets a report naming it (coverage.c, rs_cov_exec).  glibc's execl*,
+ * system and its own calls to execve are not seen; the shells and most
+ * programs call execve, execv or execvp.
+ */
+RS_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	if (__builtin_expect(rs_stats_on, 0))
+		rs_cov_exec(path, argv, 0, 0);
+	return REAL(int, execve, (path, argv, envp));
+}
+
+RS_EXPORT int execv(const char *path, char *const argv[])
+{
+	if (__builtin_expect(rs_stats_on, 0))
+		rs_cov_exec(path, argv, 0, 0);
+	return REAL(int, execv, (path, argv));
+}
+
+RS_EXPORT int execvp(const char *file, char *const argv[])
+{
+	if (__builtin_expect(rs_stats_on, 0))
+		rs_cov_exec(file, argv, 1, 0);
+	return REAL(int, execvp, (file, argv));
+}
+
+RS_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	if (__builtin_expect(rs_stats_on, 0))
+		rs_cov_exec(file, argv, 1, 0);
+	return REAL(int, execvpe, (file, argv, envp));
+}
 
 RS_EXPORT int system(const char *cmd)
 {

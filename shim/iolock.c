@@ -925,6 +925,21 @@ int rs_append_eof(int fd, uint64_t *size)
 	return rs_fstat_size(fd, size);
 }
 
+void rs_io_count(const struct rs_io *io, unsigned rw, long long r)
+{
+	/* Calls with a range lock, as io_calls counts them (not lseek,
+	 * which takes only the offset lock). */
+	for (int i = 0; i < io->nholds; i++) {
+		const struct rs_hold *h = &io->hold[i];
+		unsigned m = h->node.mode & (RS_RL_READ | RS_RL_WRITE | RS_RL_APPEND);
+
+		if (i && h->file == io->hold[0].file)
+			continue;	/* a copy within one file: one entry */
+		/* Two files of a copy: the source is the one read. */
+		rs_fw_general(h->file, rw != 3 || io->nholds == 1 ? rw : m == RS_RL_READ ? 1 : 2, r);
+	}
+}
+
 void rs_io_end_slow(struct rs_io *io)
 {
 	int saved;

@@ -197,6 +197,10 @@ static inline int rs_ready(void)
 void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n);
 void rs_io_at_slow(struct rs_io *io, int fd, unsigned mode, int64_t off, uint64_t len);
 void rs_io_end_slow(struct rs_io *io);
+/* Stats on, before rs_io_end_slow: the call's files get one call each,
+ * and r bytes read (rw 1), written (rw 2), or for a copy (3) read on the
+ * source's and written on the destination's (filewaits.h). */
+void rs_io_count(const struct rs_io *io, unsigned rw, long long r);
 
 /*
  * The read/write family never moves more than this in one call
@@ -602,8 +606,8 @@ _Static_assert(RS_RL_APPEND == RS_GRANT_APPEND && RS_RL_READ == 1 && RS_RL_WRITE
 /*
  * After a call the inline path took (RS_FAST_LOCKED, or RS_FAST_APPEND:
  * append), with its result r; solo and append are the constants the
- * wrapper's copy began with.  Stats, when on, cost a few adds to this
- * thread's own counters.
+ * wrapper's copy began with.  Stats, when on, cost two adds to the
+ * file's record (filewaits.h).
  */
 static inline __attribute__((always_inline)) void
 rs_io_end_fast(struct rs_io *io, unsigned mode, unsigned how, long long r, const int solo,
@@ -626,8 +630,17 @@ rs_io_end_fast(struct rs_io *io, unsigned mode, unsigned how, long long r, const
 	}
 	RS_STORE(rs_depth, 0);	/* the fast path runs only from depth 0 */
 	if (__builtin_expect(rs_stats_on, 0)) {
-		RS_COUNT(io_calls, 1);
-		RS_COUNT_BYTES(mode == RS_RL_WRITE, r);
+		/* The file's record, not this thread's block: the per-file
+		 * totals need it, and io_calls and the bytes sum it
+		 * (rs_fw_total).  An atomic add on a line the file's users
+		 * share, as its range lock's is. */
+		struct rs_fio *c = io->hold[0].file->fio;
+
+		atomic_fetch_add_explicit(&c->calls, 1, memory_order_relaxed);
+		if (r > 0)
+			atomic_fetch_add_explicit(mode == RS_RL_WRITE ? &c->bytes_written
+								  : &c->bytes_read,
+						  (uint64_t)r, memory_order_relaxed);
 		if (append)
 			RS_COUNT(appends, 1);
 	}

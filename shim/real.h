@@ -87,6 +87,10 @@
 	X(int, posix_spawnp, (pid_t *, const char *, const posix_spawn_file_actions_t *, \
 			      const posix_spawnattr_t *, char *const *, char *const *)) \
 	X(int, system, (const char *)) \
+	X(int, execve, (const char *, char *const *, char *const *)) \
+	X(int, execv, (const char *, char *const *)) \
+	X(int, execvp, (const char *, char *const *)) \
+	X(int, execvpe, (const char *, char *const *, char *const *)) \
 	X(FILE *, popen, (const char *, const char *)) \
 	X(ssize_t, sendmsg, (int, const struct msghdr *, int)) \
 	X(int, sendmmsg, (int, struct mmsghdr *, unsigned, int))

@@ -32,6 +32,7 @@
 unsigned long rs_fw_json(char *buf, unsigned long size, unsigned long n) __attribute__((weak));
 unsigned long rs_fw_text(char *buf, unsigned long size, unsigned long n) __attribute__((weak));
 void rs_fw_reset(void) __attribute__((weak));
+uint64_t rs_fw_total(size_t off) __attribute__((weak));
 
 #define RS_STATS_SLOTS 256
 
@@ -125,6 +126,9 @@ uint64_t rs_stats_get(size_t off)
 
 	for (int k = 0; k < RS_STATS_SLOTS; k++)
 		sum += atomic_load_explicit(field(&slots[k], i), memory_order_relaxed);
+	/* The inline path counts calls and bytes per file. */
+	if (rs_fw_total)
+		sum += rs_fw_total(off);
 	return sum;
 }
 

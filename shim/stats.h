@@ -43,6 +43,8 @@
  * Counting is per thread: each thread adds to a block of its own, so a
  * counter costs a load, an add and a store on a line no other thread
  * writes (no atomic read-modify-write, no shared cache line: issue 10).
+ * (The inline path's io_calls and bytes go to the file's record instead,
+ * filewaits.h: atomic adds on a line the file's users share.)
  * A thread's first count claims a block (rs_count_slow); when the thread
  * exits its block is folded into the shared totals.  The report functions
  * below sum the totals and every live block, so their callers need not
@@ -105,6 +107,8 @@ int rs_stats_json(char *buf, unsigned long size, long pid);
 int rs_stats_text(char *buf, unsigned long size, long pid);
 /* One counter summed over the threads (tests, the reports). */
 uint64_t rs_stats_get(size_t off);
+/* Write text to the report path tmpl with %p as pid (init.c). */
+void rs_write_stats_file(const char *tmpl, long pid, const char *text, int len);
 /* Stats are on: make thread exits fold their blocks (once, at start-up). */
 void rs_stats_init(void);
 /* The child of fork: only the calling thread is left; zero everything. */

@@ -40,8 +40,17 @@
  *                          must fail it; refusals (not a directory, none,
  *                          no permission, read-only, full) exit 3.
  *  stats_*                 `rangeshim stats`: merging, per-program rows,
- *                          top files by lock waits (a file with I/O but no
- *                          wait is the control), escaped program names.
+ *                          per-file totals over a job's processes (bytes,
+ *                          calls, waits, uncovered calls; a file with I/O
+ *                          but no wait, one with no uncovered call, are
+ *                          the controls), the per-process bound (16 files
+ *                          and a sum), escaped program names.
+ *  locks_noinaccessible    -i leaves out a grant whose path is unknown;
+ *                          the same grant with its file open stays.
+ *  run_stats_names_*       `run --stats` counts and names the programs the
+ *                          shim could not be in: CMD itself, and a static
+ *                          program two levels down (control: a dynamic one
+ *                          in its place, 0).
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -134,6 +143,10 @@ struct holder {
 	int ready, cmd;   /* read end: "ready" byte; write end: "go" byte */
 };
 
+/* Set: the next holders keep the data file open while they hold, so that
+ * `locks` can name it (otherwise no process shows it: PATH ?). */
+static bool holder_opens;
+
 static void holder_start(struct holder *h, int stop, int die)
 {
 	int rp[2], cp[2];
@@ -153,6 +166,8 @@ static void holder_start(struct holder *h, int stop, int die)
 		close(cp[1]);
 		memset(&t, 0, sizeof(t));
 		if (stat(data, &st) < 0 || rs_nt_register(&t, shm_name, why, sizeof(why)) < 0)
+			_exit(2);
+		if (holder_opens && open(data, O_RDONLY) < 0)
 			_exit(2);
 		struct rs_nt_req q = { .dev = st.st_dev, .ino = st.st_ino, .start = 0,
 				       .end = MIB, .mode = RS_G_EXSH, .window = 0 };
@@ -787,8 +802,8 @@ Test(cli, check_fs_refusals)
  * node_probe's writer and reader processes race on file A (node waits),
  * torn_read's threads race on file B (range-lock waits), dd copies B to C
  * with nobody in its way.  `stats` must name each program, and rank A and
- * B under "top files by lock waits" with the right kind of wait; C, which
- * had I/O but no wait, is the control: it must not be listed.
+ * B in the per-file table with the right kind of wait; C, which had I/O
+ * but no wait, is the control: listed for its bytes, with no wait.
  */
 Test(cli, stats_top_files_by_waits)
 {
@@ -796,7 +811,7 @@ Test(cli, stats_top_files_by_waits)
 	struct rs_run r;
 	char *base = rs_make_base("/dev/shm", "rs-cli-waits."), stats_env[PATH_MAX + 32];
 	char a[PATH_MAX], b[PATH_MAX], c[PATH_MAX], fa[PATH_MAX + 8], fb[PATH_MAX + 8];
-	char iff[PATH_MAX + 8], off[PATH_MAX + 8], f[8][64];
+	char iff[PATH_MAX + 8], off[PATH_MAX + 8], f[12][64];
 	const char *env[] = { stats_env, shm_env, NULL };
 	const char *p;
 
@@ -827,20 +842,25 @@ Test(cli, stats_top_files_by_waits)
 	cr_assert_eq(r.status, 0, "%s", r.out);
 	cr_assert(strstr(r.out, " node_probe ") && strstr(r.out, " torn_read ") && strstr(r.out, " dd "),
 		  "a program is not named:\n%s", r.out);
-	cr_assert(strstr(r.out, "top files by lock waits ("), "no file ranking:\n%s", r.out);
-	cr_assert_null(strstr(r.out, c), "C had no wait but is listed:\n%s", r.out);
-	/* WAITS LOCK_WAITS NODE_WAITS WAIT_MS PROCS PATH */
+	cr_assert(strstr(r.out, "files, most bytes first ("), "no file ranking:\n%s", r.out);
+	/* BYTES_READ BYTES_WRITTEN CALLS LOCK_WAITS NODE_WAITS WAIT_MS
+	 * UNCOVERED PROCS MAJ:MIN:INO PATH */
 	/* The row, not the job's command line, which names A too. */
+	snprintf(key, sizeof key, " %s\n", c);
+	cr_assert_eq(line_fields(r.out, key, f, 12), 10, "C not listed:\n%s", r.out);
+	cr_assert_gt(atoll(f[1]), 0, "C was written:\n%s", r.out);
+	cr_assert(atoll(f[3]) == 0 && atoll(f[4]) == 0, "C had no wait:\n%s", r.out);
 	snprintf(key, sizeof key, " %s\n", a);
-	cr_assert_eq(line_fields(r.out, key, f, 8), 7, "A not listed:\n%s", r.out);
-	cr_assert_gt(atoll(f[2]), 0, "A's waits are node waits:\n%s", r.out);
-	cr_assert_geq(atoi(f[4]), 1, "%s", r.out);
+	cr_assert_eq(line_fields(r.out, key, f, 12), 10, "A not listed:\n%s", r.out);
+	cr_assert_gt(atoll(f[4]), 0, "A's waits are node waits:\n%s", r.out);
+	cr_assert_geq(atoi(f[7]), 1, "%s", r.out);
 	snprintf(key, sizeof key, " %s\n", b);
-	cr_assert_eq(line_fields(r.out, key, f, 8), 7, "B not listed:\n%s", r.out);
-	cr_assert_gt(atoll(f[1]), 0, "B's waits are range-lock waits:\n%s", r.out);
-	cr_assert_eq(atoll(f[2]), 0, "B was used by one process only:\n%s", r.out);
-	cr_assert_eq(atoi(f[4]), 1, "%s", r.out);
-	p = strstr(r.out, "WAITS");
+	cr_assert_eq(line_fields(r.out, key, f, 12), 10, "B not listed:\n%s", r.out);
+	cr_assert_gt(atoll(f[3]), 0, "B's waits are range-lock waits:\n%s", r.out);
+	cr_assert_eq(atoll(f[4]), 0, "B was used by one process only:\n%s", r.out);
+	/* torn_read, then dd's read of it */
+	cr_assert_eq(atoi(f[7]), 2, "%s", r.out);
+	p = strstr(r.out, "LOCK_WAITS");
 	cr_assert(p && strstr(p, a) && strstr(p, b), "%s", r.out);
 }
 
@@ -873,7 +893,7 @@ Test(cli, stats_program_name_escaped)
 	cr_assert(strstr(r.out, " we\"ird\\\\x0an\xc3\xa9\xef\xbf\xbd "), "program decoded: %s", r.out);
 }
 
-/* Files of several reports merge by dev:ino and rank by waits, then time;
+/* Files of several reports merge by dev:ino and rank by bytes, waits, then time;
  * a report whose "files" is malformed is skipped, with the reason. */
 Test(cli, stats_files_merge_and_rank)
 {
@@ -895,13 +915,13 @@ Test(cli, stats_files_merge_and_rank)
 	run_cli(&r, argv, NULL);
 	cr_assert_eq(r.status, 0, "%s", r.out);
 	cr_assert(strstr(r.out, "3.json: bad \"files\" list"), "%s", r.out);
-	cr_assert(strstr(r.out, "top files by lock waits (3 of 3)"), "%s", r.out);
+	cr_assert(strstr(r.out, "files, most bytes first (3 of 3)"), "%s", r.out);
 	p1 = strstr(r.out, "/x/high");
 	p2 = strstr(r.out, "/x/mid");
 	p3 = strstr(r.out, "/x/low");
 	cr_assert(p1 && p2 && p3 && p1 < p3 && p3 < p2,
 		  "not ranked high (3 waits), low (2, 9 ms), mid (2, 5 ms):\n%s", r.out);
-	cr_assert(strstr(r.out, "           2            1            1          9.0     2  1:2:5            /x/low\n"),
+	cr_assert(strstr(r.out, "          1          1        9.0         0     2  1:2:5 /x/low\n"),
 		  "low merged over both reports:\n%s", r.out);
 	cr_assert_null(strstr(r.out, "low-other-name"), "%s", r.out);
 }
@@ -1805,16 +1825,270 @@ Test(cli, run_stats_names_uninstrumented)
 		char *argv[] = { RS_CLI, "run", "--stats", "--", "/sbin/ldconfig", "--version", NULL };
 
 		run_cli(&r, argv, env);
-		cr_expect(strstr(r.out, "1 program of the job could not be instrumented: "
-				 "/sbin/ldconfig (statically linked"), "%s", r.out);
+		cr_expect(strstr(r.out, "1 program(s) in the job could not be instrumented: "
+				 "ldconfig (/sbin/ldconfig: statically linked"), "%s", r.out);
 	}
 	{
 		char *argv[] = { RS_CLI, "run", "--stats", "--", "/bin/true", NULL };
 
 		run_cli(&r, argv, env);
 		cr_expect(strstr(r.out, "rangeshim job summary: 1 process report(s)") &&
-			  !strstr(r.out, "could not be instrumented"), "control:\n%s", r.out);
+			  strstr(r.out, "\n0 program(s) in the job could not be instrumented\n"),
+			  "control:\n%s", r.out);
 	}
 	rs_rm_rf(base);
 	free(base);
+}
+
+/* The numbers of the per-file row of `stats` whose FILE is id path. */
+static bool file_row(const char *out, const char *id, const char *path, unsigned long long v[8])
+{
+	char key[PATH_MAX + 80], f[12][64];
+
+	snprintf(key, sizeof key, " %s %s\n", id, path);
+	if (line_fields(out, key, f, 12) != 10)
+		return false;
+	for (int i = 0; i < 8; i++)
+		v[i] = strtoull(f[i], NULL, 10);
+	return true;
+}
+
+static void file_id_of(const char *path, char *id, size_t len)
+{
+	struct stat st;
+
+	cr_assert_eq(stat(path, &st), 0, "%s: %s", path, strerror(errno));
+	snprintf(id, len, "%u:%u:%llu", major(st.st_dev), minor(st.st_dev),
+		 (unsigned long long)st.st_ino);
+}
+
+/*
+ * Per-file totals over a job's processes (`run --stats DIR`, then `stats
+ * DIR` and --json): four dd processes write 25 blocks each to W, a fifth
+ * reads it back: W's row says 409600 bytes written and read by 5
+ * processes, named major:minor:inode path.  cov_probe maps M writable and
+ * shared: M's row has uncovered calls, W's (the control) none.  cat reads
+ * 40 files of 100 bytes: its report lists RS_FW_REPORT (16) of them and
+ * sums the other 24 in "files_other", and the summary's rows plus its
+ * "other files" line add up to the job's bytes_read and io_calls, so that
+ * nothing is lost or counted twice by the bound.
+ */
+Test(cli, stats_per_file_totals)
+{
+	char *base = rs_make_base("/dev/shm", "rs-cli-perfile."), w[PATH_MAX], m[PATH_MAX];
+	char many[PATH_MAX], cmd[PATH_MAX * 6], stats[PATH_MAX + 32], dir[PATH_MAX], id[64];
+	struct rs_run *r = malloc(sizeof(*r)), *js = malloc(sizeof(*js));
+	unsigned long long v[8], sum_read = 0, sum_calls = 0;
+	char f[12][64];
+	const char *p;
+	int fd;
+
+	cr_assert(r && js);
+	snprintf(w, sizeof w, "%s/W", base);
+	snprintf(m, sizeof m, "%s/M", base);
+	snprintf(many, sizeof many, "%s/many", base);
+	snprintf(dir, sizeof dir, "%s/reports", base);
+	cr_assert_eq(mkdir(many, 0700), 0);
+	fd = open(m, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, 65536), 0);
+	close(fd);
+	for (int i = 0; i < 40; i++) {
+		char fn[PATH_MAX + 16], text[101];
+
+		snprintf(fn, sizeof fn, "%s/%02d", many, i);
+		memset(text, 'a' + i % 26, 100);
+		text[100] = '\0';
+		rs_write_text(fn, text);
+	}
+	snprintf(cmd, sizeof cmd,
+		 "for i in 0 1 2 3; do dd if=/dev/zero of=%s bs=4096 count=25 seek=$((i*25)) "
+		 "conv=notrunc 2>/dev/null & done; wait; dd if=%s of=/dev/null bs=4096 2>/dev/null; "
+		 "%s mmap %s; cat %s/* >/dev/null", w, w, RS_HELPER("cov_probe"), m, many);
+	snprintf(stats, sizeof stats, "--stats=%s/%%p.json", dir);
+	{
+		char *argv[] = { RS_CLI, "run", "--shm", shm_name, stats, "--", "/bin/sh", "-c", cmd,
+				 NULL };
+		char *sargv[] = { RS_CLI, "stats", dir, NULL };
+		char *jargv[] = { RS_CLI, "stats", "--json", dir, NULL };
+
+		run_cli(r, argv, NULL);
+		cr_assert_eq(r->status, 0, "run: %s", r->out);
+		run_cli(r, sargv, NULL);
+		run_cli(js, jargv, NULL);
+	}
+	cr_log_info("stats:\n%s", r->out);
+	cr_assert_eq(r->status, 0, "%s", r->out);
+	cr_assert_eq(js->status, 0, "%s", js->out);
+
+	file_id_of(w, id, sizeof id);
+	cr_assert(file_row(r->out, id, w, v), "no row '%s %s':\n%s", id, w, r->out);
+	cr_expect_eq(v[1], 409600, "W: bytes written, 4 x 25 x 4096:\n%s", r->out);
+	cr_expect_eq(v[0], 409600, "W: bytes read back:\n%s", r->out);
+	cr_expect_geq(v[2], 201, "W: 100 writes, 101 reads at least:\n%s", r->out);
+	cr_expect_eq(v[6], 0, "W: no uncovered call (control):\n%s", r->out);
+	cr_expect_eq(v[7], 5, "W: 5 processes:\n%s", r->out);
+	p = strstr(r->out, "files, most bytes first (");
+	cr_expect(p && strstr(p, w) && strstr(p, w) < strstr(p, many),
+		  "W, the most bytes, is not first:\n%s", r->out);
+
+	file_id_of(m, id, sizeof id);
+	cr_assert(file_row(r->out, id, m, v), "no row '%s %s':\n%s", id, m, r->out);
+	cr_expect_geq(v[6], 1, "M: its shared writable mapping is not counted:\n%s", r->out);
+
+	/* The rows and the "other files" line add up to the job's totals. */
+	for (p = strstr(r->out, "files, most bytes first ("); p && (p = strchr(p, '\n'));) {
+		p++;
+		if (!strncmp(p, "  ", 2) && isdigit((unsigned char)p[strspn(p, " ")]) &&
+		    line_fields(p, "", f, 12) >= 8) {
+			sum_read += strtoull(f[0], NULL, 10);
+			sum_calls += strtoull(f[2], NULL, 10);
+		}
+	}
+	cr_expect(strstr(r->out, " (") && strstr(r->out, " other files)\n"),
+		  "no 'other files' line:\n%s", r->out);
+	cr_assert_eq(line_fields(r->out, "  bytes_read ", f, 4), 2, "%s", r->out);
+	cr_expect_eq(sum_read, strtoull(f[1], NULL, 10), "files' bytes_read do not add up:\n%s",
+		     r->out);
+	cr_assert_eq(line_fields(r->out, "  io_calls ", f, 4), 2, "%s", r->out);
+	cr_expect_eq(sum_calls, strtoull(f[1], NULL, 10), "files' calls do not add up:\n%s",
+		     r->out);
+
+	/* cat's own report: 16 files listed, 24 summed. */
+	{
+		DIR *d = opendir(dir);
+		struct dirent *e;
+		bool found = false;
+
+		cr_assert_not_null(d);
+		while ((e = readdir(d))) {
+			char fn[PATH_MAX + 300], *t;
+
+			snprintf(fn, sizeof fn, "%s/%s", dir, e->d_name);
+			t = e->d_name[0] != '.' ? rs_read_file(fn, NULL) : NULL;
+			if (t && strstr(t, "\"program\": \"cat\"")) {
+				found = true;
+				cr_expect_eq(count_of(t, "{\"path\": "), 16, "cat lists not 16:\n%s", t);
+				cr_expect(strstr(t, "\"files_other\": {\"files\": 24, ") &&
+					  strstr(t, "\"bytes_read\": 2400, "), "cat's other files:\n%s", t);
+			}
+			free(t);
+		}
+		closedir(d);
+		cr_expect(found, "no report of cat");
+	}
+	file_id_of(w, id, sizeof id);
+	{
+		char want[PATH_MAX + 200];
+
+		snprintf(want, sizeof want, "{\"file\": \"%s\", \"path\": \"%s\", \"bytes_read\": 409600, "
+			 "\"bytes_written\": 409600, ", id, w);
+		cr_expect(strstr(js->out, want), "--json has no '%s':\n%s", want, js->out);
+		/* Every file a report listed (up to 256), and cat's 24 others. */
+		cr_expect(strstr(js->out, "\"other_files\": {\"files\": 24, \"bytes_read\": 2400, "),
+			  "--json other_files:\n%s", js->out);
+	}
+	rs_rm_rf(base);
+	free(base);
+	free(r);
+	free(js);
+}
+
+/*
+ * locks -i/--noinaccessible, as lslocks -i: an entry whose file path
+ * cannot be determined (PATH ?: here the holder has the file's grant but
+ * no descriptor of it, and no other process has it open) is left out, in
+ * the table and in --json.  Control: the same holder with the file open
+ * is named, and -i keeps its row.
+ */
+Test(cli, locks_noinaccessible)
+{
+	struct holder h;
+	struct rs_run *r = malloc(sizeof(*r));
+	char row[64], f[16][64];
+
+	cr_assert(r);
+	for (int open_it = 0; open_it < 2; open_it++) {
+		holder_opens = open_it;
+		holder_start(&h, 0, 0);
+		snprintf(row, sizeof(row), " %d ", (int)h.pid);
+		cr_assert_eq(locks_args(r, "-o", "PID,PATH", NULL), 0, "%s", r->out);
+		cr_assert_eq(line_fields(r->out, row, f, 16), 2, "no row:\n%s", r->out);
+		cr_assert_str_eq(f[1], open_it ? data : "?", "%s", r->out);
+		cr_assert_eq(locks_args(r, "-i", "-o", "PID,PATH", NULL), 0, "%s", r->out);
+		if (open_it)
+			cr_expect(strstr(r->out, row), "-i left out a named entry:\n%s", r->out);
+		else
+			cr_expect_null(strstr(r->out, row), "-i kept PATH ?:\n%s", r->out);
+		cr_assert_eq(locks_args(r, "--noinaccessible", "--json", NULL), 0, "%s", r->out);
+		cr_expect(open_it ? strstr(r->out, "\"slot\": ") != NULL
+				  : strstr(r->out, "\"grants\": []") != NULL,
+			  "--json -i, file %s:\n%s", open_it ? "open" : "not open", r->out);
+		cr_assert_eq(holder_finish(&h), 0);
+	}
+	holder_opens = false;
+	free(r);
+}
+
+/*
+ * A static program started two levels down a `run --stats` job (a shell
+ * that starts a shell that starts it, and once more by the first shell
+ * through PATH) is counted and named in the job summary: the library
+ * writes its report at the exec.  Control: the same job with a dynamic
+ * program in its place says 0.  The static program is built here with
+ * cc -static (skipped where the C library has no static archive).
+ */
+Test(cli, run_stats_names_static_descendants)
+{
+	struct rs_run *r = malloc(sizeof(*r));
+	char *base = rs_make_base("/tmp", "rs-cli-static2."), src[PATH_MAX], bin[PATH_MAX];
+	char dyn[PATH_MAX], cmd[PATH_MAX * 4], tmpdir[PATH_MAX + 8], path[PATH_MAX + 64];
+	const char *env[] = { tmpdir, path, NULL };
+
+	cr_assert(r);
+	snprintf(src, sizeof src, "%s/st.c", base);
+	snprintf(bin, sizeof bin, "%s/stwriter", base);
+	snprintf(dyn, sizeof dyn, "%s/dynwriter", base);
+	rs_write_text(src, "#include <stdio.h>\nint main(int c, char **v)\n{\n\tFILE *f = c > 1 ? "
+		      "fopen(v[1], \"w\") : NULL;\n\tif (f) {\n\t\tfputs(\"x\\n\", f);\n"
+		      "\t\tfclose(f);\n\t}\n\treturn 0;\n}\n");
+	{
+		char *cc[] = { "/usr/bin/cc", "-static", "-O2", "-o", bin, src, NULL };
+		char *cd[] = { "/usr/bin/cc", "-O2", "-o", dyn, src, NULL };
+
+		rs_run(r, cc, NULL, 0, 120);
+		if (r->status != 0)
+			cr_skip_test("cannot link a static program here: %s", r->out);
+		rs_run(r, cd, NULL, 0, 120);
+		cr_assert_eq(r->status, 0, "%s", r->out);
+	}
+	snprintf(tmpdir, sizeof tmpdir, "TMPDIR=%s", base);
+	snprintf(path, sizeof path, "PATH=%s:/usr/bin:/bin", base);
+	for (int leg = 0; leg < 2; leg++) {
+		const char *prog = leg ? "dynwriter" : "stwriter";
+
+		snprintf(cmd, sizeof cmd, "/bin/sh -c '%s/%s %s/o1; echo hi > %s/o2'; %s %s/o3",
+			 base, prog, base, base, prog, base);
+		char *argv[] = { RS_CLI, "run", "--shm", shm_name, "--stats", "--", "/bin/sh", "-c",
+				 cmd, NULL };
+
+		run_cli(r, argv, env);
+		cr_log_info("%s:\n%s", prog, r->out);
+		cr_assert_eq(r->status, 0, "%s", r->out);
+		if (!leg) {
+			char want[PATH_MAX + 128];
+
+			snprintf(want, sizeof want, "\n2 program(s) in the job could not be "
+				 "instrumented: stwriter (%s, 2 times: statically linked", bin);
+			cr_expect(strstr(r->out, want), "no '%s':\n%s", want, r->out);
+		} else {
+			cr_expect(strstr(r->out, "\n0 program(s) in the job could not be instrumented\n"),
+				  "control:\n%s", r->out);
+			cr_expect(strstr(r->out, " dynwriter "), "control: no dynwriter row:\n%s",
+				  r->out);
+		}
+	}
+	rs_rm_rf(base);
+	free(base);
+	free(r);
 }

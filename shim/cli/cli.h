@@ -92,6 +92,7 @@ void agent_grants_why(char *buf, size_t len, const struct agent_grants *a, const
 uint64_t realtime_now_ns(void);
 void escape_text(const char *in, char *out, size_t len);
 void json_string(const char *s);
+void json_fstring(FILE *out, const char *s);
 void format_age(char *buf, size_t len, uint64_t now, uint64_t since);
 
 #endif

@@ -56,7 +56,7 @@ _rangeshim()
             COMPREPLY=($(compgen -W "--scope --lock --paths --stats --stats= --log --shm --lib -h --help" -- "$cur")) ;;
         locks)
             if [[ $cur == -* ]]; then
-                COMPREPLY=($(compgen -W "--shm -J --json -p --pid -o --output -n --noheadings -r --raw --output-all -u --notruncate -b --bytes -H --list-columns --watch -h --help" -- "$cur"))
+                COMPREPLY=($(compgen -W "--shm -J --json -p --pid -o --output -n --noheadings -i --noinaccessible -r --raw --output-all -u --notruncate -b --bytes -H --list-columns --watch -h --help" -- "$cur"))
             else
                 COMPREPLY=($(compgen -f -- "$cur"))
             fi ;;

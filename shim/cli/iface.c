@@ -79,6 +79,8 @@ const struct iface_opt iface_opts[] = {
 	{ "locks", 0, "output-all", IA_NONE, NULL, NULL, OPT_OUTPUT_ALL,
 	  "every column, also TYPE, START, END and SIZE" },
 	{ "locks", 'n', "noheadings", IA_NONE, NULL, NULL, 'n', "no heading line" },
+	{ "locks", 'i', "noinaccessible", IA_NONE, NULL, NULL, 'i',
+	  "leave out the entries whose file path cannot be determined (PATH ?)" },
 	{ "locks", 'r', "raw", IA_NONE, NULL, NULL, 'r',
 	  "fields one space apart, unaligned (blanks as \\x20), rows only" },
 	{ "locks", 'u', "notruncate", IA_NONE, NULL, NULL, 'u',

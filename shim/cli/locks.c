@@ -990,16 +990,19 @@ static void print_rows_json(const char *path, const struct table *t,
 
 /*
  * Keep the rows of -p PID and of the PATHs (matched by dev:ino, as the
- * table knows files).  After find_blockers: a waiter kept keeps the pids
- * of its blockers even when their rows go.
+ * table knows files), and with -i only those whose path is known (as
+ * lslocks -i leaves out a lock whose path it cannot read: no process that
+ * shows the file lets us see its descriptors, or none has it open).
+ * After find_blockers: a waiter kept keeps the pids of its blockers even
+ * when their rows go.
  */
 static size_t filter_rows(struct row *rows, size_t n, long pid, const struct stat *files,
-			  int nfiles)
+			  int nfiles, bool noinaccessible)
 {
 	size_t k = 0;
 
 	for (size_t i = 0; i < n; i++) {
-		bool keep = !pid || rows[i].pid == pid;
+		bool keep = (!pid || rows[i].pid == pid) && (!noinaccessible || rows[i].path);
 		bool file = nfiles == 0;
 
 		for (int f = 0; f < nfiles && !file; f++)
@@ -1052,7 +1055,7 @@ static int list_once(const struct table_opts *o, const struct stat *files, const
 		free_table(&t);
 		return 1;
 	}
-	n = filter_rows(rows, n, o->pid, files, o->npaths);
+	n = filter_rows(rows, n, o->pid, files, o->npaths, o->noinaccessible);
 	if (o->json)
 		print_rows_json(o->path, &t, rows, n, o->pid, &a);
 	else

@@ -9,12 +9,15 @@
  *
  * With --stats (no path) it stays as CMD's parent: the processes write
  * JSON reports into a private directory, and after CMD ends one job
- * summary ends with "N calls coordinated; not coordinated: ...".
+ * summary ends with "N calls coordinated; not coordinated: ..." and the
+ * programs that could not be instrumented: CMD itself (its report is
+ * written here) and any static program the job started (the library
+ * writes theirs at the exec: shim/coverage.c).
  */
-#include <elf.h>
 #include <signal.h>
 #include <sys/wait.h>
 
+#include "elfinterp.h"
 #include "preload.h"
 
 /* Where execvp would find cmd (malloc'd), or NULL. */
@@ -38,43 +41,6 @@ static char *resolve(const char *cmd)
 		if (!p[len])
 			return NULL;
 	}
-}
-
-/* Does the ELF image in fd have a PT_INTERP?  1 yes, 0 no, -1 not ELF. */
-static int elf_has_interp(int fd)
-{
-	unsigned char id[EI_NIDENT];
-	uint64_t phoff;
-	unsigned phnum, phentsize;
-
-	if (pread(fd, id, sizeof(id), 0) != (ssize_t)sizeof(id) || memcmp(id, ELFMAG, SELFMAG))
-		return -1;
-	if (id[EI_CLASS] == ELFCLASS64) {
-		Elf64_Ehdr h;
-
-		if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
-			return -1;
-		phoff = h.e_phoff, phnum = h.e_phnum, phentsize = h.e_phentsize;
-	} else if (id[EI_CLASS] == ELFCLASS32) {
-		Elf32_Ehdr h;
-
-		if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
-			return -1;
-		phoff = h.e_phoff, phnum = h.e_phnum, phentsize = h.e_phentsize;
-	} else {
-		return -1;
-	}
-	for (unsigned i = 0; i < phnum && i < 4096; i++) {
-		uint32_t type;
-
-		/* p_type is the first word of both classes' program headers. */
-		if (pread(fd, &type, sizeof(type), (off_t)(phoff + (uint64_t)i * phentsize)) !=
-		    (ssize_t)sizeof(type))
-			return -1;
-		if (type == PT_INTERP)
-			return 1;
-	}
-	return 0;
 }
 
 /*
@@ -101,7 +67,7 @@ static bool not_coverable(const char *path, char *why, size_t len, int depth)
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return false;
-	elf = elf_has_interp(fd);
+	elf = rs_elf_has_interp(fd);
 	n = elf < 0 ? pread(fd, head, sizeof(head) - 1, 0) : 0;
 	close(fd);
 	if (elf == 0)
@@ -137,20 +103,64 @@ static bool not_coverable(const char *path, char *why, size_t len, int depth)
 	}
 }
 
-/* One line if cmd cannot be instrumented; then *what (malloc'd) names it
- * for the job summary. */
-static void warn_uncoverable(const char *cmd, char **what)
-{
-	char *path = resolve(cmd), why[512];
+/* What cannot be instrumented: the program's path and why. */
+struct uncovered {
+	char *path, why[512];
+};
 
-	*what = NULL;
-	if (path && not_coverable(path, why, sizeof(why), 0)) {
+/* One line if cmd cannot be instrumented; then u->path (malloc'd) and
+ * u->why name it for the job summary. */
+static void warn_uncoverable(const char *cmd, struct uncovered *u)
+{
+	char *path = resolve(cmd);
+
+	u->path = NULL;
+	if (path && not_coverable(path, u->why, sizeof(u->why), 0)) {
 		fprintf(stderr, "rangeshim: %s is %s; the shim cannot apply to it, and its I/O "
-			"is not coordinated\n", path, why);
-		if (asprintf(what, "%s (%s)", path, why) < 0)
-			*what = NULL;
+			"is not coordinated\n", path, u->why);
+		u->path = path;
+		return;
 	}
 	free(path);
+}
+
+/* The report the library would write for a static program it starts
+ * (shim/coverage.c, rs_cov_exec): the one we start gets it from us. */
+static void write_uncovered(const char *dir, pid_t pid, const struct uncovered *u, char **argv)
+{
+	char *fn;
+	FILE *f;
+
+	if (asprintf(&fn, "%s/%d.json", dir, (int)pid) < 0)
+		return;
+	f = fopen(fn, "we");
+	free(fn);
+	if (!f)
+		return;
+	fprintf(f, "{\"pid\": %d, \"ppid\": %d, \"uid\": %u, \"program\": ", (int)pid,
+		(int)getpid(), (unsigned)getuid());
+	json_fstring(f, strrchr(u->path, '/') ? strrchr(u->path, '/') + 1 : u->path);
+	fputs(", \"cmdline\": \"", f);
+	for (int i = 0; argv[i]; i++) {
+		char *q;
+		size_t len;
+
+		/* Each word escaped alone, joined by spaces, inside one string. */
+		FILE *m = open_memstream(&q, &len);
+
+		if (!m)
+			break;
+		json_fstring(m, argv[i]);
+		fclose(m);
+		fprintf(f, "%s%.*s", i ? " " : "", len >= 2 ? (int)(len - 2) : 0, q + 1);
+		free(q);
+	}
+	fputs("\", \"exe_path\": ", f);
+	json_fstring(f, u->path);
+	fputs(", \"uninstrumented\": ", f);
+	json_fstring(f, u->why);
+	fputs("}\n", f);
+	fclose(f);
 }
 
 /* Exit status as a shell reports it. */
@@ -165,7 +175,7 @@ static int exit_code(int st)
  * CMD through the process group; we ignore it meanwhile, as time(1) does,
  * so that the summary of an interrupted job is still printed.
  */
-static int run_with_summary(char **argv, const char *uncovered)
+static int run_with_summary(char **argv, const struct uncovered *uncovered)
 {
 	const char *tmp = getenv("TMPDIR");
 	char dir[PATH_MAX], var[PATH_MAX + 16];
@@ -197,6 +207,8 @@ static int run_with_summary(char **argv, const char *uncovered)
 		rmdir(dir);
 		return EXIT_CANNOT_INVOKE;
 	}
+	if (uncovered->path)
+		write_uncovered(dir, pid, uncovered, argv);
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
 	sigaction(SIGINT, &old_int, NULL);
@@ -207,11 +219,6 @@ static int run_with_summary(char **argv, const char *uncovered)
 
 		fflush(stderr);
 		stats_summary(stderr, paths, 1, false);
-		/* Programs that load no library write no report: the one we
-		 * started is named here; those it starts in turn are not seen. */
-		if (uncovered)
-			fprintf(stderr, "1 program of the job could not be instrumented: %s\n",
-				uncovered);
 	}
 	/* Our directory, our files: remove the reports, then it. */
 	{
@@ -258,15 +265,15 @@ int cmd_run(const struct command *cmd, int argc, char **argv)
 			return EXIT_USAGE;
 		}
 	{
-		char *uncovered;
+		struct uncovered u;
 
-		warn_uncoverable(argv[optind], &uncovered);
+		warn_uncoverable(argv[optind], &u);
 		if (summary) {
-			rc = run_with_summary(argv + optind, uncovered);
-			free(uncovered);
+			rc = run_with_summary(argv + optind, &u);
+			free(u.path);
 			return rc;
 		}
-		free(uncovered);
+		free(u.path);
 	}
 
 	execvp(argv[optind], argv + optind);

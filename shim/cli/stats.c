@@ -5,12 +5,14 @@
  * same summary for the processes it started.
  *
  * The report is one object: "pid", "program", one unsigned number per
- * counter, and "files", the files the process waited on most (path, dev,
- * ino, lock_waits, node_waits, wait_ns; shim/filewaits.c).  Counters are
+ * counter, "files", the files the process used most (path, dev, ino,
+ * lock_waits, node_waits, wait_ns, calls, bytes_read, bytes_written,
+ * uncovered; shim/filewaits.c), and "files_other", the sums of its other
+ * files.  Counters are
  * read generically, by name, so a library with more counters (the
  * uncovered_* ones) needs no change here; a string value is kept only
  * under "program"/"comm"/"exe", "files" is merged across processes by
- * dev:ino, and other nested values are skipped.  A file that is not such an object gets one line and is left
+ * dev:ino ("files_other" summed), and other nested values are skipped.  A file that is not such an object gets one line and is left
  * out: the summary says how many were.
  */
 #include "cli.h"
@@ -20,13 +22,16 @@
 
 #define PATH_LEN 1024
 #define MAX_REPORT_FILES 64   /* a report lists 16 (filewaits.h); room for more */
-#define TOP_FILES 16
+#define TOP_FILES 16          /* the text summary's rows */
+#define TOP_FILES_JSON 256    /* --json's */
 
-/* One entry of a report's "files", or of the job's merged list. */
+/* One entry of a report's "files", or of the job's merged list; or the
+ * sums of files not listed ("files_other", with nfiles). */
 struct file_waits {
 	char path[PATH_LEN];          /* "" when the report had null */
 	char dev[32];                 /* "major:minor", "" if absent */
 	unsigned long long ino, lock_waits, node_waits, wait_ns;
+	unsigned long long calls, bytes_read, bytes_written, uncovered, nfiles;
 	unsigned procs;               /* reports that listed it (job list) */
 };
 
@@ -36,6 +41,9 @@ struct report {
 	char program[64];
 	char host[64], cmdline[1024], job_id[64];
 	char skipped[64];             /* why the user left it out, or "" */
+	/* A program the shim could not be in (statically linked): why, and
+	 * its path; such a report has no counters. */
+	char uninstrumented[160], exe_path[256];
 	unsigned nkeys;
 	char key[MAX_KEYS][KEY_LEN];
 	unsigned long long val[MAX_KEYS];
@@ -43,15 +51,18 @@ struct report {
 
 struct job {
 	unsigned nreports, nbad;
+	unsigned ninstrumented;       /* reports with counters */
 	unsigned nkeys;
 	char key[MAX_KEYS][KEY_LEN];
 	unsigned long long total[MAX_KEYS];
 	struct report *rep;           /* nreports of them */
 	struct file_waits *files;     /* nfiles of them, merged by dev:ino */
 	unsigned nfiles;
+	struct file_waits other;      /* files no report listed, summed */
 	/* The report being read: its "files", merged once it parses. */
 	struct file_waits cur[MAX_REPORT_FILES];
 	unsigned ncur;
+	struct file_waits cur_other;
 };
 
 /* ---- a small JSON reader, for the one flat object of a report ---- */
@@ -269,6 +280,16 @@ static int file_entry(struct src *s, struct file_waits *f)
 			num = &f->node_waits;
 		else if (!strcmp(key, "wait_ns"))
 			num = &f->wait_ns;
+		else if (!strcmp(key, "calls"))
+			num = &f->calls;
+		else if (!strcmp(key, "bytes_read"))
+			num = &f->bytes_read;
+		else if (!strcmp(key, "bytes_written"))
+			num = &f->bytes_written;
+		else if (!strcmp(key, "uncovered"))
+			num = &f->uncovered;
+		else if (!strcmp(key, "files"))
+			num = &f->nfiles;
 		if (num) {
 			if (number(s, num) < 0)
 				return -1;
@@ -330,6 +351,7 @@ static int parse_report(const char *text, size_t len, struct report *r, struct j
 	memset(r, 0, sizeof(*r));
 	r->uid = ~0ull;
 	j->ncur = 0;
+	memset(&j->cur_other, 0, sizeof(j->cur_other));
 	ws(&s);
 	if (s.p >= s.end || *s.p++ != '{')
 		return snprintf(why, whylen, "not a JSON object"), -1;
@@ -349,6 +371,13 @@ static int parse_report(const char *text, size_t len, struct report *r, struct j
 				return snprintf(why, whylen, "no ':' after \"%s\"", key), -1;
 			ws(&s);
 			if (s.p < s.end && *s.p == '"' &&
+			    (!strcmp(key, "uninstrumented") || !strcmp(key, "exe_path"))) {
+				bool u = key[0] == 'u';
+
+				if (str(&s, u ? r->uninstrumented : r->exe_path,
+					u ? sizeof r->uninstrumented : sizeof r->exe_path) < 0)
+					return snprintf(why, whylen, "bad string for \"%s\"", key), -1;
+			} else if (s.p < s.end && *s.p == '"' &&
 			    (!strcmp(key, "program") || !strcmp(key, "comm") || !strcmp(key, "exe") ||
 			     !strcmp(key, "host") || !strcmp(key, "cmdline") ||
 			     !strcmp(key, "job_id") || !strcmp(key, "skipped"))) {
@@ -364,6 +393,9 @@ static int parse_report(const char *text, size_t len, struct report *r, struct j
 			} else if (!strcmp(key, "files") && s.p < s.end && *s.p == '[') {
 				if (files_array(&s, j) < 0)
 					return snprintf(why, whylen, "bad \"files\" list"), -1;
+			} else if (!strcmp(key, "files_other") && s.p < s.end && *s.p == '{') {
+				if (file_entry(&s, &j->cur_other) < 0)
+					return snprintf(why, whylen, "bad \"files_other\""), -1;
 			} else if (s.p < s.end && *s.p >= '0' && *s.p <= '9') {
 				if (number(&s, &v) < 0)
 					return snprintf(why, whylen, "\"%s\" is not a counter", key), -1;
@@ -399,7 +431,7 @@ static int parse_report(const char *text, size_t len, struct report *r, struct j
 	ws(&s);
 	if (s.p != s.end)
 		return snprintf(why, whylen, "text after the object"), -1;
-	if (!have_pid || !r->nkeys)
+	if (!have_pid || (!r->nkeys && !r->uninstrumented[0]))
 		return snprintf(why, whylen, "not a rangeshim stats report (no pid and counters)"), -1;
 	return 0;
 }
@@ -411,16 +443,31 @@ static unsigned long long sat_add(unsigned long long a, unsigned long long b)
 	return a + b < a ? ~0ull : a + b;
 }
 
+static void add_counts(struct file_waits *f, const struct file_waits *c)
+{
+	f->lock_waits = sat_add(f->lock_waits, c->lock_waits);
+	f->node_waits = sat_add(f->node_waits, c->node_waits);
+	f->wait_ns = sat_add(f->wait_ns, c->wait_ns);
+	f->calls = sat_add(f->calls, c->calls);
+	f->bytes_read = sat_add(f->bytes_read, c->bytes_read);
+	f->bytes_written = sat_add(f->bytes_written, c->bytes_written);
+	f->uncovered = sat_add(f->uncovered, c->uncovered);
+	f->nfiles = sat_add(f->nfiles, c->nfiles);
+}
+
 /* The report's files into the job's list: one entry per file, by dev:ino
- * (by path when a report has no dev). */
+ * (by path when a report has no dev); its "files_other" into the job's. */
 static void merge_files(struct job *j)
 {
+	add_counts(&j->other, &j->cur_other);
+	memset(&j->cur_other, 0, sizeof(j->cur_other));
 	for (unsigned i = 0; i < j->ncur; i++) {
 		const struct file_waits *c = &j->cur[i];
 		struct file_waits *f = NULL;
 
-		if (!c->lock_waits && !c->node_waits)
-			continue;   /* nothing to rank it by */
+		if (!c->lock_waits && !c->node_waits && !c->calls && !c->bytes_read &&
+		    !c->bytes_written && !c->uncovered)
+			continue;   /* nothing to say of it */
 
 		for (unsigned k = 0; k < j->nfiles && !f; k++) {
 			struct file_waits *o = &j->files[k];
@@ -436,15 +483,14 @@ static void merge_files(struct job *j)
 				return;
 			j->files = grown;
 			f = &j->files[j->nfiles++];
-			*f = *c;
-			f->lock_waits = f->node_waits = f->wait_ns = 0;
-			f->procs = 0;
+			memset(f, 0, sizeof(*f));
+			memcpy(f->path, c->path, sizeof(f->path));
+			memcpy(f->dev, c->dev, sizeof(f->dev));
+			f->ino = c->ino;
 		}
 		if (!f->path[0] && c->path[0])
 			memcpy(f->path, c->path, sizeof(f->path));
-		f->lock_waits = sat_add(f->lock_waits, c->lock_waits);
-		f->node_waits = sat_add(f->node_waits, c->node_waits);
-		f->wait_ns = sat_add(f->wait_ns, c->wait_ns);
+		add_counts(f, c);
 		f->procs++;
 	}
 	j->ncur = 0;
@@ -484,6 +530,7 @@ static void add_report(struct job *j, const char *path)
 		return;
 	}
 	j->nreports++;
+	j->ninstrumented += !rep->uninstrumented[0];
 	merge_files(j);
 	for (unsigned i = 0; i < rep->nkeys; i++) {
 		unsigned k = 0;
@@ -573,7 +620,9 @@ static void print_coverage_line(FILE *out, const struct job *j)
 		fprintf(out, "%s%s (%llu)", sep, j->key[k] + 10, j->total[k]);
 		sep = ", ";
 	}
-	if (!any_key)
+	if (!any_key && !j->ninstrumented)
+		fputs("no process of the job was instrumented", out);
+	else if (!any_key)
 		fputs("not counted by this library (its reports have no uncovered_* counters)", out);
 	else if (!*sep)
 		fputs("none seen", out);
@@ -628,7 +677,8 @@ static unsigned tally(const struct job *j, int which, struct tally **out)
 		const struct report *r = &j->rep[i];
 		unsigned k = 0;
 
-		if (which == 0 ? r->skipped[0] || did_io(r) : !r->skipped[0])
+		if (r->uninstrumented[0] ||
+		    (which == 0 ? r->skipped[0] || did_io(r) : !r->skipped[0]))
 			continue;
 		while (k < n && strcmp(t[k].program, r->program))
 			k++;
@@ -674,7 +724,7 @@ static void print_rows(FILE *out, const struct job *j)
 	if (!io)
 		return;
 	for (unsigned i = 0; i < j->nreports; i++) {
-		if (j->rep[i].skipped[0])
+		if (j->rep[i].skipped[0] || j->rep[i].uninstrumented[0])
 			continue;
 		if (did_io(&j->rep[i]))
 			io[shown++] = &j->rep[i];
@@ -720,16 +770,26 @@ static void print_rows(FILE *out, const struct job *j)
 	free(t);
 }
 
+static unsigned long long file_bytes(const struct file_waits *f)
+{
+	return sat_add(f->bytes_read, f->bytes_written);
+}
+
+/* The most bytes first, then the most waits, time waited, calls. */
 static int file_cmp(const void *a, const void *b)
 {
 	const struct file_waits *x = a, *y = b;
 	unsigned long long wx = sat_add(x->lock_waits, x->node_waits);
 	unsigned long long wy = sat_add(y->lock_waits, y->node_waits);
 
+	if (file_bytes(x) != file_bytes(y))
+		return file_bytes(x) < file_bytes(y) ? 1 : -1;
 	if (wx != wy)
 		return wx < wy ? 1 : -1;
 	if (x->wait_ns != y->wait_ns)
 		return x->wait_ns < y->wait_ns ? 1 : -1;
+	if (x->calls != y->calls)
+		return x->calls < y->calls ? 1 : -1;
 	return strcmp(x->path, y->path);
 }
 
@@ -742,30 +802,51 @@ static void file_id(const struct file_waits *f, char *buf, size_t len)
 		snprintf(buf, len, "?");
 }
 
-/* The files the job waited on, totals over its processes: lock_waits
- * (threads) plus node_waits (processes), then time waited. */
+/* The files beyond the first `from` of the job's list, and those no
+ * report listed, summed; their number. */
+static unsigned long long other_files(const struct job *j, unsigned from, struct file_waits *o)
+{
+	*o = j->other;
+	for (unsigned i = from; i < j->nfiles; i++)
+		add_counts(o, &j->files[i]);
+	return sat_add(j->other.nfiles, j->nfiles > from ? j->nfiles - from : 0);
+}
+
+/* Per-file totals over the job's processes, as Darshan's job summary
+ * gives them: bytes, calls, lock waits (lock_waits, threads, plus
+ * node_waits, processes) and their time, the calls the shim could not
+ * coordinate; the most bytes first, TOP_FILES rows and one for the rest. */
 static void print_files(FILE *out, struct job *j)
 {
 	unsigned n = j->nfiles < TOP_FILES ? j->nfiles : TOP_FILES;
+	struct file_waits o;
+	unsigned long long nother;
 
-	if (!j->nfiles)
-		return;
 	if (j->nfiles)	/* qsort wants a valid base even for 0 */
 		qsort(j->files, j->nfiles, sizeof(*j->files), file_cmp);
-	fprintf(out, "  top files by lock waits (%u of %u), totals over the job's processes:\n", n,
-		j->nfiles);
-	fprintf(out, "  %12s %12s %12s %12s %5s  %-16s %s\n", "WAITS", "LOCK_WAITS", "NODE_WAITS",
-		"WAIT_MS", "PROCS", "DEV:INO", "PATH");
+	nother = other_files(j, n, &o);
+	if (!j->nfiles && !nother)
+		return;
+	fprintf(out, "  files, most bytes first (%u of %llu), totals over the job's processes:\n", n,
+		j->nfiles + j->other.nfiles);
+	fprintf(out, "  %14s %14s %10s %10s %10s %10s %9s %5s  %s\n", "BYTES_READ",
+		"BYTES_WRITTEN", "CALLS", "LOCK_WAITS", "NODE_WAITS", "WAIT_MS", "UNCOVERED", "PROCS",
+		"FILE");
 	for (unsigned i = 0; i < n; i++) {
 		const struct file_waits *f = &j->files[i];
-		char path[PATH_LEN * 4 + 8], id[64];
+		char path[PATH_LEN * 4 + 8], id[64], procs[16];
 
 		escape_text(f->path[0] ? f->path : "?", path, sizeof(path));
 		file_id(f, id, sizeof id);
-		fprintf(out, "  %12llu %12llu %12llu %12.1f %5u  %-16s %s\n",
-			sat_add(f->lock_waits, f->node_waits), f->lock_waits, f->node_waits,
-			(double)f->wait_ns / 1e6, f->procs, id, path);
+		snprintf(procs, sizeof procs, "%u", f->procs);
+		fprintf(out, "  %14llu %14llu %10llu %10llu %10llu %10.1f %9llu %5s  %s %s\n",
+			f->bytes_read, f->bytes_written, f->calls, f->lock_waits, f->node_waits,
+			(double)f->wait_ns / 1e6, f->uncovered, procs, id, path);
 	}
+	if (nother)
+		fprintf(out, "  %14llu %14llu %10llu %10llu %10llu %10.1f %9llu %5s  (%llu other files)\n",
+			o.bytes_read, o.bytes_written, o.calls, o.lock_waits, o.node_waits,
+			(double)o.wait_ns / 1e6, o.uncovered, "-", nother);
 }
 
 static int report_cmp(const void *a, const void *b)
@@ -862,6 +943,45 @@ static void print_header(FILE *out, const struct job *j, const struct header *h)
 	free(t);
 }
 
+/* "N program(s) in the job could not be instrumented: busybox
+ * (/usr/bin/busybox, 2 times: statically linked ...)", one entry per
+ * path.  Their reports were written for them: by `run --stats` for the
+ * program it starts, by the library at the exec for the others. */
+static void print_uninstrumented(FILE *out, const struct job *j)
+{
+	unsigned total = 0;
+	const char *sep = ": ";
+
+	for (unsigned i = 0; i < j->nreports; i++)
+		total += j->rep[i].uninstrumented[0] != 0;
+	fprintf(out, "%u program(s) in the job could not be instrumented", total);
+	for (unsigned i = 0; i < j->nreports; i++) {
+		const struct report *r = &j->rep[i];
+		unsigned times = 0;
+		bool first = true;
+		char prog[256], path[1024], why[640];
+
+		if (!r->uninstrumented[0])
+			continue;
+		for (unsigned k = 0; k < j->nreports; k++)
+			if (j->rep[k].uninstrumented[0] && !strcmp(j->rep[k].exe_path, r->exe_path)) {
+				first &= k >= i;
+				times++;
+			}
+		if (!first)
+			continue;	/* listed with an earlier one */
+		escape_text(r->program[0] ? r->program : "?", prog, sizeof prog);
+		escape_text(r->exe_path[0] ? r->exe_path : "?", path, sizeof path);
+		escape_text(r->uninstrumented, why, sizeof why);
+		fprintf(out, "%s%s (%s", sep, prog, path);
+		if (times > 1)
+			fprintf(out, ", %u times", times);
+		fprintf(out, ": %s)", why);
+		sep = ", ";
+	}
+	fputc('\n', out);
+}
+
 static void print_job(FILE *out, struct job *j)
 {
 	struct header h;
@@ -894,6 +1014,7 @@ static void print_job(FILE *out, struct job *j)
 	}
 	print_files(out, j);
 	print_coverage_line(out, j);
+	print_uninstrumented(out, j);
 }
 
 /* ---- --json: the same, as one object ---- */
@@ -950,7 +1071,7 @@ static void print_job_json(struct job *j)
 	fputs("}, \"files\": [", stdout);
 	if (j->nfiles)	/* qsort wants a valid base even for 0 */
 		qsort(j->files, j->nfiles, sizeof(*j->files), file_cmp);
-	for (unsigned i = 0; i < j->nfiles; i++) {
+	for (unsigned i = 0; i < j->nfiles && i < TOP_FILES_JSON; i++) {
 		const struct file_waits *f = &j->files[i];
 		char id[64];
 
@@ -959,16 +1080,28 @@ static void print_job_json(struct job *j)
 		json_string(f->dev[0] ? id : NULL);
 		fputs(", \"path\": ", stdout);
 		json_string(f->path[0] ? f->path : NULL);
-		printf(", \"lock_waits\": %llu, \"node_waits\": %llu, \"wait_ns\": %llu, \"procs\": %u}",
-		       f->lock_waits, f->node_waits, f->wait_ns, f->procs);
+		printf(", \"bytes_read\": %llu, \"bytes_written\": %llu, \"calls\": %llu, "
+		       "\"lock_waits\": %llu, \"node_waits\": %llu, \"wait_ns\": %llu, "
+		       "\"uncovered\": %llu, \"procs\": %u}", f->bytes_read, f->bytes_written,
+		       f->calls, f->lock_waits, f->node_waits, f->wait_ns, f->uncovered, f->procs);
 	}
-	fputs("], \"processes\": [", stdout);
+	{
+		struct file_waits o;
+		unsigned long long nother = other_files(j, TOP_FILES_JSON, &o);
+
+		printf("], \"other_files\": {\"files\": %llu, \"bytes_read\": %llu, "
+		       "\"bytes_written\": %llu, \"calls\": %llu, \"lock_waits\": %llu, "
+		       "\"node_waits\": %llu, \"wait_ns\": %llu, \"uncovered\": %llu}",
+		       nother, o.bytes_read, o.bytes_written, o.calls, o.lock_waits, o.node_waits,
+		       o.wait_ns, o.uncovered);
+	}
+	fputs(", \"processes\": [", stdout);
 	if (j->nreports)
 		qsort(j->rep, j->nreports, sizeof(*j->rep), report_cmp);
 	for (unsigned i = 0, n = 0; i < j->nreports; i++) {
 		const struct report *r = &j->rep[i];
 
-		if (!did_io(r) || r->skipped[0])
+		if (!did_io(r) || r->skipped[0] || r->uninstrumented[0])
 			continue;
 		printf("%s{\"pid\": %ld, \"program\": ", n++ ? ", " : "", r->pid);
 		json_string(r->program);
@@ -982,6 +1115,21 @@ static void print_job_json(struct job *j)
 	json_tally(j, 0);
 	fputs(", \"left_out\": ", stdout);
 	json_tally(j, 1);
+	fputs(", \"uninstrumented\": [", stdout);
+	for (unsigned i = 0, n = 0; i < j->nreports; i++) {
+		const struct report *r = &j->rep[i];
+
+		if (!r->uninstrumented[0])
+			continue;
+		printf("%s{\"pid\": %ld, \"program\": ", n++ ? ", " : "", r->pid);
+		json_string(r->program);
+		fputs(", \"path\": ", stdout);
+		json_string(r->exe_path[0] ? r->exe_path : NULL);
+		fputs(", \"why\": ", stdout);
+		json_string(r->uninstrumented);
+		putchar('}');
+	}
+	putchar(']');
 	fputs("}\n", stdout);
 }
 

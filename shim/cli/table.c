@@ -64,6 +64,9 @@ int parse_table_opts(const struct command *cmd, int argc, char **argv,
 		case 'n':
 			o->noheadings = true;
 			break;
+		case 'i':
+			o->noinaccessible = true;
+			break;
 		case 'r':
 			o->raw = true;
 			break;

@@ -27,6 +27,7 @@ struct table_opts {
 	bool json, force;
 	/* locks only: */
 	bool noheadings, raw;
+	bool noinaccessible;   /* -i: leave out rows without a path */
 	bool bytes, output_all, list_columns;  /* -b, --output-all, -H */
 	long pid;              /* -p: 0 for every process */
 	const char *cols;      /* -o: NULL for the default columns */

@@ -38,30 +38,35 @@ void escape_text(const char *in, char *out, size_t len)
 	out[o] = '\0';
 }
 
-/* A JSON string, or null; bytes that are not UTF-8 become U+FFFD. */
-void json_string(const char *s)
+/* A JSON string, or null, to out; bytes that are not UTF-8 become U+FFFD. */
+void json_fstring(FILE *out, const char *s)
 {
 	if (!s) {
-		fputs("null", stdout);
+		fputs("null", out);
 		return;
 	}
-	putchar('"');
+	putc('"', out);
 	for (const unsigned char *p = (const unsigned char *)s; *p;) {
 		size_t n = utf8_len(p);
 
 		if (n == 0) {
-			fputs("\\ufffd", stdout);
+			fputs("\\ufffd", out);
 			n = 1;
 		} else if (*p == '"' || *p == '\\') {
-			printf("\\%c", *p);
+			fprintf(out, "\\%c", *p);
 		} else if (*p < 0x20 || *p == 0x7f) {
-			printf("\\u%04x", *p);
+			fprintf(out, "\\u%04x", *p);
 		} else {
-			fwrite(p, 1, n, stdout);
+			fwrite(p, 1, n, out);
 		}
 		p += n;
 	}
-	putchar('"');
+	putc('"', out);
+}
+
+void json_string(const char *s)
+{
+	json_fstring(stdout, s);
 }
 
 void format_age(char *buf, size_t len, uint64_t now, uint64_t since)
