@@ -18,6 +18,10 @@
  *                   on EINVAL), partial overlap, read()/write() at the file
  *                   offset.  No shim warning may be printed, and afterwards
  *                   the table holds no grant at all.
+ *  torn_tmpfs_rw_whole  One single-threaded reader, granted the whole
+ *                   file, reads at the file offset (no lseek: grants.h,
+ *                   rs_grant_enter_whole) while one writer process takes
+ *                   [0, 1 MiB) from it: 0 torn; the control tears.
  *  torn_300_attached  The same with 300 idle processes attached first:
  *                   every one holds a slot, nobody warns, 0 torn.
  *  mixed_*          Writer processes write 64 KiB of their id at random
