@@ -518,11 +518,14 @@ static uint64_t install(int fd, int oflags, enum how how, uint64_t lazy, const s
 			} else {
 				/* A lazy entry nobody else can have used: its
 				 * offset is still where open put it. */
-				desc = new_desc((uint32_t)file, desc_flags(oflags) |
-						(how == LAZY_USE && !(lazy & RS_FD_LAZY_SHARED) &&
-						 !(oflags & O_APPEND) ? RS_DESC_FRESH : 0));
+				uint32_t fr = how == LAZY_USE && !(lazy & RS_FD_LAZY_SHARED) &&
+						 !(oflags & O_APPEND) ? RS_DESC_FRESH : 0;
+
+				desc = new_desc((uint32_t)file, desc_flags(oflags) | fr);
 				if (desc < 0)
 					put_file((uint32_t)file);
+				else if (fr)	/* before the entry is published */
+					atomic_fetch_or(&rs_files[file].whole, RS_WHOLE_FRESH);
 			}
 		}
 		if (shared != RS_FD_UNKNOWN) {
@@ -770,6 +773,7 @@ void rs_fdt_fork_child(void)
 		/* The parent's node grants stay the parent's. */
 		for (int k = 0; k < RS_NCACHE; k++)
 			atomic_store_explicit(&rs_files[i].grants[k], 0, memory_order_relaxed);
+		atomic_store_explicit(&rs_files[i].whole, 0, memory_order_relaxed);
 		atomic_store_explicit(&rs_files[i].grants_mtx, 0, memory_order_relaxed);
 		atomic_store_explicit(&rs_files[i].acquire_mtx, 0, memory_order_relaxed);
 	}

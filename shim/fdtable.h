@@ -51,6 +51,12 @@
  * offset lock starts at 0 without an lseek. */
 #define RS_DESC_FRESH  4u
 
+/* rs_file.whole (grants.h): the grant serves reads only; some
+ * description of the file may be fresh (RS_DESC_FRESH); the word. */
+#define RS_WHOLE_RDONLY 1ull
+#define RS_WHOLE_FRESH  2ull
+#define RS_WHOLE_WORD(h) ((h) & ~(RS_WHOLE_RDONLY | RS_WHOLE_FRESH))
+
 /* Node grants this process caches for a file: words of grants.h. */
 #define RS_NCACHE 4
 
@@ -67,6 +73,10 @@ struct rs_file {
 	uint32_t refs;          /* descriptions using it (table mutex) */
 	uint32_t hnext;         /* hash chain or free list, index + 1 */
 	_Atomic uint64_t grants[RS_NCACHE];   /* see grants.c */
+	/* One of those words whose grant is [0, infinity), or none, and
+	 * RS_WHOLE_* bits: a call at the file offset of a single-threaded
+	 * process enters it without learning the offset (grants.h). */
+	_Atomic uint64_t whole;
 	_Atomic uint32_t grants_mtx;
 	_Atomic uint32_t acquire_mtx;         /* one acquisition at a time */
 	/* Where the inline path counts this file's calls and bytes when

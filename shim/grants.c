@@ -113,18 +113,24 @@ static int policy_exact(const struct policy *p, uint64_t now)
 }
 
 /* May the next acquisition take the whole file if nobody else holds a
- * grant on it?  Only once the process has moved through RS_WHOLE_AFTER
- * windows of it without meeting anyone: a process that keeps to its own
- * region (an N-to-1 checkpoint's writer) keeps its windows, and another
- * process arriving at its own region never waits for a whole-file grant
- * to drain.  And not within RS_QUIET_NS of meeting another process here:
- * two processes taking the whole file from each other in turn would
- * revoke each other on every miss (the window policy's case). */
-static int policy_whole(const struct policy *p, uint64_t now)
+ * grant on it?  A write, only once the process has moved through
+ * RS_WHOLE_AFTER windows of it without meeting anyone: a process that
+ * keeps to its own region (an N-to-1 checkpoint's writer) keeps its
+ * windows, and another process arriving at its own region never waits
+ * for a whole-file grant to drain.  A read (shared), at once: other
+ * readers share it, and only a writer has to take it back (an idle one
+ * at once, a busy one after one read call); in return a single-threaded
+ * reader's calls at the file offset need no lseek (grants.h,
+ * rs_grant_enter_whole), which for a program reading many small files
+ * (tar, cp -r) is one system call of every few.  And not within
+ * RS_QUIET_NS of meeting another process here: two processes taking the
+ * whole file from each other in turn would revoke each other on every
+ * miss (the window policy's case). */
+static int policy_whole(const struct policy *p, uint64_t now, int shared)
 {
 	uint64_t met = atomic_load_explicit(&p->met_ns, memory_order_relaxed);
 
-	return atomic_load_explicit(&p->alone, memory_order_relaxed) >= RS_WHOLE_AFTER &&
+	return (shared || atomic_load_explicit(&p->alone, memory_order_relaxed) >= RS_WHOLE_AFTER) &&
 	       (!met || now - met > RS_QUIET_NS);
 }
 
@@ -236,8 +242,36 @@ static int attach(void)
 	return attach_state == 1 ? 0 : -1;
 }
 
+/* w leaves f's cache: so does the whole-file hint naming it. */
+static void whole_drop(struct rs_file *f, uint64_t w)
+{
+	uint64_t h = atomic_load_explicit(&f->whole, memory_order_relaxed);
+
+	/* Fails if the word changed meanwhile: a stale word only fails its
+	 * generation check (grants.h). */
+	if (RS_WHOLE_WORD(h) == w)
+		atomic_compare_exchange_strong(&f->whole, &h, h & RS_WHOLE_FRESH);
+}
+
+/* f's whole-file word, if its grant has gone (revoked while idle: the
+ * generation moved on, and nothing told us): dropped, so that the calls
+ * at the file offset stop trying it before their lseek. */
+static void whole_stale(struct rs_segment *seg, struct rs_file *f)
+{
+	uint64_t h = atomic_load_explicit(&f->whole, memory_order_relaxed);
+	uint64_t w = RS_WHOLE_WORD(h);
+	struct rs_seg_grant *g;
+
+	if (!w)
+		return;
+	g = &seg->grants[RS_GWORD_IDX(w) & (RS_NGRANT - 1)];
+	if (RS_GW_GEN(atomic_load_explicit(&g->gw, memory_order_relaxed)) != RS_GWORD_GEN(w))
+		atomic_compare_exchange_strong(&f->whole, &h, h & RS_WHOLE_FRESH);
+}
+
 static void cache_remove(struct rs_file *f, uint64_t w)
 {
+	whole_drop(f, w);
 	for (int i = 0; i < RS_NCACHE; i++) {
 		uint64_t e = w;
 
@@ -324,6 +358,7 @@ static int cache_slot(struct rs_file *f)
 
 		if (users > 0)
 			continue;	/* its last user releases it */
+		whole_drop(f, w);
 		atomic_store(&f->grants[i], 0);
 		if (users == 0)
 			rs_nt_release(&table, idx, RS_GWORD_GEN(w));
@@ -367,6 +402,7 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	 * lock; our own grants are given back under grants_mtx instead.
 	 */
 	rs_mutex_lock(&f->acquire_mtx);
+	whole_stale(seg, f);
 	/* Another thread may have just acquired what we need. */
 	if (rs_grant_enter_cached(seg, f, start, end, rlmode, ref)) {
 		rs_mutex_unlock(&f->acquire_mtx);
@@ -380,8 +416,8 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	req.end = end;
 	req.window = RS_GRANT_WINDOW;
 	req.exact = policy_exact(pol, coarse_ns());
-	req.whole = !req.exact && policy_whole(pol, coarse_ns());
 	req.mode = rlmode == 1 ? RS_G_SHARED : rlmode == RS_GRANT_APPEND ? RS_G_APPEND : RS_G_EXSH;
+	req.whole = !req.exact && policy_whole(pol, coarse_ns(), req.mode == RS_G_SHARED);
 	req.bounded = 0;
 	if (cluster) {
 		/* Pinned until the node grant is in the table: from then on a
@@ -445,9 +481,20 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	}
 	rs_mutex_lock(&f->grants_mtx);
 	slot = cache_slot(f);
-	if (slot >= 0)
+	if (slot >= 0) {
 		atomic_store_explicit(&f->grants[slot], word(res.idx, res.gen), memory_order_release);
-	else
+		/* The whole file (grants.h, RS_WHOLE_RDONLY): calls at the
+		 * file offset may enter it without learning the offset. */
+		if (res.start == 0 && res.end == RS_RANGE_EOF &&
+		    (req.mode == RS_G_EXSH || req.mode == RS_G_SHARED)) {
+			uint64_t h = atomic_load_explicit(&f->whole, memory_order_relaxed);
+
+			while (!atomic_compare_exchange_weak(
+				&f->whole, &h, word(res.idx, res.gen) | (h & RS_WHOLE_FRESH) |
+						       (req.mode == RS_G_SHARED ? RS_WHOLE_RDONLY : 0)))
+				;
+		}
+	} else
 		mark_uncached(g, res.gen);
 	rs_mutex_unlock(&f->grants_mtx);
 	rs_mutex_unlock(&f->acquire_mtx);
@@ -483,6 +530,8 @@ static void file_closed(struct rs_file *f)
 {
 	struct policy *p;
 
+	/* Before anything: the file object may be reused for another file. */
+	atomic_store_explicit(&f->whole, 0, memory_order_relaxed);
 	if (!__atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE))
 		return;
 	/* Exact grants its calls left wait for our next scan: so that a

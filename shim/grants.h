@@ -153,6 +153,56 @@ rs_grant_enter(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
 	return 1;
 }
 
+/*
+ * A file's word for the calls at the file offset of a single-threaded
+ * process (rs_file.whole): the cache word of a grant of ours on
+ * [0, infinity), with RS_WHOLE_RDONLY set if it serves reads only
+ * (SHARED; an EXSH one serves every call), or no word; and
+ * RS_WHOLE_FRESH.  The word is set by rs_grant_enter_slow when it caches
+ * such a grant, and dropped when it leaves the cache.  A call that enters
+ * it needs no range at all, and a single-threaded process no range lock
+ * either, so it need not learn the file offset: no lseek.  The word is
+ * only a guess, as every cache word is: a grant's range and mode never
+ * change within one generation (segment.h), and the entry is the same
+ * one CAS on gw as rs_grant_try's, so a revoker that got there first
+ * (wanted bit, or the grant freed and its generation moved on) fails it,
+ * and one that comes after finds us counted in and waits for our leave.
+ * RS_WHOLE_FRESH: some description of the file may be fresh
+ * (RS_DESC_FRESH); set before such a description is published, cleared
+ * by a call that finds its own not fresh.  Losing it only costs an
+ * lseek.  Both in one word, so that the call tests one load for both.
+ * Grant offsets are multiples of 128 (struct rs_seg_grant): bits 0 and 1
+ * are free.  (The bits are defined in fdtable.h.)
+ */
+_Static_assert(sizeof(struct rs_seg_grant) % 128 == 0 &&
+	       offsetof(struct rs_segment, grants) % 128 == 0, "bits 0 and 1 of a grant's word are free");
+
+/* Enter the grant of f's whole-file word h for a call of rlmode: 1
+ * entered (ref->g set), 0 not (nothing entered).  A word whose grant has
+ * gone (revoked while idle) is dropped by the acquisition that follows
+ * (rs_grant_enter_slow), not here: this is inline on every call. */
+static inline __attribute__((always_inline)) int
+rs_grant_enter_whole(uint64_t h, unsigned rlmode, struct rs_gref *ref)
+{
+	struct rs_segment *seg = __atomic_load_n(&rs_node_seg, __ATOMIC_RELAXED);
+	struct rs_seg_grant *g;
+	uint64_t v;
+
+	if (!RS_WHOLE_WORD(h) || (rlmode != 1 && (h & RS_WHOLE_RDONLY)) || !seg)
+		return 0;
+	g = (struct rs_seg_grant *)((char *)seg + (uint32_t)RS_WHOLE_WORD(h));
+	v = atomic_load_explicit(&g->gw, memory_order_relaxed);
+	/* The low bits of h lie below the generation and the wanted bits. */
+	while (__builtin_expect(((v ^ h) >> 30) == 0, 1)) {
+		if (__builtin_expect(atomic_compare_exchange_weak_explicit(
+			    &g->gw, &v, v + 1, memory_order_seq_cst, memory_order_relaxed), 1)) {
+			ref->g = g;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 /* f: the file the grant was entered for (the fast path does not store it). */
 static inline __attribute__((always_inline)) void
 rs_grant_leave(struct rs_gref *ref, struct rs_file *f)

@@ -1323,7 +1323,11 @@ RS_EXPORT long syscall(long nr, ...)
 		RS_STORE(rs_solo_ok, 0);
 	if (__builtin_expect(offset_moving(nr), 0)) {
 		rs_fdt_moved((int)a);
-		rs_fdt_moved((int)(nr == SYS_sendfile ? b : c));
+		/* The others' third argument is a count or a whence, not a
+		 * descriptor: marking the fd of that number costs it its
+		 * fresh offset (an lseek more) for nothing. */
+		if (nr == SYS_sendfile || nr == SYS_splice || nr == SYS_copy_file_range)
+			rs_fdt_moved((int)(nr == SYS_sendfile ? b : c));
 	}
 	if (__builtin_expect(vm_like(nr, a), 0)) {
 		RS_STORE(rs_vm_shared, 1);

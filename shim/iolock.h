@@ -410,7 +410,7 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 		const int append, _Atomic uint64_t *ep, uint64_t e, struct rs_desc *desc,
 		struct rs_file *file)
 {
-	uint64_t start, end;
+	uint64_t start = 0, end = 0;
 	/* Appenders share the tail with appenders, in both locks
 	 * (rangelock.c and nodelock.c, "Appenders"); one mode for both
 	 * locks: the values agree (below). */
@@ -453,17 +453,49 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 				off = (int64_t)size;
 			else
 				goto unlock_pos;
-		} else if (__builtin_expect(atomic_load_explicit(&desc->flags, memory_order_relaxed) &
-					    RS_DESC_FRESH, 0)) {
-			/* Under the offset lock (or alone): nobody has used
-			 * the offset since the open (fdtable.h). */
-			atomic_fetch_and_explicit(&desc->flags, ~RS_DESC_FRESH,
-						  memory_order_relaxed);
-			off = 0;
 		} else {
+			/* Alone, one load tells both whether a grant of ours
+			 * covers the whole file, so that there is no range and
+			 * no offset to learn, and whether our description may
+			 * be fresh (grants.h, RS_WHOLE_*).  With other threads,
+			 * the flags under the offset lock. */
+			uint64_t h = solo ? atomic_load_explicit(&file->whole, memory_order_relaxed)
+					  : atomic_load_explicit(&desc->flags, memory_order_relaxed) &
+						    RS_DESC_FRESH;
+
+			if (__builtin_expect(h != 0, 0)) {
+				uint32_t dfl = atomic_load_explicit(&desc->flags, memory_order_relaxed);
+
+				if (solo && rs_grant_enter_whole(h, mode, &io->gref[0])) {
+					if (dfl & RS_DESC_FRESH)
+						atomic_fetch_and_explicit(&desc->flags, ~RS_DESC_FRESH,
+									  memory_order_relaxed);
+					goto entered;
+				}
+				if (dfl & RS_DESC_FRESH) {
+					/* The lean copy may yet leave the call to the
+					 * full one (a grant not cached, the first call
+					 * on a file), which must find the flag still
+					 * set: it has the rest of the call to make. */
+					if (lean)
+						goto general;
+					/* Under the offset lock (or alone): nobody has
+					 * used the offset since the open (fdtable.h). */
+					atomic_fetch_and_explicit(&desc->flags, ~RS_DESC_FRESH,
+								  memory_order_relaxed);
+					off = 0;
+					goto have_off;
+				}
+				/* Ours is not fresh: stop looking (a fresh one
+				 * of another description then pays an lseek). */
+				if (solo && (h & RS_WHOLE_FRESH))
+					atomic_fetch_and_explicit(&file->whole, ~RS_WHOLE_FRESH,
+								  memory_order_relaxed);
+			}
 			off = rs_lseek_cur(fd);
 			if (__builtin_expect(off < 0, 0))
 				goto unlock_pos;
+		have_off:;
 		}
 		if (!solo)	/* the offset lock to let go of at the end */
 			io->fdesc = desc;
@@ -481,6 +513,7 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 		 * lock lost (the general path fails the call). */
 		goto unlock_pos;
 	}
+entered:
 	if (!solo && __builtin_expect(rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start,
 							    end, lmode), 0)) {
 		RS_COUNT(lock_waits, 1);

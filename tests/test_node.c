@@ -18,6 +18,10 @@
  *                   on EINVAL), partial overlap, read()/write() at the file
  *                   offset.  No shim warning may be printed, and afterwards
  *                   the table holds no grant at all.
+ *  torn_tmpfs_rw_whole  One single-threaded reader, granted the whole
+ *                   file, reads at the file offset (no lseek: grants.h,
+ *                   rs_grant_enter_whole) while one writer process takes
+ *                   [0, 1 MiB) from it: 0 torn; the control tears.
  *  torn_300_attached  The same with 300 idle processes attached first:
  *                   every one holds a slot, nobody warns, 0 torn.
  *  mixed_*          Writer processes write 64 KiB of their id at random
@@ -472,6 +476,50 @@ Test(node, torn_tmpfs_rw)
 				       1 };
 
 	run_torn(&c);
+}
+
+/*
+ * A single-threaded reader granted the whole file reads at the file
+ * offset without an lseek (grants.h, rs_grant_enter_whole); a writer
+ * process then takes [0, 1 MiB) from it.  If the reader's entry did not
+ * see the revocation (or the writer did not wait for a reader inside),
+ * its reads would tear as the control's do.
+ */
+Test(node, torn_tmpfs_rw_whole, .timeout = 120)
+{
+	const char *file = data_file("/dev/shm", "torn_rw_whole");
+	char farg[300], secs[32];
+	struct rs_run *ctl, *shim;
+
+	snprintf(farg, sizeof(farg), "file=%s", file);
+	for (int k = 1;; k *= 2) {
+		snprintf(secs, sizeof(secs), "seconds=%d", k);
+		ctl = probe(0, 0, 30, "torn", farg, "writers=1", "readers=1", "block=1M", secs,
+			    "rw=1", "whole=1", NULL);
+		cr_log_info("torn_tmpfs_rw_whole control (no shim, %s): reads=%lld torn=%lld "
+			    "writes=%lld", secs, rs_field(ctl->out, "reads"),
+			    rs_field(ctl->out, "torn"), rs_field(ctl->out, "writes"));
+		cr_assert_eq(ctl->status, 0, "control: status %d: %s", ctl->status, ctl->out);
+		if (rs_field(ctl->out, "torn") > 0 || k >= RS_STRETCH / 2)
+			break;
+		free(ctl);
+	}
+	rs_need(rs_field(ctl->out, "torn"), 1, "control saw no torn read in %lld reads: the "
+		"checker is not shown to detect tears", rs_field(ctl->out, "reads"));
+	shim = probe(1, 0, 30, "torn", farg, "writers=1", "readers=1", "block=1M", "seconds=2",
+		     "rw=1", "whole=1", NULL);
+	cr_log_info("torn_tmpfs_rw_whole shim: reads=%lld torn=%lld writes=%lld",
+		    rs_field(shim->out, "reads"), rs_field(shim->out, "torn"),
+		    rs_field(shim->out, "writes"));
+	cr_assert_eq(shim->status, 0, "shim: status %d: %s", shim->status, shim->out);
+	cr_assert_eq(rs_field(shim->out, "shim"), 1, "%s", shim->out);
+	cr_assert_gt(rs_field(shim->out, "reads"), 0, "%s", shim->out);
+	cr_assert_gt(rs_field(shim->out, "writes"), 0, "%s", shim->out);
+	cr_assert_eq(rs_field(shim->out, "torn"), 0, "%lld torn reads of %lld: %s",
+		     rs_field(shim->out, "torn"), rs_field(shim->out, "reads"), shim->out);
+	cr_assert_eq(warnings(shim->out), 0, "%s", shim->out);
+	free(ctl);
+	free(shim);
 }
 
 Test(node, torn_ext4)

@@ -4,8 +4,11 @@
 # measured in one run with the modes interleaved round by round (the
 # median of the per-round ratios).  docs/benchmarks.md records a run.
 #
-#   sh tests/bench/scale.sh BUILD [procs|files|idle|tools]...
+#   sh tests/bench/scale.sh BUILD [procs|files|idle|iov|tools]...
 #
+# iov: one process, a pwritev of 1024 16-byte iovecs on the heap
+# (tests/bench/iovec) to a file in BENCH_SHM (default /dev/shm),
+# SCALE_IOV_CALLS calls (default 20000) a round.
 # SCALE_PROCS (default 1,4,16,64,128,256), SCALE_CALLS (total calls per
 # cell, default 20000), SCALE_FILES (default 1,100,1000,10000),
 # SCALE_IDLE (idle grants, default 900), SCALE_IDLE_CALLS (writes per
@@ -19,16 +22,19 @@ LIB=$B/librangeshim.so
 PR=$B/tests/bench/procrand
 MF=$B/tests/bench/manyfiles
 IG=$B/tests/bench/idlegrants
+IOV=$B/tests/bench/iovec
+IOV_CALLS=${SCALE_IOV_CALLS:-20000}
+IOV_FILE=${BENCH_SHM:-/dev/shm}/rs-iov.$$
 PROCS=${SCALE_PROCS:-1,4,16,64,128,256}
 CALLS=${SCALE_CALLS:-20000}
 FILES=${SCALE_FILES:-1,100,1000,10000}
 IDLE=${SCALE_IDLE:-900}
 IDLE_CALLS=${SCALE_IDLE_CALLS:-5000}
 ROUNDS=${SCALE_ROUNDS:-3}
-SECTIONS=${*:-procs files idle tools}
+SECTIONS=${*:-procs files idle iov tools}
 DIR=$(mktemp -d "${BENCH_DIR:-/tmp}/rs-scale.XXXXXX")
 export RANGESHIM_SHM=/rangeshim-scale.$$
-trap 'rm -rf "$DIR" "/dev/shm/rangeshim-scale.$$"' EXIT
+trap 'rm -rf "$DIR" "/dev/shm/rangeshim-scale.$$" "$IOV_FILE"' EXIT
 
 # median of the numbers on stdin
 median() { sort -g | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)]; else print "nan" }'; }
@@ -110,6 +116,23 @@ if echo "$SECTIONS" | grep -qw idle; then
 	done
 	m() { echo $1 | tr ' ' '\n' | median; }
 	echo "| $IDLE | $(m "$a") | $(m "$b") | $(m "$rs") | $(m "$ac") | $(m "$bc") | $(m "$rc") |"
+	echo
+fi
+
+if echo "$SECTIONS" | grep -qw iov; then
+	echo "## A 1024-iovec pwritev from the heap (one process, $IOV_CALLS calls; us per call; ratio to unlocked, median of $ROUNDS rounds)"
+	echo
+	echo "| unlocked us | shim us | shim / unlocked |"
+	echo "|---|---|---|"
+	rs=; u=; s=
+	for r in $(seq "$ROUNDS"); do
+		tu=$("$IOV" "$IOV_FILE" "$IOV_CALLS" | awk '{ print $1 }')
+		ts=$(LD_PRELOAD=$LIB "$IOV" "$IOV_FILE" "$IOV_CALLS" | awk '{ print $1 }')
+		u="$u $tu"
+		s="$s $ts"
+		rs="$rs $(ratio "$ts" "$tu")"
+	done
+	echo "| $(echo $u | tr ' ' '\n' | median) | $(echo $s | tr ' ' '\n' | median) | $(echo $rs | tr ' ' '\n' | median) |"
 	echo
 fi
 

@@ -16,6 +16,8 @@
  *       reads that no serial order of whole writes explains.  rw=1 uses
  *       lseek+read/write at the file offset.  Prints reads, torn, writes,
  *       final_torn (overlap: the file after the writers stopped).
+ *       whole=1 (with one reader): the reader first reads one page in
+ *       each of ten 4 MiB windows, alone, to be granted the whole file.
  *       idle=K first starts K idle processes that each attach to the node
  *       table (a read far beyond the raced range) and stay until the end;
  *       prints idle_attached, how many of them hold the table.
@@ -103,7 +105,7 @@ struct args {
 	long long block, size, len, io, off, start_ns, seed;
 	double seconds;
 	int writers, readers, procs, id, nw, slot;
-	int direct, rw, overlap, kill_ms, hold_ms, keep_open, count, idle;
+	int direct, rw, overlap, kill_ms, hold_ms, keep_open, count, idle, whole;
 };
 
 static struct args A = {
@@ -294,6 +296,7 @@ static void parse(int argc, char **argv)
 		else if (IS("slot")) A.slot = atoi(v);
 		else if (IS("direct")) A.direct = atoi(v);
 		else if (IS("rw")) A.rw = atoi(v);
+		else if (IS("whole")) A.whole = atoi(v);
 		else if (IS("overlap")) A.overlap = atoi(v);
 		else if (IS("kill_ms")) A.kill_ms = atoi(v);
 		else if (IS("hold_ms")) A.hold_ms = atoi(v);
@@ -349,6 +352,7 @@ static void base_args(struct argvb *b, const char *role)
 	ab(b, "file=%s", A.file);
 	ab(b, "direct=%d", A.direct);
 	ab(b, "rw=%d", A.rw);
+	ab(b, "whole=%d", A.whole);
 	ab(b, "block=%lld", A.block);
 	ab(b, "size=%lld", A.size);
 	ab(b, "seconds=%g", A.seconds);
@@ -528,6 +532,14 @@ static void role_torn_reader(void)
 	int fd = open_data(A.direct);
 	uint64_t end, reads = 0, torn = 0, errs = 0;
 
+	/* whole: alone on the file, move through ten 4 MiB windows before
+	 * the writers start, so that the node table grants this reader the
+	 * whole file (nodelock.c, "A lone process"), and its reads at the
+	 * file offset enter that grant without an lseek (grants.h,
+	 * rs_grant_enter_whole) when the writers come to take it. */
+	for (int i = 0; A.whole && i < 10; i++)
+		if (pread(fd, buf, PAGE, (off_t)i * 4 * (off_t)MIB) != PAGE)
+			errs++;
 	end = timed_window();
 	while (now_ns() < end) {
 		if (full_pread(fd, buf, len, 0) != (ssize_t)len) {
@@ -628,7 +640,8 @@ static void cmd_torn(void)
 
 	if (A.writers + A.readers > MAXKIDS || A.block <= 0 || A.block % (long long)PAGE)
 		die("bad sizes");
-	prefill(len, 1);
+	/* whole: room for the readers' walk through ten 4 MiB windows. */
+	prefill(A.whole && len < 40 * MIB ? 40 * MIB : len, 1);
 	if (A.idle > 0)
 		idle_attached = start_idle(idle, &release);
 	A.start_ns = (long long)(now_ns() + 300000000ull);
