@@ -21,9 +21,15 @@
  *   starve PATH MS   64 threads append through one O_APPEND descriptor
  *              while one thread calls lseek(SEEK_CUR) on it in a loop:
  *              counts of each side's calls (progress, not a verdict).
- *   setflsig PATH MS  four threads append through one descriptor while a
- *              thread toggles O_APPEND with F_SETFL; each append checks
- *              where it landed (at the end of file, on a record).
+ *   mix PATH MS  four threads append records through one O_RDWR|O_APPEND
+ *              descriptor; a thread reads two records at its offset near
+ *              the end (lseek, read); a thread makes exclusive calls that
+ *              change nothing an append depends on (F_SETFL flipping
+ *              O_NONBLOCK, dup2 of a copy onto the number, lseek to the
+ *              end).  Then every record must be whole and none lost:
+ *              writes=N records=N bad_records=0 size_ok=1.  (The reads
+ *              share the appenders' description, so the kernel's own
+ *              f_pos_lock keeps them whole without the shim too.)
  *   hexit PATH N     a thread appending through a shared O_APPEND fd is
  *              interrupted by a handler that calls pthread_exit; then
  *              another thread calls lseek under alarm(5).  hung=K.
@@ -353,12 +359,116 @@ static int run_hexit(long n)
 	return 0;
 }
 
+
+/* ---- mix ----------------------------------------------------------- */
+
+static _Atomic long mix_writes, mix_reads, mix_torn, mix_ops;
+
+static void *mix_appender(void *arg)
+{
+	long id = (long)arg;
+	char *b = malloc(REC);
+
+	fill(b, id);
+	while (!atomic_load(&stop)) {
+		if (write(fd_app, b, REC) != REC)
+			abort();
+		atomic_fetch_add(&mix_writes, 1);
+	}
+	free(b);
+	return NULL;
+}
+
+/* At the shared offset: seek to a record a little before the end, read
+ * two records' worth.  Every place the read can start is on a record. */
+static void *mix_reader(void *arg)
+{
+	unsigned char *b = malloc(2 * REC);
+
+	(void)arg;
+	while (!atomic_load(&stop)) {
+		struct stat st;
+		ssize_t r;
+
+		if (fstat(fd_app, &st) < 0)
+			abort();
+		if (st.st_size < 2 * REC)
+			continue;
+		if (lseek(fd_app, st.st_size / REC * REC - REC, SEEK_SET) < 0)
+			abort();
+		r = read(fd_app, b, 2 * REC);
+		if (r <= 0)
+			continue;
+		atomic_fetch_add(&mix_reads, 1);
+		atomic_fetch_add(&mix_torn, torn_at(b, r));
+	}
+	free(b);
+	return NULL;
+}
+
+/* Exclusive callers that change nothing an append depends on: F_SETFL
+ * flipping O_NONBLOCK (O_APPEND kept), dup2 of a copy of the
+ * description onto its own number, lseek(SEEK_END). */
+static void *mix_noise(void *arg)
+{
+	int copy = dup(fd_app);
+
+	(void)arg;
+	while (!atomic_load(&stop)) {
+		int fl = fcntl(fd_app, F_GETFL);
+
+		if (fcntl(fd_app, F_SETFL, fl ^ O_NONBLOCK) < 0)
+			abort();
+		if (dup2(copy, fd_app) != fd_app)
+			abort();
+		if (lseek(fd_app, 0, SEEK_END) < 0)
+			abort();
+		atomic_fetch_add(&mix_ops, 1);
+	}
+	close(copy);
+	return NULL;
+}
+
+static int run_mix(long ms)
+{
+	pthread_t t[8];
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	unsigned char *b = malloc(REC);
+	long recs = 0, bad = 0;
+	struct stat st;
+	int fd;
+
+	fd_app = open(path, O_RDWR | O_APPEND | O_CREAT | O_TRUNC, 0644);
+	if (fd_app < 0 || !b)
+		return 2;
+	for (long i = 0; i < 4; i++)
+		pthread_create(&t[i], NULL, mix_appender, (void *)(i + 1));
+	pthread_create(&t[4], NULL, mix_reader, NULL);
+	pthread_create(&t[5], NULL, mix_noise, NULL);
+	nanosleep(&ts, NULL);
+	atomic_store(&stop, 1);
+	for (int i = 0; i < 6; i++)
+		pthread_join(t[i], NULL);
+	/* Every append whole and none lost. */
+	fd = open(path, O_RDONLY);
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return 2;
+	while (pread(fd, b, REC, recs * REC) == REC) {
+		bad += torn_at(b, REC);
+		recs++;
+	}
+	printf("writes=%ld records=%ld bad_records=%ld size_ok=%d reads=%ld torn=%ld ops=%ld\n",
+	       atomic_load(&mix_writes), recs, bad, st.st_size == recs * REC,
+	       atomic_load(&mix_reads), atomic_load(&mix_torn), atomic_load(&mix_ops));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	long n;
 
 	if (argc < 4) {
-		fprintf(stderr, "usage: adv_app_probe forksig|freshrwf|starve|hexit PATH N\n");
+		fprintf(stderr, "usage: adv_app_probe forksig|freshrwf|starve|mix|hexit PATH N\n");
 		return 2;
 	}
 	path = argv[2];
@@ -370,6 +480,8 @@ int main(int argc, char **argv)
 		return run_freshrwf(n);
 	if (!strcmp(argv[1], "starve"))
 		return run_starve(n);
+	if (!strcmp(argv[1], "mix"))
+		return run_mix(n);
 	if (!strcmp(argv[1], "hexit"))
 		return run_hexit(n);
 	fprintf(stderr, "adv_app_probe: unknown mode %s\n", argv[1]);
