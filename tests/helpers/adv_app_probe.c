@@ -30,6 +30,14 @@
  *              writes=N records=N bad_records=0 size_ok=1.  (The reads
  *              share the appenders' description, so the kernel's own
  *              f_pos_lock keeps them whole without the shim too.)
+ *   cancel PATH N    four threads append through one descriptor and
+ *              are cancelled (pthread_cancel) N times over, while a
+ *              thread reads at its offset; lseek must come back after
+ *              each round.  rounds=N.
+ *   rotate PATH N    log rotation: dup2 of a new O_APPEND file onto the
+ *              number four threads append through, N times; every file
+ *              must hold whole records, all together every record
+ *              written: writes=K records=K bad_records=0 ragged_files=0.
  *   hexit PATH N     a thread appending through a shared O_APPEND fd is
  *              interrupted by a handler that calls pthread_exit; then
  *              another thread calls lseek under alarm(5).  hung=K.
@@ -463,12 +471,113 @@ static int run_mix(long ms)
 	return 0;
 }
 
+/* ---- cancel -------------------------------------------------------- */
+
+static void *cancel_appender(void *arg)
+{
+	char b[4096];
+
+	(void)arg;
+	memset(b, 'c', sizeof(b));
+	for (;;)
+		if (write(fd_app, b, sizeof(b)) != (ssize_t)sizeof(b))
+			abort();
+	return NULL;
+}
+
+/* Appenders through one descriptor cancelled over and over while a
+ * thread reads at its offset; then lseek must still come back. */
+static int run_cancel(long n)
+{
+	pthread_t reader;
+
+	fd_app = open(path, O_RDWR | O_APPEND | O_CREAT | O_TRUNC, 0644);
+	if (fd_app < 0)
+		return 2;
+	pthread_create(&reader, NULL, mix_reader, NULL);
+	for (long i = 0; i < n; i++) {
+		pthread_t t[4];
+		struct timespec ts = { 0, 500 * 1000 };
+
+		for (int k = 0; k < 4; k++)
+			pthread_create(&t[k], NULL, cancel_appender, NULL);
+		nanosleep(&ts, NULL);
+		for (int k = 0; k < 4; k++)
+			pthread_cancel(t[k]);
+		for (int k = 0; k < 4; k++)
+			pthread_join(t[k], NULL);
+		alarm(10);
+		if (lseek(fd_app, 0, SEEK_CUR) < 0 || ftruncate(fd_app, 0) < 0)
+			return 2;
+		alarm(0);
+	}
+	atomic_store(&stop, 1);
+	pthread_join(reader, NULL);
+	printf("rounds=%ld reads=%ld\n", n, atomic_load(&mix_reads));
+	return 0;
+}
+
+/* ---- rotate -------------------------------------------------------- */
+
+/* Log rotation under appenders of one description: dup2 of a new
+ * O_APPEND file onto their number, n times.  Every file must hold whole
+ * records, and all of them together every record written. */
+static int run_rotate(long n)
+{
+	pthread_t t[4];
+	char name[4096];
+	unsigned char *b = malloc(REC);
+	long recs = 0, bad = 0, ragged = 0;
+
+	snprintf(name, sizeof(name), "%s.0", path);
+	fd_app = open(name, O_WRONLY | O_APPEND | O_CREAT | O_TRUNC, 0644);
+	if (fd_app < 0 || !b)
+		return 2;
+	for (long i = 0; i < 4; i++)
+		pthread_create(&t[i], NULL, mix_appender, (void *)(i + 1));
+	for (long i = 1; i <= n; i++) {
+		struct timespec ts = { 0, 1000 * 1000 };
+		int fd;
+
+		nanosleep(&ts, NULL);
+		snprintf(name, sizeof(name), "%s.%ld", path, i);
+		fd = open(name, O_WRONLY | O_APPEND | O_CREAT | O_TRUNC, 0644);
+		if (fd < 0 || dup2(fd, fd_app) != fd_app)
+			return 2;
+		close(fd);
+	}
+	atomic_store(&stop, 1);
+	for (int i = 0; i < 4; i++)
+		pthread_join(t[i], NULL);
+	for (long i = 0; i <= n; i++) {
+		struct stat st;
+		long k = 0;
+		int fd;
+
+		snprintf(name, sizeof(name), "%s.%ld", path, i);
+		fd = open(name, O_RDONLY);
+		if (fd < 0 || fstat(fd, &st) < 0)
+			return 2;
+		while (pread(fd, b, REC, k * REC) == REC) {
+			bad += torn_at(b, REC);
+			k++;
+		}
+		ragged += st.st_size != k * REC;
+		recs += k;
+		close(fd);
+		unlink(name);
+	}
+	printf("writes=%ld records=%ld bad_records=%ld ragged_files=%ld\n",
+	       atomic_load(&mix_writes), recs, bad, ragged);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	long n;
 
 	if (argc < 4) {
-		fprintf(stderr, "usage: adv_app_probe forksig|freshrwf|starve|mix|hexit PATH N\n");
+		fprintf(stderr, "usage: adv_app_probe forksig|freshrwf|starve|mix|cancel|rotate|hexit PATH N\n");
 		return 2;
 	}
 	path = argv[2];
@@ -480,6 +589,10 @@ int main(int argc, char **argv)
 		return run_freshrwf(n);
 	if (!strcmp(argv[1], "starve"))
 		return run_starve(n);
+	if (!strcmp(argv[1], "rotate"))
+		return run_rotate(n);
+	if (!strcmp(argv[1], "cancel"))
+		return run_cancel(n);
 	if (!strcmp(argv[1], "mix"))
 		return run_mix(n);
 	if (!strcmp(argv[1], "hexit"))
