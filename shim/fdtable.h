@@ -44,7 +44,8 @@
 /* Opened by this process and used by nobody since: the file offset is
  * still 0.  Set when a lazy entry nobody else can have used is
  * classified; cleared, under the offset lock, by the first call that
- * uses or moves the offset, by anything that lets another process share
+ * uses or moves the offset (an append at the offset moves it too:
+ * pwritev2 at -1 with RWF_APPEND), by anything that lets another process share
  * the description (rs_fdt_lazy_shared), by F_SETFL and fdopen (stdio
  * then moves it unseen), and by a raw system call that may move it
  * (rs_fdt_moved).  A call at the offset that finds it set under the

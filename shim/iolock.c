@@ -441,6 +441,14 @@ static int compute(struct plan *p, const struct rs_target *t)
 	uint64_t size;
 
 	if (p->append) {
+		/* An append at the file offset (pwritev2 at -1 with
+		 * RWF_APPEND on a descriptor without O_APPEND) leaves the
+		 * offset at end of file: no longer 0 (RS_DESC_FRESH).  We
+		 * hold the offset lock. */
+		if (p->where == RS_AT_CURSOR &&
+		    (atomic_load_explicit(&p->desc->flags, memory_order_relaxed) & RS_DESC_FRESH))
+			atomic_fetch_and_explicit(&p->desc->flags, ~RS_DESC_FRESH,
+						  memory_order_relaxed);
 		if (file_size(p->fd, &size) < 0)
 			return -1;
 		p->start = size;

@@ -92,6 +92,15 @@
  *               racing 1 MiB pwrites of one range tore 553 of 582 (no
  *               shim: 1288 of 1395; the same rig through clone(): 0 of
  *               577; main with __clone: 0 of 270).
+ *
+ * app_*         appends against the offset lock (rigs in
+ *               tests/helpers/adv_app_probe.c).
+ *  app_fresh_rwf_append  pwritev2(-1, RWF_APPEND) on a fresh descriptor
+ *               left it marked fresh, and its next read locked [0, len)
+ *               while the kernel read at end of file (see below).
+ *  app_fork_in_handler  (disabled: a documented limit, not fixed) a
+ *               child forked by a handler inside an append wraps the
+ *               offset lock's appender count and hangs (see below).
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -435,5 +444,63 @@ Test(adv_proc, fast_clone_solo, .disabled = RS_ADV_FAST_DISABLED)
 	shim_leg(uclone_argv, 4, 11, r, "__clone");
 	torn = rs_field(r->out, "torn");
 	cr_expect_eq(torn, 0, "__clone: %lld torn reads with the shim: %s", torn, r->out);
+	free(r);
+}
+
+#define PPROBE RS_HELPER("adv_app_probe")
+
+/* h-adv: a descriptor without O_APPEND, fresh from its open (offset 0,
+ * RS_DESC_FRESH: its first call at the offset starts at 0 without an
+ * lseek), appends one record with pwritev2(fd, iov, 1, -1, RWF_APPEND),
+ * which moves the offset to end of file, and then read()s at the offset
+ * while two threads append through descriptors of their own.  The
+ * general path's append left RS_DESC_FRESH set, so the read locked
+ * [0, len) while the kernel read at end of file, across appends under
+ * way: 5 torn of 162 reads with the shim (3000 trials; the control 6 of
+ * 37).  Fix: an append at the file offset clears RS_DESC_FRESH under the
+ * offset lock (iolock.c, compute): 0 of 1744 and of 1097. */
+Test(adv_proc, app_fresh_rwf_append)
+{
+	struct rs_run *r;
+	char file[PATH_MAX];
+	char *argv[] = { PPROBE, "freshrwf", file, RS_SAN[0] ? "6000" : "3000", NULL };
+
+	r = rig_setup(file, "fresh.dat");
+	torn_control(argv, 3, r, "freshrwf");
+	shim_leg(argv, 3, MIN_READS, r, "freshrwf");
+	free(r);
+}
+
+/* h-adv: fork() from a signal handler that interrupted an append (see
+ * limitations.md, "fork() from a signal handler that interrupted the
+ * shim": not supported).  The child zeroes every offset lock word
+ * (rs_fdt_fork_child); the append it returns into then leaves the
+ * appenders' count (rs_pos_app_leave), which wraps the word to a count
+ * of 2^30 - 1 appenders, and the child's first lseek waits for them for
+ * ever: with 6 forks, 2 children hung and 3 died (no shim: 0 and 0;
+ * before appenders shared the offset lock, whose unlock stored 0: 0 hung
+ * and 1 died, the range lock's unlock of a node the reset queue no longer
+ * has).  Disabled: a documented limit, and the fix is not small (the
+ * child would need to know which description its own thread was inside,
+ * and the range lock has the same problem). */
+Test(adv_proc, app_fork_in_handler, .disabled = 1, .timeout = 200)
+{
+	struct rs_run *r;
+	char file[PATH_MAX];
+	char *argv[] = { PPROBE, "forksig", file, "6", NULL };
+
+	if (RS_SAN[0])
+		cr_skip_test("fork from a signal handler under a sanitizer runtime");
+	r = rig_setup(file, "forksig.dat");
+	fprobe(argv, 0, r);
+	cr_log_info("forksig without the shim: %s", r->out);
+	cr_assert_eq(r->status, 0, "control exited %d: %s", r->status, r->out);
+	cr_assert_eq(rs_field(r->out, "hung") + rs_field(r->out, "died"), 0, "control: %s",
+		     r->out);
+	fprobe(argv, 1, r);
+	cr_log_info("forksig with the shim: %s", r->out);
+	cr_assert_eq(r->status, 0, "with the shim exited %d: %s", r->status, r->out);
+	cr_expect_eq(rs_field(r->out, "hung"), 0, "children hung: %s", r->out);
+	cr_expect_eq(rs_field(r->out, "died"), 0, "children died: %s", r->out);
 	free(r);
 }
