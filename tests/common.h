@@ -49,6 +49,16 @@ int rand_r(unsigned *seed)
 #endif
 
 /*
+ * Sanitized programs start, fork and run several times slower: bounds on
+ * how long a probe may take (never a verdict on speed) grow by this.
+ */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define RS_SLOW 3
+#else
+#define RS_SLOW 1
+#endif
+
+/*
  * Samples under load.  A leg that gathered too few samples to mean
  * anything (a loaded machine reads a few dozen blocks where an idle one
  * reads thousands), or a control that never tore, is run again, twice as

@@ -76,7 +76,7 @@
 #define PROBE RS_HELPER("proc_probe")
 /* Forks and execs of sanitized programs take 13 s of the 20 on a loaded
  * machine. */
-#define PROBE_TIMEOUT (RS_SAN[0] ? 55 : 20)
+#define PROBE_TIMEOUT (RS_SLOW > 1 ? 55 : 20)
 
 struct ctx {
 	char base[256];
