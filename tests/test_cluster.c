@@ -407,33 +407,41 @@ Test(cluster, grace_period, .timeout = 120)
  * SIGKILL of node A's writer in the middle of its writes: B's reader
  * sees no race (a killed writer may leave its last block half written:
  * the same mixed content read again and again is counted apart, as
- * stale_mixed), and no read of B waits more than 1 s: the node table
- * reclaims the dead writer's grant, and A's agent gives the range back.
+ * stale_mixed), and no read of B waits more than 1 s (in one of up to 3
+ * rounds): the node table reclaims the dead writer's grant, and A's agent
+ * gives the range back.
  */
-Test(cluster, process_killed, .timeout = 120)
+Test(cluster, process_killed, .timeout = 180)
 {
 	char path[PATH_MAX];
 	struct node_env na, nb;
 	static struct rs_bg w, r;
-	long long gap;
+	long long gap = -1;
 
 	snprintf(path, sizeof path, "/dev/shm/rs-clu-pk.%d", (int)getpid());
-	node_env(&na, "process_killed", 'a', "cluster", NULL);
-	node_env(&nb, "process_killed", 'b', "cluster", NULL);
-	start(&w, &na, (char *[]){ PROBE, "write", path, "20", NULL });
-	start(&r, &nb, (char *[]){ PROBE, "read", path, "3", NULL });
-	usleep(1000000);
-	cr_assert_eq(kill(w.pid, SIGKILL), 0);
-	rs_bg_finish(&w, 5000);
-	cr_assert_eq(rs_bg_finish(&r, 20000), 0, "reader: %s", r.out);
-	gap = rs_field(r.out, "max_gap_ms");
-	cr_log_info("process_killed: %s", r.out);
-	cr_expect_eq(rs_field(r.out, "torn"), 0, "%s", r.out);
-	cr_expect_geq(rs_field(r.out, "reads"), 5, "%s", r.out);
-	cr_expect(gap >= 0 && gap <= 1000, "a read of node B waited %lld ms", gap);
-	kill_agents("process_killed");
-	unlink(path);
-	unlink_tables("process_killed");
+	/* A loaded machine can hold a read up past the bound without any
+	 * defect; a grant that is not reclaimed holds it in every round. */
+	for (int round = 0; round < 3; round++) {
+		node_env(&na, "process_killed", 'a', "cluster", NULL);
+		node_env(&nb, "process_killed", 'b', "cluster", NULL);
+		start(&w, &na, (char *[]){ PROBE, "write", path, "20", NULL });
+		start(&r, &nb, (char *[]){ PROBE, "read", path, "3", NULL });
+		usleep(1000000);
+		cr_assert_eq(kill(w.pid, SIGKILL), 0);
+		rs_bg_finish(&w, 5000);
+		cr_assert_eq(rs_bg_finish(&r, 20000), 0, "reader: %s", r.out);
+		gap = rs_field(r.out, "max_gap_ms");
+		cr_log_info("process_killed, round %d: %s", round, r.out);
+		cr_expect_eq(rs_field(r.out, "torn"), 0, "%s", r.out);
+		cr_expect_geq(rs_field(r.out, "reads"), 5, "%s", r.out);
+		kill_agents("process_killed");
+		unlink(path);
+		unlink_tables("process_killed");
+		if (gap >= 0 && gap <= 1000)
+			break;
+	}
+	cr_expect(gap >= 0 && gap <= 1000, "a read of node B waited %lld ms (in each of 3 rounds)",
+		  gap);
 }
 
 /* `rangeshim locks --shm` of node `node` of test, with extra args. */
@@ -464,8 +472,10 @@ Test(cluster, locks_lists_cluster, .timeout = 120)
 	snprintf(pathb, sizeof pathb, "/dev/shm/rs-clu-ll2b.%d", (int)getpid());
 	node_env(&na, "locks", 'a', "cluster", NULL);
 	node_env(&nb, "locks", 'b', "node", NULL);
-	start(&w, &na, (char *[]){ PROBE, "write", path, "4", NULL });
-	start(&wb, &nb, (char *[]){ PROBE, "write", pathb, "4", NULL });
+	/* Writing for longer than the listings below take on a loaded
+	 * machine under TSan (4 s was not). */
+	start(&w, &na, (char *[]){ PROBE, "write", path, "12", NULL });
+	start(&wb, &nb, (char *[]){ PROBE, "write", pathb, "12", NULL });
 	usleep(1000000);
 	n = agents_of("locks", 'a', ag, 8);
 	cr_assert_eq(n, 1, "node A has %d agents", n);
@@ -508,8 +518,8 @@ Test(cluster, locks_lists_cluster, .timeout = 120)
 	cr_expect(strstr(r.out, "\"cluster\": {\"agent\": \"none\", \"pid\": null, "
 			 "\"grants\": []"), "--json of node B");
 
-	cr_assert_eq(rs_bg_finish(&w, 20000), 0, "writer: %s", w.out);
-	cr_assert_eq(rs_bg_finish(&wb, 20000), 0, "writer B: %s", wb.out);
+	cr_assert_eq(rs_bg_finish(&w, 40000), 0, "writer: %s", w.out);
+	cr_assert_eq(rs_bg_finish(&wb, 40000), 0, "writer B: %s", wb.out);
 	kill_agents("locks");
 	unlink(path);
 	unlink(pathb);
