@@ -400,7 +400,9 @@ Test(node, torn_exact_grants)
 	cr_assert_eq(rs_field(shim->out, "torn"), 0, "%lld torn reads with exact grants: %s",
 		     rs_field(shim->out, "torn"), shim->out);
 	cr_assert_eq(rs_field(shim->out, "final_torn"), 0, "%s", shim->out);
-	cr_assert_gt(exact, 0, "the file never turned to exact grants (%lld acquisitions)", acq);
+	/* Exact grants follow contention, which a loaded machine may not
+	 * make: then this run tested something else, and says so. */
+	rs_need(exact, 1, "the file never turned to exact grants (%lld acquisitions)", acq);
 	cr_assert_eq(warnings(shim->out), 0, "%s", shim->out);
 	check_table_empty("torn_exact_grants");
 	free(ctl);
