@@ -609,13 +609,21 @@ Test(cluster, table_replaced, .timeout = 180)
 	int agents, tries;
 
 	snprintf(path, sizeof path, "/dev/shm/rs-clu-tr.%d", (int)getpid());
-	t = replaced_once("table_replaced", path, "cluster", &agents);
-	cr_expect_eq(t.torn, 0, "cluster scope, table replaced: %lld of %lld reads torn", t.torn,
-		     t.reads);
-	cr_expect_geq(t.reads, 20, "the reader on node B saw too few writes (%lld)", t.reads);
-	cr_expect_geq(t.writes, 20, "the new table's writer wrote too little (%lld)", t.writes);
-	cr_expect_eq(agents, 2, "node A's old and new tables have %d agents, not one each",
-		     agents);
+	/* A loaded machine may give the reader too few reads to mean
+	 * anything: up to 3 rounds, every one without a torn read. */
+	for (tries = 0; tries < 3; tries++) {
+		t = replaced_once("table_replaced", path, "cluster", &agents);
+		cr_expect_eq(t.torn, 0, "cluster scope, table replaced: %lld of %lld reads torn",
+			     t.torn, t.reads);
+		cr_expect_eq(agents, 2, "node A's old and new tables have %d agents, not one each",
+			     agents);
+		if (t.reads >= 20 && t.writes >= 20)
+			break;
+	}
+	rs_need(t.reads, 20, "the reader on node B saw too few writes in 3 rounds (%lld)",
+		t.reads);
+	rs_need(t.writes, 20, "the new table's writer wrote too little in 3 rounds (%lld)",
+		t.writes);
 	/* Control: without cluster locks, the rig tears. */
 	for (tries = 0; tries < 3; tries++) {
 		t = replaced_once("table_replaced", path, "node", &agents);
