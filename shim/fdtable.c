@@ -179,7 +179,7 @@ static int64_t get_file(uint64_t dev, uint64_t ino, int fd)
 	f->hnext = buckets[h];
 	buckets[h] = (uint32_t)idx + 1;
 	/* Before any call can find the file through a descriptor. */
-	f->fio = rs_fw_file_io(f, fd);
+	atomic_store_explicit(&f->fio, rs_fw_file_io(f, fd), memory_order_relaxed);
 	RS_COUNT(files_opened, 1);
 	return idx;
 }

@@ -82,8 +82,10 @@ struct rs_file {
 	_Atomic uint32_t acquire_mtx;         /* one acquisition at a time */
 	/* Where the inline path counts this file's calls and bytes when
 	 * stats are on: never NULL once the file is in the table (a shared
-	 * record for files beyond the per-file table, or with stats off). */
-	struct rs_fio *fio;
+	 * record for files beyond the per-file table, or with stats off).
+	 * Atomic because a recycled file is reused under a thread that still
+	 * holds the old pointer (it may count one call to the new file). */
+	_Atomic(struct rs_fio *) fio;
 } __attribute__((aligned(64)));
 
 struct rs_desc {

@@ -205,7 +205,7 @@ static void add(_Atomic uint64_t *c, uint64_t v)
 
 void rs_fw_general(struct rs_file *f, unsigned rw, long long r)
 {
-	struct rs_fio *c = f->fio;
+	struct rs_fio *c = atomic_load_explicit(&f->fio, memory_order_relaxed);
 	struct slot *s = c ? slot_from_fio(c) : &other;
 
 	add(&s->calls, 1);

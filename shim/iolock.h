@@ -667,7 +667,8 @@ rs_io_end_fast(struct rs_io *io, unsigned mode, unsigned how, long long r, const
 		 * totals need it, and io_calls and the bytes sum it
 		 * (rs_fw_total).  An atomic add on a line the file's users
 		 * share, as its range lock's is. */
-		struct rs_fio *c = io->hold[0].file->fio;
+		struct rs_fio *c = atomic_load_explicit(&io->hold[0].file->fio,
+							memory_order_relaxed);
 
 		atomic_fetch_add_explicit(&c->calls, 1, memory_order_relaxed);
 		if (r > 0)
