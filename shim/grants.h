@@ -66,6 +66,27 @@ _Static_assert((RS_G_SHARED & 1) && (RS_G_EXSH & 1) && !(RS_G_APPEND & 1) &&
 	       !(RS_G_SHARED & RS_GRANT_APPEND) && (RS_G_EXSH & RS_GRANT_APPEND) &&
 	       (RS_G_APPEND & RS_GRANT_APPEND), "grant modes and call modes out of step");
 
+/*
+ * Become a user of grant g while its word still has the generation of w
+ * and no wanted bit (w's bits from 30 up): one CAS, so a revoker either
+ * sees us inside or has already moved the generation on (segment.h).
+ * 1 entered, 0 stale or wanted.
+ */
+static inline __attribute__((always_inline)) int
+rs_grant_join(struct rs_seg_grant *g, uint64_t w, struct rs_gref *ref)
+{
+	uint64_t v = atomic_load_explicit(&g->gw, memory_order_relaxed);
+
+	while (__builtin_expect(((v ^ w) >> 30) == 0, 1)) {
+		if (__builtin_expect(atomic_compare_exchange_weak_explicit(
+			    &g->gw, &v, v + 1, memory_order_seq_cst, memory_order_relaxed), 1)) {
+			ref->g = g;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 /* Enter the cached grant w if it covers [start, end) in a mode that
  * serves rlmode: 1 entered; 0 it does not cover; -1 it covers but is
  * stale or wanted (use the slow path). */
@@ -74,25 +95,13 @@ rs_grant_try(struct rs_segment *seg, uint64_t w, uint64_t start, uint64_t end,
 	     unsigned rlmode, struct rs_gref *ref)
 {
 	struct rs_seg_grant *g = (struct rs_seg_grant *)((char *)seg + (uint32_t)w);
-	uint64_t v;
 
 	/* Racy reads, checked by the generation below. */
 	if (__atomic_load_n(&g->start, __ATOMIC_ACQUIRE) > start ||
 	    end > __atomic_load_n(&g->end, __ATOMIC_RELAXED) ||
 	    !(__atomic_load_n(&g->mode, __ATOMIC_RELAXED) & rlmode))
 		return 0;
-	/* In only while the word still has our generation and no wanted
-	 * bit: one CAS, so a revoker either sees us inside or has already
-	 * moved the generation on (segment.h). */
-	v = atomic_load_explicit(&g->gw, memory_order_relaxed);
-	while (__builtin_expect(((v ^ w) >> 30) == 0, 1)) {
-		if (__builtin_expect(atomic_compare_exchange_weak_explicit(
-			    &g->gw, &v, v + 1, memory_order_seq_cst, memory_order_relaxed), 1)) {
-			ref->g = g;
-			return 1;
-		}
-	}
-	return -1;
+	return rs_grant_join(g, w, ref) ? 1 : -1;
 }
 
 /* Look in f's cache for a grant covering [start, end) in a mode that
@@ -186,21 +195,12 @@ rs_grant_enter_whole(uint64_t h, unsigned rlmode, struct rs_gref *ref)
 {
 	struct rs_segment *seg = __atomic_load_n(&rs_node_seg, __ATOMIC_RELAXED);
 	struct rs_seg_grant *g;
-	uint64_t v;
 
 	if (!RS_WHOLE_WORD(h) || (rlmode != 1 && (h & RS_WHOLE_RDONLY)) || !seg)
 		return 0;
 	g = (struct rs_seg_grant *)((char *)seg + (uint32_t)RS_WHOLE_WORD(h));
-	v = atomic_load_explicit(&g->gw, memory_order_relaxed);
 	/* The low bits of h lie below the generation and the wanted bits. */
-	while (__builtin_expect(((v ^ h) >> 30) == 0, 1)) {
-		if (__builtin_expect(atomic_compare_exchange_weak_explicit(
-			    &g->gw, &v, v + 1, memory_order_seq_cst, memory_order_relaxed), 1)) {
-			ref->g = g;
-			return 1;
-		}
-	}
-	return 0;
+	return rs_grant_join(g, h, ref);
 }
 
 /* f: the file the grant was entered for (the fast path does not store it). */

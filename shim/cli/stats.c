@@ -12,10 +12,13 @@
  * read generically, by name, so a library with more counters (the
  * uncovered_* ones) needs no change here; a string value is kept only
  * under "program"/"comm"/"exe", "files" is merged across processes by
- * dev:ino ("files_other" summed), and other nested values are skipped.  A file that is not such an object gets one line and is left
- * out: the summary says how many were.
+ * dev:ino ("files_other" summed), and other nested values are skipped.
+ * A file that is not such an object gets one line and is left out: the
+ * summary says how many were.
  */
 #include "cli.h"
+
+#include <stddef.h>
 
 #define MAX_KEYS 96
 #define KEY_LEN 48
@@ -252,6 +255,22 @@ static int number(struct src *s, unsigned long long *v)
 	return 0;
 }
 
+/* The numbers of a "files" object and where each goes. */
+static const struct {
+	const char *key;
+	size_t off;
+} file_nums[] = {
+	{ "ino", offsetof(struct file_waits, ino) },
+	{ "lock_waits", offsetof(struct file_waits, lock_waits) },
+	{ "node_waits", offsetof(struct file_waits, node_waits) },
+	{ "wait_ns", offsetof(struct file_waits, wait_ns) },
+	{ "calls", offsetof(struct file_waits, calls) },
+	{ "bytes_read", offsetof(struct file_waits, bytes_read) },
+	{ "bytes_written", offsetof(struct file_waits, bytes_written) },
+	{ "uncovered", offsetof(struct file_waits, uncovered) },
+	{ "files", offsetof(struct file_waits, nfiles) },
+};
+
 /* One object of "files": {"path": ..., "dev": ..., "ino": N, ...}. */
 static int file_entry(struct src *s, struct file_waits *f)
 {
@@ -272,24 +291,9 @@ static int file_entry(struct src *s, struct file_waits *f)
 		if (s->p >= s->end || *s->p++ != ':')
 			return -1;
 		ws(s);
-		if (!strcmp(key, "ino"))
-			num = &f->ino;
-		else if (!strcmp(key, "lock_waits"))
-			num = &f->lock_waits;
-		else if (!strcmp(key, "node_waits"))
-			num = &f->node_waits;
-		else if (!strcmp(key, "wait_ns"))
-			num = &f->wait_ns;
-		else if (!strcmp(key, "calls"))
-			num = &f->calls;
-		else if (!strcmp(key, "bytes_read"))
-			num = &f->bytes_read;
-		else if (!strcmp(key, "bytes_written"))
-			num = &f->bytes_written;
-		else if (!strcmp(key, "uncovered"))
-			num = &f->uncovered;
-		else if (!strcmp(key, "files"))
-			num = &f->nfiles;
+		for (size_t i = 0; i < sizeof(file_nums) / sizeof(file_nums[0]); i++)
+			if (!strcmp(key, file_nums[i].key))
+				num = (unsigned long long *)((char *)f + file_nums[i].off);
 		if (num) {
 			if (number(s, num) < 0)
 				return -1;

@@ -117,8 +117,8 @@ lock() {
 	run "$IOB" lock $common --dir="$SHM" --tasks="$LOCK_TASKS" --secs="$LOCK_SECS"
 }
 
-# Threads meeting on the same bytes (issue 9): about 16 s.  Then the two
-# rows with bars of their own, 4 threads each, in at least 5 rounds
+# Threads meeting on the same bytes: about 16 s.  Then the two
+# rows with bars of their own, 4 threads each, in at least 7 rounds
 # whatever the run's length (about 15 s): lines appended through one
 # shared O_APPEND descriptor (bar 1.5x) and one 4 KiB block rewritten
 # (bar 2x), each the median of the per-round ratios to unlocked.
@@ -136,7 +136,7 @@ contended() {
 # The median of the numbers on stdin, one a line.
 median() { sort -g | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : "nan" }'; }
 
-# Processes meeting on the same bytes (issue 9), with tests/bench/procrand:
+# Processes meeting on the same bytes, with tests/bench/procrand:
 # about 40 s.  Modes interleaved, rotated each round; the ratio to
 # unlocked is taken within each round, then the median.
 contended_procs() {
