@@ -108,6 +108,10 @@
 #define CADV_DISABLED true
 #endif
 #define EOF62 (1LL << 62)
+/* How long a call that must return may take before the test calls it
+ * stuck: generous, since a loaded machine (two suites side by side at load
+ * 20) took over 10 s to start a second node's agent and answer a pin. */
+#define RETURN_S 30
 
 struct cenv {
 	char shm[96], scope[64];
@@ -225,7 +229,7 @@ static void shm_real_and_shim(const char *test, const char *mode, char *path,
 			      struct rs_run *r0, struct rs_run *r1)
 {
 	shm_file(path, test);
-	real_and_shim(test, mode, path, 10, r0, r1);
+	real_and_shim(test, mode, path, RETURN_S, r0, r1);
 }
 
 /*
@@ -250,35 +254,35 @@ Test(cluster_adv, offset_beyond_2_62, .timeout = 60)
 	snprintf(off2, sizeof off2, "%lld", EOF62 + 4096);
 	make_file(path, 8192);
 	/* Read past the end, at 2^62. */
-	cr_assert_eq(probe("off", "cluster", 0, 10, (char *[]){ PROBE, "pread", path, off, "10", NULL },
+	cr_assert_eq(probe("off", "cluster", 0, RETURN_S, (char *[]){ PROBE, "pread", path, off, "10", NULL },
 			   &rc0, &e0, &ms), 0);
-	cr_assert_eq(probe("off", "cluster", 1, 10, (char *[]){ PROBE, "pread", path, off, "10", NULL },
+	cr_assert_eq(probe("off", "cluster", 1, RETURN_S, (char *[]){ PROBE, "pread", path, off, "10", NULL },
 			   &rc1, &e1, &ms), 0);
 	cr_expect_eq(rc1, rc0, "pread at 2^62: shim rc %lld errno %lld, real rc %lld errno %lld",
 		     rc1, e1, rc0, e0);
 	cr_expect_eq(e1, e0);
 	/* Write at 2^62 + 4096, then at 2^62 (the real call first, on its own
 	 * offset, so that both see a file of the same shape). */
-	cr_assert_eq(probe("off", "cluster", 0, 10, (char *[]){ PROBE, "pwrite", path, off2, "10", NULL },
+	cr_assert_eq(probe("off", "cluster", 0, RETURN_S, (char *[]){ PROBE, "pwrite", path, off2, "10", NULL },
 			   &rc0, &e0, &ms), 0);
-	cr_assert_eq(probe("off", "cluster", 1, 10, (char *[]){ PROBE, "pwrite", path, off, "10", NULL },
+	cr_assert_eq(probe("off", "cluster", 1, RETURN_S, (char *[]){ PROBE, "pwrite", path, off, "10", NULL },
 			   &rc1, &e1, &ms), 0);
 	cr_expect_eq(rc1, rc0, "pwrite at 2^62: shim rc %lld errno %lld, real rc %lld errno %lld",
 		     rc1, e1, rc0, e0);
 	cr_expect_eq(e1, e0);
 	/* Between the data space's end (2^61) and 2^62. */
 	snprintf(off, sizeof off, "%lld", EOF62 / 2 + 4096);
-	cr_assert_eq(probe("off", "cluster", 1, 10, (char *[]){ PROBE, "pwrite", path, off, "10", NULL },
+	cr_assert_eq(probe("off", "cluster", 1, RETURN_S, (char *[]){ PROBE, "pwrite", path, off, "10", NULL },
 			   &rc1, &e1, &ms), 0);
 	cr_expect_eq(rc1, 10, "pwrite at 2^61 + 4096: rc %lld errno %lld", rc1, e1);
 	/* Straddling 2^61: starts in the data space, ends beyond it. */
 	snprintf(off, sizeof off, "%lld", EOF62 / 2 - 5);
-	cr_assert_eq(probe("off", "cluster", 1, 10, (char *[]){ PROBE, "pwrite", path, off, "10", NULL },
+	cr_assert_eq(probe("off", "cluster", 1, RETURN_S, (char *[]){ PROBE, "pwrite", path, off, "10", NULL },
 			   &rc1, &e1, &ms), 0);
 	cr_expect_eq(rc1, 10, "pwrite across 2^61: rc %lld errno %lld", rc1, e1);
 	/* Straddling 2^62. */
 	snprintf(off, sizeof off, "%lld", EOF62 - 5);
-	cr_assert_eq(probe("off", "cluster", 1, 10, (char *[]){ PROBE, "pwrite", path, off, "10", NULL },
+	cr_assert_eq(probe("off", "cluster", 1, RETURN_S, (char *[]){ PROBE, "pwrite", path, off, "10", NULL },
 			   &rc1, &e1, &ms), 0);
 	cr_expect_eq(rc1, 10, "pwrite across 2^62: rc %lld errno %lld", rc1, e1);
 	cr_assert_eq(stat(path, &st), 0);
@@ -309,12 +313,12 @@ Test(cluster_adv, own_fcntl_lock, .timeout = 60)
 	snprintf(path, sizeof path, "/dev/shm/rs-cadv-fl.%d", (int)getpid());
 	make_file(path, 4096);
 	/* Control: node scope writes under the process's own lock at once. */
-	cr_assert_eq(probe("fl", "node", 1, 10, (char *[]){ PROBE, "fcntllock", path, NULL },
+	cr_assert_eq(probe("fl", "node", 1, RETURN_S, (char *[]){ PROBE, "fcntllock", path, NULL },
 			   &rc, &e, &ms), 0);
 	cr_expect_eq(rc, 100);
-	cr_expect_eq(probe("fl", "cluster", 1, 10, (char *[]){ PROBE, "fcntllock", path, NULL },
+	cr_expect_eq(probe("fl", "cluster", 1, RETURN_S, (char *[]){ PROBE, "fcntllock", path, NULL },
 			   &rc, &e, &ms), 0,
-		     "cluster scope: a write under the process's own fcntl lock did not return in 10 s");
+		     "cluster scope: a write under the process's own fcntl lock did not return in 30 s");
 	cr_expect_eq(rc, 100);
 	kill_agents("fl");
 	unlink(path);
@@ -343,12 +347,12 @@ Test(cluster_adv, own_whole_file_locks, .timeout = 120)
 		char *how = (char *)hows[i];
 
 		make_file(path, 4096);
-		cr_assert_eq(probe("wl", "node", 1, 10,
+		cr_assert_eq(probe("wl", "node", 1, RETURN_S,
 				   (char *[]){ PROBE, "ownlock", path, how, NULL }, &rc, &e, &ms), 0);
 		cr_expect_eq(rc, 100, "%s, node scope: rc %lld errno %lld", how, rc, e);
-		cr_expect_eq(probe("wl", "cluster", 1, 10,
+		cr_expect_eq(probe("wl", "cluster", 1, RETURN_S,
 				   (char *[]){ PROBE, "ownlock", path, how, NULL }, &rc, &e, &ms), 0,
-			     "%s: a write under the process's own lock did not return in 10 s", how);
+			     "%s: a write under the process's own lock did not return in 30 s", how);
 		cr_expect_eq(rc, 100, "%s, cluster scope: rc %lld errno %lld", how, rc, e);
 	}
 	kill_agents("wl");
@@ -376,7 +380,7 @@ Test(cluster_adv, own_unlock_all, .timeout = 60)
 	cr_assert_eq(rs_field(r0.out, "left"), F_UNLCK, "control: %s", r0.out);
 	cr_assert_eq(rs_field(r0.out, "rc"), 100, "control: %s", r0.out);
 	cr_expect_eq(r1.status, 0, "cluster scope: the write after the unlock did not return in "
-		     "10 s: %s", r1.out);
+		     "30 s: %s", r1.out);
 	cr_expect_eq(rs_field(r1.out, "left"), F_UNLCK, "the unlock \"to the end\" left the lock "
 		     "past 2^61: %s", r1.out);
 	cr_expect_eq(rs_field(r1.out, "rc"), 100, "%s", r1.out);
@@ -443,12 +447,13 @@ Test(cluster_adv, own_high_lock_says_why, .timeout = 60)
 
 	shm_file(path, "hl");
 	cenv(&c, "hl", 'a', "node");
-	rs_run(&r, (char *[]){ PROBE, "highlock", path, NULL }, c.env, 1, 10);
+	rs_run(&r, (char *[]){ PROBE, "highlock", path, NULL }, c.env, 1, RETURN_S);
 	cr_log_info("highlock, node scope: %d %s", r.status, r.out);
 	cr_assert_eq(r.status, 0, "control: %s", r.out);
 	cr_assert_eq(rs_field(r.out, "rc"), 100, "control: %s", r.out);
 	cenv(&c, "hl", 'a', "cluster");
-	rs_run(&r, (char *[]){ PROBE, "highlock", path, NULL }, c.env, 1, 10);
+	/* Waits for ever; the line comes after 5 s. */
+	rs_run(&r, (char *[]){ PROBE, "highlock", path, NULL }, c.env, 1, 15);
 	cr_log_info("highlock, cluster scope: %d %s", r.status, r.out);
 	pid = rs_field(r.out, "pid");
 	cr_assert_gt(pid, 0, "%s", r.out);
@@ -631,7 +636,7 @@ static long long trylock(const char *test, char node, const char *path, const ch
 
 	cenv(&c, test, node, "cluster");
 	rs_run(&r, (char *[]){ PROBE, "trylock", (char *)path, (char *)off, (char *)len, NULL },
-	       c.env, 1, 10);
+	       c.env, 1, RETURN_S);
 	cr_log_info("trylock from node %c: status %d: %s", node, r.status, r.out);
 	cr_assert_eq(r.status, 0, "trylock from node %c: %s", node, r.out);
 	*err = rs_field(r.out, "errno");
@@ -680,7 +685,7 @@ Test(cluster_adv, own_locks_shared, .timeout = 120)
 		  hold.out);
 	cr_expect_eq(rs_field(hold.out, "rc"), 100, "holder: %s", hold.out);
 
-	rs_run(&r, (char *[]){ PROBE, "getlk", path, NULL }, ca.env, 1, 10);
+	rs_run(&r, (char *[]){ PROBE, "getlk", path, NULL }, ca.env, 1, RETURN_S);
 	cr_log_info("getlk: %d %s", r.status, r.out);
 	cr_assert_eq(r.status, 0);
 	cr_expect_eq(rs_field(r.out, "type"), F_WRLCK, "getlk: %s", r.out);
@@ -691,7 +696,7 @@ Test(cluster_adv, own_locks_shared, .timeout = 120)
 	rc = trylock("ol", 'a', path, "0", "100", &err);
 	cr_expect(rc == -1 && err == EAGAIN, "node A's other process locked the holder's bytes "
 		  "(rc %lld errno %lld)", rc, err);
-	rs_run(&r, (char *[]){ PROBE, "lockftest", path, NULL }, ca.env, 1, 10);
+	rs_run(&r, (char *[]){ PROBE, "lockftest", path, NULL }, ca.env, 1, RETURN_S);
 	cr_log_info("lockftest: %d %s", r.status, r.out);
 	cr_expect(rs_field(r.out, "rc") == -1 && rs_field(r.out, "errno") == EACCES,
 		  "lockf(F_TEST) did not see the holder's lock: %s", r.out);
@@ -701,7 +706,7 @@ Test(cluster_adv, own_locks_shared, .timeout = 120)
 
 	/* Node B's I/O runs under node A's whole-file lock, and takes the
 	 * cluster grant from node A. */
-	rs_run(&r, (char *[]){ PROBE, "pwrite", path, "1048576", "100", NULL }, cb.env, 1, 10);
+	rs_run(&r, (char *[]){ PROBE, "pwrite", path, "1048576", "100", NULL }, cb.env, 1, RETURN_S);
 	cr_log_info("node B pwrite: %d %s", r.status, r.out);
 	cr_expect_eq(r.status, 0, "node B's write did not return under node A's lock: %s", r.out);
 	cr_expect_eq(rs_field(r.out, "rc"), 100);
@@ -754,7 +759,7 @@ Test(cluster_adv, sqlite, .timeout = 180)
 	snprintf(path, sizeof path, "/dev/shm/rs-cadv-sq.%d", (int)getpid());
 	unlink(path);
 	rs_run(&r, (char *[]){ SQLITE3, path, "create table t(a integer, w integer);", NULL },
-	       (const char *[]){ NULL }, 0, 10);
+	       (const char *[]){ NULL }, 0, RETURN_S);
 	cr_assert_eq(r.status, 0, "create: %s", r.out);
 	for (int k = 0; k < 3; k++) {
 		used = 0;
@@ -775,7 +780,7 @@ Test(cluster_adv, sqlite, .timeout = 180)
 		cr_expect_eq(rs_field(w[k].out, "verdict"), 50, "writer %d: %s", k, w[k].out);
 	}
 	rs_run(&r, (char *[]){ SQLITE3, path, "select 'rows=' || count(*) from t; pragma "
-			       "integrity_check;", NULL }, (const char *[]){ NULL }, 0, 10);
+			       "integrity_check;", NULL }, (const char *[]){ NULL }, 0, RETURN_S);
 	cr_expect_eq(rs_field(r.out, "rows"), 150, "%s", r.out);
 	cr_expect(strstr(r.out, "\nok") != NULL, "integrity check: %s", r.out);
 	kill_agents("sq");
@@ -814,16 +819,16 @@ Test(cluster_adv, unwritable_file, .timeout = 60)
 	cenv(&c, "ro", 'a', "node");
 	c.env[3] = geteuid() == 0 ? uid : NULL;
 	c.env[4] = NULL;
-	rs_run(&r, (char *[]){ PROBE, "pread", path, "0", "100", NULL }, c.env, 1, 10);
+	rs_run(&r, (char *[]){ PROBE, "pread", path, "0", "100", NULL }, c.env, 1, RETURN_S);
 	cr_log_info("unwritable node: %d %s", r.status, r.out);
 	cr_assert_eq(r.status, 0);
 	cr_expect_eq(rs_field(r.out, "rc"), 100);
 	cenv(&c, "ro", 'a', "cluster");
 	c.env[3] = geteuid() == 0 ? uid : NULL;
 	c.env[4] = NULL;
-	rs_run(&r, (char *[]){ PROBE, "pread", path, "0", "100", NULL }, c.env, 1, 10);
+	rs_run(&r, (char *[]){ PROBE, "pread", path, "0", "100", NULL }, c.env, 1, RETURN_S);
 	cr_log_info("unwritable cluster: %d %s", r.status, r.out);
-	cr_expect_eq(r.status, 0, "cluster scope: a read of a read-only file did not return in 10 s");
+	cr_expect_eq(r.status, 0, "cluster scope: a read of a read-only file did not return in 30 s");
 	cr_expect_eq(rs_field(r.out, "rc"), 100);
 	(void)rc;
 	(void)e;
@@ -858,7 +863,7 @@ static void rowrite_run(const char *scope, struct rs_run *r)
 		snprintf(uid, sizeof uid, "CADV_UID=65534");
 		c.env[3] = uid;
 	}
-	rs_run(r, (char *[]){ PROBE, "rowrite", path, NULL }, c.env, 1, 10);
+	rs_run(r, (char *[]){ PROBE, "rowrite", path, NULL }, c.env, 1, RETURN_S);
 	cr_log_info("rowrite %s: %d %s", scope, r->status, r->out);
 }
 
@@ -1041,7 +1046,7 @@ static int stop_in_pwrite(pid_t pid)
  * is SIGSTOPped (inside a call, so inside its node grant: the stop lands
  * on the return from the write, before the shim releases).  Node B then
  * asks for X (it must wait: fail-safe) and for Y.  Returns whether B's
- * write of Y finished within 5 s; *bx whether B's write of X did.
+ * write of Y finished within RETURN_S; *bx whether B's write of X did.
  */
 static int stopped_round(const char *test, int stop, int *bx)
 {
@@ -1075,10 +1080,10 @@ static int stopped_round(const char *test, int stop, int *bx)
 	start(&b, cb.env, (char *[]){ PROBE, "pwrite", x, "0", "100", NULL });
 	usleep(500000);
 	snprintf(x, sizeof x, "%s/f0", dir);
-	rs_run(&r, (char *[]){ PROBE, "pwrite", x, "0", "100", NULL }, cb.env, 1, 5);
+	rs_run(&r, (char *[]){ PROBE, "pwrite", x, "0", "100", NULL }, cb.env, 1, RETURN_S);
 	cr_log_info("%s stop=%d: B's write of Y: status %d %s", test, stop, r.status, r.out);
 	ok = r.status == 0 && rs_field(r.out, "rc") == 100;
-	*bx = rs_bg_wait_for(&b, "verdict=", stop ? 500 : 5000);
+	*bx = rs_bg_wait_for(&b, "verdict=", stop ? 500 : RETURN_S * 1000);
 	kill(w.pid, SIGCONT);
 	kill(w.pid, SIGKILL);
 	kill(hy.pid, SIGKILL);
@@ -1160,7 +1165,7 @@ Test(cluster_adv, locks_while_draining, .timeout = 120)
 	/* Control: node A serves a pin on Z while nobody waits for X.  Made
 	 * after the stop, which may take a few tries: Z's grant must still
 	 * be cached (not yet given back idle) when the listing runs. */
-	rs_run(&lz, (char *[]){ PROBE, "pwrite", z, "0", "100", NULL }, ca.env, 1, 10);
+	rs_run(&lz, (char *[]){ PROBE, "pwrite", z, "0", "100", NULL }, ca.env, 1, RETURN_S);
 	cr_assert_eq(rs_field(lz.out, "rc"), 100, "control: A's write of Z: %s", lz.out);
 	start(&b, cb.env, (char *[]){ PROBE, "pwrite", x, "0", "100", NULL });
 	usleep(500000);
@@ -1182,7 +1187,7 @@ Test(cluster_adv, locks_while_draining, .timeout = 120)
 
 		rs_bg_start_env(&l2, (const char *const[]){ NULL }, 0, (char *[]){ RS_BUILD_DIR "/rangeshim", "agent",
 							  "--grants", "--shm", shm, NULL });
-		rs_run(&lz, (char *[]){ PROBE, "pwrite", z, "0", "100", NULL }, ca.env, 1, 10);
+		rs_run(&lz, (char *[]){ PROBE, "pwrite", z, "0", "100", NULL }, ca.env, 1, RETURN_S);
 		cr_log_info("A's write of Z while draining X: status %d %s", lz.status, lz.out);
 		cr_expect(lz.status == 0 && rs_field(lz.out, "rc") == 100,
 			  "node A's write of Z hung behind the listing: %s", lz.out);
@@ -1232,7 +1237,7 @@ Test(cluster_adv, squatted_socket, .timeout = 60)
 	snprintf(path, sizeof path, "/dev/shm/rs-cadv-sqf.%d", (int)getpid());
 	make_file(path, 4096);
 	/* Control: no squatter. */
-	cr_assert_eq(probe("sq", "cluster", 1, 10, (char *[]){ PROBE, "pwrite", path, "0", "100", NULL },
+	cr_assert_eq(probe("sq", "cluster", 1, RETURN_S, (char *[]){ PROBE, "pwrite", path, "0", "100", NULL },
 			   &rc, &e, &ms), 0);
 	cr_assert_eq(rc, 100);
 	kill_agents("sq");
