@@ -367,8 +367,10 @@ static int cache_slot(struct rs_file *f)
 	return -1;
 }
 
-int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
-			struct rs_gref *ref)
+/* whole: rs_grant_enter_iov's acquisition, which asks for the whole file
+ * even though a cached grant may cover [start, end). */
+static int enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
+		      struct rs_gref *ref, int whole)
 {
 	struct rs_nt_req req;
 	struct rs_nt_result res;
@@ -404,7 +406,7 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	rs_mutex_lock(&f->acquire_mtx);
 	whole_stale(seg, f);
 	/* Another thread may have just acquired what we need. */
-	if (rs_grant_enter_cached(seg, f, start, end, rlmode, ref)) {
+	if (!whole && rs_grant_enter_cached(seg, f, start, end, rlmode, ref)) {
 		rs_mutex_unlock(&f->acquire_mtx);
 		errno = saved;
 		return 1;
@@ -417,7 +419,7 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	req.window = RS_GRANT_WINDOW;
 	req.exact = policy_exact(pol, coarse_ns());
 	req.mode = rlmode == 1 ? RS_G_SHARED : rlmode == RS_GRANT_APPEND ? RS_G_APPEND : RS_G_EXSH;
-	req.whole = !req.exact && policy_whole(pol, coarse_ns(), req.mode == RS_G_SHARED);
+	req.whole = !req.exact && (whole || policy_whole(pol, coarse_ns(), req.mode == RS_G_SHARED));
 	req.bounded = 0;
 	if (cluster) {
 		/* Pinned until the node grant is in the table: from then on a
@@ -496,6 +498,10 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 		}
 	} else
 		mark_uncached(g, res.gen);
+	/* Not the whole file (another process holds a grant on it, or the
+	 * cache is full): no more asking until an acquisition alone. */
+	if (whole && !(slot >= 0 && res.start == 0 && res.end == RS_RANGE_EOF))
+		atomic_store_explicit(&pol->alone, 0, memory_order_relaxed);
 	rs_mutex_unlock(&f->grants_mtx);
 	rs_mutex_unlock(&f->acquire_mtx);
 	if (res.waited)
@@ -503,6 +509,37 @@ int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigne
 	ref->g = g;
 	ref->file = f;
 	errno = saved;
+	return 1;
+}
+
+int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
+			struct rs_gref *ref)
+{
+	return enter_slow(f, start, end, rlmode, ref, 0);
+}
+
+int rs_grant_enter_iov(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
+		       struct rs_gref *ref)
+{
+	struct policy *p = policy_of(f, 0);
+
+	if (!p) {
+		/* No acquisition on f yet, or its policy entry taken by
+		 * another file's: a cached grant serves, as it would have. */
+		if (rs_grant_enter_fast(f, start, end, rlmode, ref))
+			return 0;
+	} else {
+		uint64_t now = coarse_ns();
+
+		/* The last acquisition met nobody, and nobody for a second
+		 * (policy_whole): else the ordinary way, usually the cache. */
+		if (policy_exact(p, now) || !atomic_load_explicit(&p->alone, memory_order_relaxed) ||
+		    !policy_whole(p, now, 1)) {
+			rs_grant_enter(f, start, end, rlmode, ref);
+			return 0;
+		}
+	}
+	enter_slow(f, start, end, rlmode, ref, 1);
 	return 1;
 }
 

@@ -42,6 +42,19 @@ extern uint32_t rs_node_me;
 void rs_grants_init(void);
 int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
 			struct rs_gref *ref);
+/*
+ * Enter a grant covering [start, end) for a single-threaded process's
+ * vector call whose array costs system calls to read (rs_iov_solo): if
+ * this process's last acquisition on f met nobody (and none met anyone
+ * for a second), acquire, asking for the whole file even when a cached
+ * grant covers the range, so that the calls after it need not read their
+ * arrays at all; else rs_grant_enter.  With no acquisition on f to go
+ * by, a cached grant serves, and a miss asks for the whole file.  One such acquisition per
+ * acquisition alone: one that gets less than the whole file stops the
+ * asking.  ref->g says whether a grant was entered, as rs_grant_enter's.
+ */
+int rs_grant_enter_iov(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
+		       struct rs_gref *ref);
 /* A user has just left a wanted grant; old is the word before it left:
  * if it was the last, release the grant. */
 void rs_grant_idle(struct rs_gref *ref, uint64_t old);

@@ -366,6 +366,29 @@ int rs_iov_len(const struct iovec *iov, int cnt, uint64_t *len)
 	return ret;
 }
 
+int rs_iov_solo(int fd, struct rs_file *f, unsigned mode, unsigned how, int64_t off,
+		const struct iovec *iov, int cnt, struct rs_gref *ref)
+{
+	uint64_t len, start;
+
+	if (rs_grant_enter_whole(atomic_load_explicit(&f->whole, memory_order_relaxed), mode, ref))
+		return 1;
+	if (!__atomic_load_n(&rs_node_seg, __ATOMIC_RELAXED) &&
+	    !__atomic_load_n(&rs_node_on, __ATOMIC_RELAXED)) {
+		ref->g = NULL;	/* node scope off: no other process to order */
+		return 1;
+	}
+	if (rs_iov_len(iov, cnt, &len) < 0 || len == 0)
+		return -1;
+	/* Alone, nothing in this process moves the offset until we return. */
+	start = (how & RS_HOW_CURSOR) ? (uint64_t)rs_lseek_cur(fd) : (uint64_t)off;
+	if ((int64_t)start < 0)
+		return -1;
+	rs_grant_enter_iov(f, start, range_end(start, len), mode, ref);
+	/* The cluster lock lost: the general path fails the call. */
+	return !ref->g && RS_LOAD(rs_cl_eio) ? -1 : 1;
+}
+
 static int file_key_less(struct rs_file *a, struct rs_file *b)
 {
 	uint64_t da = atomic_load(&a->dev), db = atomic_load(&b->dev);

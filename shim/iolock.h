@@ -387,6 +387,25 @@ rs_iov_len_stack(const struct iovec *iov, int cnt, uint64_t *len)
 	return (any | (sum - 1)) < RS_MAX_RW;
 }
 
+/*
+ * The careful half of a single-threaded process's vector call whose
+ * array is not read inline (an array off the stack or a long one), not
+ * an append.  Alone, a grant that covers all of the file, or node scope
+ * off, leaves no range to lock: no other thread exists, and no other
+ * process can touch any of the file while we are inside the grant.  Then
+ * the array is not read at all, and the kernel reads it as it would
+ * without us (a bad pointer fails the real call, EFAULT, as a bad count
+ * does, EINVAL).  Else it is read once, and the grant for its range is
+ * entered here, asking for the whole file if this process is alone on
+ * it (rs_grant_enter_iov), so that the next calls need not read theirs.
+ * Returns 1 with ref entered (or ref->g 0, node scope off) covering all
+ * the call may touch: the caller locks nothing more; -1 for the general
+ * path (an array that cannot be read, an empty one, a cluster grant
+ * lost), nothing entered.  mode: RS_RL_READ or RS_RL_WRITE.
+ */
+int rs_iov_solo(int fd, struct rs_file *f, unsigned mode, unsigned how, int64_t off,
+		const struct iovec *iov, int cnt, struct rs_gref *ref);
+
 /* What the inline path did (rs_io_fast_body); the wrapper acts on it. */
 #define RS_FAST_PASS    (-1) /* not ours to lock: the real call alone */
 #define RS_FAST_GENERAL 0    /* nothing held: the general path, from the start */
@@ -423,10 +442,24 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 		if (__builtin_expect(!rs_iov_len_stack(iov, cnt, &len), 0)) {
 			uint64_t n;
 
+			if (lean)
+				goto general;
+			if (solo && !append) {
+				/* Entered, or the general path (rs_iov_solo). */
+				if (rs_iov_solo(fd, file, mode, how, off, iov, cnt, &io->gref[0]) < 0)
+					goto general;
+				/* The kernel moves the offset: not fresh now. */
+				if ((how & RS_HOW_CURSOR) &&
+				    (atomic_load_explicit(&desc->flags, memory_order_relaxed) &
+				     RS_DESC_FRESH))
+					atomic_fetch_and_explicit(&desc->flags, ~RS_DESC_FRESH,
+								  memory_order_relaxed);
+				goto entered;
+			}
 			/* A failed read: the kernel fails the call; an empty
 			 * array: nothing to lock.  The general path passes
 			 * both through. */
-			if (lean || rs_iov_len(iov, cnt, &n) < 0 || n == 0)
+			if (rs_iov_len(iov, cnt, &n) < 0 || n == 0)
 				goto general;
 			len = n > RS_MAX_RW ? RS_MAX_RW : n;
 		}

@@ -22,6 +22,12 @@
  *                   file, reads at the file offset (no lseek: grants.h,
  *                   rs_grant_enter_whole) while one writer process takes
  *                   [0, 1 MiB) from it: 0 torn; the control tears.
+ *  torn_tmpfs_iov_*  The same with pwritev/preadv (writev/readv) of 256
+ *                   iovecs in heap arrays, whose calls lock no range and
+ *                   read no array under a whole-file grant (iolock.h,
+ *                   rs_iov_solo): a writer alone first, then a reader
+ *                   arrives; a reader granted the whole file, then a
+ *                   writer.  0 torn; the controls tear.
  *  torn_300_attached  The same with 300 idle processes attached first:
  *                   every one holds a slot, nobody warns, 0 torn.
  *  mixed_*          Writer processes write 64 KiB of their id at random
@@ -526,6 +532,62 @@ Test(node, torn_tmpfs_rw_whole, .timeout = 120)
 	cr_assert_eq(warnings(shim->out), 0, "%s", shim->out);
 	free(ctl);
 	free(shim);
+}
+
+/* The vector calls of a single-threaded process alone on the file, with
+ * heap arrays: under a whole-file grant they lock no range and do not read
+ * their arrays (iolock.h, rs_iov_solo); the other process arrives while
+ * they run.  rw: at the offset (rw=0) or the file offset (rw=1); first:
+ * who is alone on the file first, for 300 ms (wfirst=1 the writer,
+ * rfirst=1 the reader). */
+static void run_torn_iov(const char *name, const char *rw, const char *first)
+{
+	const char *file = data_file("/dev/shm", name);
+	char farg[300], secs[32];
+	struct rs_run *ctl, *shim;
+
+	snprintf(farg, sizeof(farg), "file=%s", file);
+	for (int k = 1;; k *= 2) {
+		snprintf(secs, sizeof(secs), "seconds=%d", k);
+		ctl = probe(0, 0, 30, "torn", farg, "writers=1", "readers=1", "block=1M", secs,
+			    "vec=256", rw, first, NULL);
+		cr_log_info("%s control (no shim, %s): reads=%lld torn=%lld writes=%lld", name,
+			    secs, rs_field(ctl->out, "reads"), rs_field(ctl->out, "torn"),
+			    rs_field(ctl->out, "writes"));
+		cr_assert_eq(ctl->status, 0, "control: status %d: %s", ctl->status, ctl->out);
+		if (rs_field(ctl->out, "torn") > 0 || k >= RS_STRETCH / 2)
+			break;
+		free(ctl);
+	}
+	rs_need(rs_field(ctl->out, "torn"), 1, "control saw no torn read in %lld reads: the "
+		"checker is not shown to detect tears", rs_field(ctl->out, "reads"));
+	shim = probe(1, 0, 30, "torn", farg, "writers=1", "readers=1", "block=1M", "seconds=2",
+		     "vec=256", rw, first, NULL);
+	cr_log_info("%s shim: reads=%lld torn=%lld writes=%lld", name,
+		    rs_field(shim->out, "reads"), rs_field(shim->out, "torn"),
+		    rs_field(shim->out, "writes"));
+	cr_assert_eq(shim->status, 0, "shim: status %d: %s", shim->status, shim->out);
+	cr_assert_eq(rs_field(shim->out, "shim"), 1, "%s", shim->out);
+	cr_assert_gt(rs_field(shim->out, "reads"), 0, "%s", shim->out);
+	cr_assert_gt(rs_field(shim->out, "writes"), 0, "%s", shim->out);
+	cr_assert_eq(rs_field(shim->out, "torn"), 0, "%lld torn reads of %lld: %s",
+		     rs_field(shim->out, "torn"), rs_field(shim->out, "reads"), shim->out);
+	cr_assert_eq(warnings(shim->out), 0, "%s", shim->out);
+	free(ctl);
+	free(shim);
+}
+
+/* A pwritev writer alone first, then a preadv reader arrives. */
+Test(node, torn_tmpfs_iov_writer_first, .timeout = 120)
+{
+	run_torn_iov("torn_iov_wfirst", "rw=0", "wfirst=1");
+}
+
+/* A readv reader alone first (granted the whole file at its first read),
+ * then a writev writer arrives. */
+Test(node, torn_tmpfs_iov_reader_whole, .timeout = 120)
+{
+	run_torn_iov("torn_iov_rwhole", "rw=1", "rfirst=1");
 }
 
 Test(node, torn_ext4)

@@ -174,6 +174,55 @@ static void fork_case(const char *name, int which, int fd, const struct iovec *i
 	ncases++;
 }
 
+/*
+ * The same, on a file of its own that the child has just written alone
+ * with heap iovec arrays: a single-threaded process alone on a file is
+ * granted all of it, and then the shim neither locks a range nor reads
+ * the array (shim/iolock.h, rs_iov_solo): the kernel alone meets the bad
+ * pointer, as it does without the shim.
+ */
+static void fork_whole_case(const char *name, int which, const char *path,
+			    const struct iovec *iov, int cnt)
+{
+	pid_t p;
+	int st;
+
+	fflush(stdout);
+	p = fork();
+	if (p == 0) {
+		struct iovec *h = malloc(sizeof(*h) * 2);
+		long long r;
+		int e, fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+
+		if (fd < 0 || !h) {
+			printf("case=%s ret=setupfail errno=%d\n", name, errno);
+			fflush(stdout);
+			_exit(0);
+		}
+		h[0] = (struct iovec){ buf, 10 };
+		h[1] = (struct iovec){ buf + 100, 10 };
+		for (int i = 0; i < 3; i++)
+			if (pwritev(fd, h, 2, 0) != 20) {
+				printf("case=%s ret=warmfail errno=%d\n", name, errno);
+				fflush(stdout);
+				_exit(0);
+			}
+		errno = 0;
+		r = iov_call(which, fd, iov, cnt);
+		e = errno;
+		printf("case=%s ret=%lld errno=%d\n", name, r, r < 0 ? e : 0);
+		fflush(stdout);
+		_exit(0);
+	}
+	if (p < 0 || waitpid(p, &st, 0) != p)
+		printf("case=%s ret=forkfail errno=%d\n", name, errno);
+	else if (WIFSIGNALED(st))
+		printf("case=%s ret=signal%d errno=0\n", name, WTERMSIG(st));
+	else if (WEXITSTATUS(st) != 0)
+		printf("case=%s ret=exit%d errno=0\n", name, WEXITSTATUS(st));
+	ncases++;
+}
+
 /* ---- errno under contention ------------------------------------------ */
 
 struct cont {
@@ -244,6 +293,7 @@ int main(int argc, char **argv)
 {
 	char p_main[PATH_MAX], p_other[PATH_MAX], p_ro[PATH_MAX], p_wo[PATH_MAX];
 	char p_app[PATH_MAX], p_gone[PATH_MAX], p_keep[PATH_MAX], p_none[PATH_MAX];
+	char p_whole[PATH_MAX];
 	int fd_main, fd_other, fd_ro, fd_wo, fd_app, fd_dir, fd_closed, pp[2];
 	void *bad1 = bad1_v, *nul = null_v;
 	struct iovec iov1[1], iov2[2], *big_iov;
@@ -267,6 +317,7 @@ int main(int argc, char **argv)
 	snprintf(p_gone, sizeof(p_gone), "%s/gone", dir);
 	snprintf(p_keep, sizeof(p_keep), "%s/keep", dir);
 	snprintf(p_none, sizeof(p_none), "%s/no/such/file", dir);
+	snprintf(p_whole, sizeof(p_whole), "%s/whole", dir);
 	iov1[0].iov_base = buf;
 	iov1[0].iov_len = 100;
 	iov2[0].iov_base = buf;
@@ -426,6 +477,10 @@ int main(int argc, char **argv)
 			fork_case(nm("efault_half_iov", iov_names[w]), w, fd_main, edge, 2);
 			fork_case(nm("ebadf_unmapped_iov", iov_names[w]), w, -1, gone, 1);
 			fork_case(nm("espipe_unmapped_iov", iov_names[w]), w, pp[1], gone, 1);
+			fork_whole_case(nm("efault_whole_unmapped_iov", iov_names[w]), w, p_whole,
+					gone, 1);
+			fork_whole_case(nm("efault_whole_half_iov", iov_names[w]), w, p_whole,
+					edge, 2);
 		}
 	}
 

@@ -18,6 +18,9 @@
  *       final_torn (overlap: the file after the writers stopped).
  *       whole=1 (with one reader): the reader first reads one page in
  *       each of ten 4 MiB windows, alone, to be granted the whole file.
+ *       vec=K: every write and read is a pwritev/preadv (rw=1: writev/
+ *       readv) of K iovecs in an array on the heap.  wfirst=1: readers
+ *       start 300 ms after the writers; rfirst=1: writers after readers.
  *       idle=K first starts K idle processes that each attach to the node
  *       table (a read far beyond the raced range) and stay until the end;
  *       prints idle_attached, how many of them hold the table.
@@ -89,6 +92,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -106,6 +110,7 @@ struct args {
 	double seconds;
 	int writers, readers, procs, id, nw, slot;
 	int direct, rw, overlap, kill_ms, hold_ms, keep_open, count, idle, whole;
+	int vec, wfirst, rfirst;
 };
 
 static struct args A = {
@@ -207,8 +212,31 @@ static int open_data(int direct)
 	return fd;
 }
 
+/* vec: buf as A.vec iovecs, in an array on the heap (the shim reads such
+ * an array with system calls, unless it needs no range: iolock.h,
+ * rs_iov_solo). */
+static struct iovec *vec_of(const void *buf, size_t n)
+{
+	static struct iovec *v;
+	size_t part = n / (size_t)A.vec;
+
+	if (!v && !(v = malloc(sizeof(*v) * (size_t)A.vec)))
+		die("malloc");
+	for (int i = 0; i < A.vec; i++)
+		v[i] = (struct iovec){ (char *)buf + (size_t)i * part,
+				       i == A.vec - 1 ? n - (size_t)i * part : part };
+	return v;
+}
+
 static ssize_t full_pwrite(int fd, const void *buf, size_t n, off_t off)
 {
+	if (A.vec && A.rw) {
+		if (lseek(fd, off, SEEK_SET) != off)
+			return -1;
+		return writev(fd, vec_of(buf, n), A.vec);
+	}
+	if (A.vec)
+		return pwritev(fd, vec_of(buf, n), A.vec, off);
 	if (A.rw) {
 		if (lseek(fd, off, SEEK_SET) != off)
 			return -1;
@@ -219,6 +247,13 @@ static ssize_t full_pwrite(int fd, const void *buf, size_t n, off_t off)
 
 static ssize_t full_pread(int fd, void *buf, size_t n, off_t off)
 {
+	if (A.vec && A.rw) {
+		if (lseek(fd, off, SEEK_SET) != off)
+			return -1;
+		return readv(fd, vec_of(buf, n), A.vec);
+	}
+	if (A.vec)
+		return preadv(fd, vec_of(buf, n), A.vec, off);
 	if (A.rw) {
 		if (lseek(fd, off, SEEK_SET) != off)
 			return -1;
@@ -297,6 +332,9 @@ static void parse(int argc, char **argv)
 		else if (IS("direct")) A.direct = atoi(v);
 		else if (IS("rw")) A.rw = atoi(v);
 		else if (IS("whole")) A.whole = atoi(v);
+		else if (IS("vec")) A.vec = atoi(v);
+		else if (IS("wfirst")) A.wfirst = atoi(v);
+		else if (IS("rfirst")) A.rfirst = atoi(v);
 		else if (IS("overlap")) A.overlap = atoi(v);
 		else if (IS("kill_ms")) A.kill_ms = atoi(v);
 		else if (IS("hold_ms")) A.hold_ms = atoi(v);
@@ -353,6 +391,9 @@ static void base_args(struct argvb *b, const char *role)
 	ab(b, "direct=%d", A.direct);
 	ab(b, "rw=%d", A.rw);
 	ab(b, "whole=%d", A.whole);
+	ab(b, "vec=%d", A.vec);
+	ab(b, "wfirst=%d", A.wfirst);
+	ab(b, "rfirst=%d", A.rfirst);
 	ab(b, "block=%lld", A.block);
 	ab(b, "size=%lld", A.size);
 	ab(b, "seconds=%g", A.seconds);
@@ -516,6 +557,8 @@ static void role_torn_writer(void)
 	uint64_t end, writes = 0, errs = 0;
 
 	end = timed_window();
+	if (A.rfirst)	/* the readers alone first (as wfirst, below) */
+		sleep_until(now_ns() + 300000000ull);
 	while (now_ns() < end) {
 		memset(buf, 1 + (int)((writes * (uint64_t)A.nw + (uint64_t)A.id) % 255), block);
 		if (full_pwrite(fd, buf, block, off) != (ssize_t)block)
@@ -541,6 +584,11 @@ static void role_torn_reader(void)
 		if (pread(fd, buf, PAGE, (off_t)i * 4 * (off_t)MIB) != PAGE)
 			errs++;
 	end = timed_window();
+	/* wfirst: arrive while the writers are under way, alone at first
+	 * (a single-threaded writer of heap iovec arrays is then granted
+	 * the whole file, and writes without reading its arrays). */
+	if (A.wfirst)
+		sleep_until(now_ns() + 300000000ull);
 	while (now_ns() < end) {
 		if (full_pread(fd, buf, len, 0) != (ssize_t)len) {
 			errs++;
