@@ -216,9 +216,12 @@ rs_grant_enter_whole(uint64_t h, unsigned rlmode, struct rs_gref *ref)
 	return rs_grant_join(g, h, ref);
 }
 
-/* f: the file the grant was entered for (the fast path does not store it). */
+/* fp: where the file the grant was entered for is found (the fast path
+ * does not store it in ref), read only when the grant is wanted: after
+ * the real call the inline path has it in memory, and a load the atomic
+ * below keeps in front of it would be paid on every call. */
 static inline __attribute__((always_inline)) void
-rs_grant_leave(struct rs_gref *ref, struct rs_file *f)
+rs_grant_leave_at(struct rs_gref *ref, struct rs_file *const *fp)
 {
 	struct rs_seg_grant *g = ref->g;
 	uint64_t old;
@@ -228,9 +231,16 @@ rs_grant_leave(struct rs_gref *ref, struct rs_file *f)
 	old = atomic_fetch_sub_explicit(&g->gw, 1, memory_order_seq_cst);
 	/* Any wanted bit: one compare for both bits (users >= 1 here). */
 	if (__builtin_expect((uint32_t)old - 1 > RS_GW_USERS_MASK, 0)) {
-		ref->file = f;
+		ref->file = *fp;
 		rs_grant_idle(ref, old);
 	}
+}
+
+/* f: the file the grant was entered for. */
+static inline __attribute__((always_inline)) void
+rs_grant_leave(struct rs_gref *ref, struct rs_file *f)
+{
+	rs_grant_leave_at(ref, &f);
 }
 
 #endif

@@ -682,7 +682,7 @@ rs_io_end_fast(struct rs_io *io, unsigned mode, unsigned how, long long r, const
 	/* unlock saves errno itself on its (contended) wake path. */
 	if (!solo)
 		rs_rangelock_unlock_fast(&io->hold[0].file->rl, &io->hold[0].node);
-	rs_grant_leave(&io->gref[0], io->hold[0].file);
+	rs_grant_leave_at(&io->gref[0], &io->hold[0].file);
 	if (how & RS_HOW_CURSOR) {
 		if (append) {
 			/* End of file now, unless the write failed. */
