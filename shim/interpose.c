@@ -99,7 +99,9 @@ static inline __attribute__((always_inline)) void count_bytes(unsigned kind, lon
  * wrapper only picks one of two functions by whether the process is
  * single-threaded (rs_solo), and jumps there with its own arguments:
  * name_solo holds the lean copy (RS_FAST_CALL), which makes no call but
- * the real one and so saves almost no registers; name_mt the full copy
+ * the real one and so saves almost no registers (at an explicit offset,
+ * its rare calls are made whole by name_undo and the full copy:
+ * RS_LEAN_SPLIT in iolock.h); name_mt the full copy
  * of a threaded process, whose range and offset locks may wait.  A
  * wrapper that held either copy itself would make the other pay for its
  * prologue (gcc saves registers before the test).  Each jumps to
@@ -116,10 +118,22 @@ static inline __attribute__((always_inline)) void count_bytes(unsigned kind, lon
 		return name##_general args;                                  \
 	}
 
+#define RS_UNPAREN(...) __VA_ARGS__
+/* (x, a, b) from x and (a, b). */
+#define RS_PREPEND(x, list) (x, RS_UNPAREN list)
+
 #define RS_WRAP_FAST3(ret, name, params, args, general, mt, lean)            \
 	static __attribute__((noinline)) ret name##_general params           \
 	{                                                                    \
 		general                                                      \
+	}                                                                    \
+	/* The lean copy's rare undo (RS_FAST_UNDO, iolock.h): the leave    \
+	 * and the general call in one call, the arguments passed again. */ \
+	static __attribute__((noinline, cold)) ret                           \
+	name##_undo RS_PREPEND(struct rs_gref *ref_, params)                 \
+	{                                                                    \
+		rs_fast_undo(ref_);                                          \
+		return name##_general args;                                  \
 	}                                                                    \
 	RS_WRAP_COPY(ret, name, name##_mt, params, args, mt)                 \
 	RS_WRAP_COPY(ret, name, name##_solo, params, args, lean)             \
@@ -134,12 +148,14 @@ static inline __attribute__((always_inline)) void count_bytes(unsigned kind, lon
 	RS_WRAP_FAST3(ret, name, params, args,                               \
 		struct rs_io io;                                             \
 		ret r;                                                       \
-		RS_FAST(io, r, fd, mode, how, off, len, iov, cnt, rs_real.name args); \
+		RS_FAST(io, r, fd, mode, how, off, len, iov, cnt, rs_real.name args, ); \
 		RS_WRAP_BODY(ret, name, args,                                \
 			     rs_io_fast_slow(&io, fd, mode, how, off, len, iov, cnt), \
 			     (mode) == RS_RL_WRITE ? RS_B_WRITE : RS_B_READ),  \
-		RS_FAST_CALL(io, r, 0, 0, fd, mode, how, off, len, iov, cnt, rs_real.name args), \
-		RS_FAST_CALL(io, r, 1, 1, fd, mode, how, off, len, iov, cnt, rs_real.name args))
+		RS_FAST_CALL(io, r, 0, 0, fd, mode, how, off, len, iov, cnt, rs_real.name args, \
+			     rs_real.name args),                             \
+		RS_FAST_CALL(io, r, 1, 1, fd, mode, how, off, len, iov, cnt, rs_real.name args, \
+			     name##_undo RS_PREPEND(&io.gref[0], args)))
 
 #define RS_PREAD(name)                                                        \
 	RS_WRAP_FAST(ssize_t, name, (int fd, void *buf, size_t n, off_t off),\
@@ -228,10 +244,12 @@ static inline unsigned rwf_place(unsigned mode, int flags)
 		if (__builtin_expect(!rwf_place(mode, flags), 1)) {           \
 			if (__builtin_expect(off != -1, 1))                   \
 				f(io, r, __VA_ARGS__ fd, mode, RS_HOW_IOV, off, 0, iov, cnt, \
-				  rs_real.name(fd, iov, cnt, off, flags));    \
+				  rs_real.name(fd, iov, cnt, off, flags),     \
+				  name##_undo(&io.gref[0], fd, iov, cnt, off, flags)); \
 			else                                                  \
 				f(io, r, __VA_ARGS__ fd, mode, RS_HOW_CURSOR | RS_HOW_IOV, off, \
-				  0, iov, cnt, rs_real.name(fd, iov, cnt, off, flags)); \
+				  0, iov, cnt, rs_real.name(fd, iov, cnt, off, flags), \
+				  name##_undo(&io.gref[0], fd, iov, cnt, off, flags)); \
 		}                                                             \
 	} while (0)
 

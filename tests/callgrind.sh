@@ -59,11 +59,11 @@ row() {
 	    "$per" "$label" "$((base / calls))" "$verdict"
 }
 
-row "pwrite/pread" 113 pwrite
+row "pwrite/pread" 111 pwrite
 fast=$per
-row "pwrite/pread, RANGESHIM_SCOPE=process" 88 pwrite RANGESHIM_SCOPE=process
+row "pwrite/pread, RANGESHIM_SCOPE=process" 87 pwrite RANGESHIM_SCOPE=process
 row "read/write at the file offset" 119 rw
-row "pwritev/preadv, 2 iovecs" 142 vec
+row "pwritev/preadv, 2 iovecs" 140 vec
 row "writev at the file offset, 2 iovecs" 152 writev
 row "pwritev2/preadv2, 2 iovecs, RWF_HIPRI" 151 vec2
 row "write on an O_APPEND descriptor" 154 append
@@ -71,7 +71,7 @@ row "pwrite/pread, a second thread" 130 "pwrite thread"
 row "read/write at the file offset, a second thread" 147 "rw thread"
 row "pwritev/preadv, 2 iovecs, a second thread" 160 "vec thread"
 row "writev at the file offset, a second thread" 183 "writev thread"
-row "pwrite/pread, RANGESHIM_STATS set" 120 pwrite RANGESHIM_STATS="$dir/stats.json"
+row "pwrite/pread, RANGESHIM_STATS set" 118 pwrite RANGESHIM_STATS="$dir/stats.json"
 extra=$((per - fast))
 if [ "$extra" -le "$stats_limit" ]; then
 	echo "fastpath: RANGESHIM_STATS adds $extra instructions per pwrite/pread: ok"
