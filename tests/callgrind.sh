@@ -64,9 +64,9 @@ fast=$per
 row "pwrite/pread, RANGESHIM_SCOPE=process" 87 pwrite RANGESHIM_SCOPE=process
 row "read/write at the file offset" 119 rw
 row "pwritev/preadv, 2 iovecs" 140 vec
-row "writev at the file offset, 2 iovecs" 152 writev
+row "writev at the file offset, 2 iovecs" 144 writev
 row "pwritev2/preadv2, 2 iovecs, RWF_HIPRI" 151 vec2
-row "write on an O_APPEND descriptor" 154 append
+row "write on an O_APPEND descriptor" 152 append
 row "pwrite/pread, a second thread" 130 "pwrite thread"
 row "read/write at the file offset, a second thread" 147 "rw thread"
 row "pwritev/preadv, 2 iovecs, a second thread" 160 "vec thread"
