@@ -48,6 +48,8 @@
  *                   that each of its calls crosses both ranks' blocks: no
  *                   block (portion) read is of two values; the ranks used
  *                   strided grants; the control (no shim) tears.
+ *  torn_strided_threads  The same with two threads in each rank, each
+ *                   writing values of its own.
  *  strided_few_acquisitions  The MPI pattern of 20,000 512-byte blocks
  *                   per rank, written then read: at most 1% of the ranks'
  *                   calls acquire a node grant.  Control: the same blocks
@@ -781,9 +783,9 @@ static long long ranks_stats(const struct rs_run *r, const char *key)
 	       stats_of(rs_field(r->out, "rank1_pid"), key);
 }
 
-Test(node, torn_strided, .timeout = 240)
+static void run_torn_strided(const char *tag, const char *threads)
 {
-	const char *file = data_file("/dev/shm", "strided");
+	const char *file = data_file("/dev/shm", tag);
 	char farg[300], secs[32];
 	struct rs_run *ctl = NULL, *shim;
 	long long ctl_torn = 0, strided;
@@ -793,17 +795,18 @@ Test(node, torn_strided, .timeout = 240)
 		snprintf(secs, sizeof(secs), "seconds=%d", k);
 		free(ctl);
 		ctl = probe(0, 0, 60, "stride", farg, "procs=2", "count=64", "block=64K", secs,
-			    "cross=1", NULL);
+			    "cross=1", threads, NULL);
 		ctl_torn = rs_field(ctl->out, "torn");
 		if (k >= RS_STRETCH / 2)
 			break;
 	}
 	rs_need(ctl_torn, 1, "control: no torn read without the shim: %s", ctl->out);
 	shim = probe(1, 1, 120, "stride", farg, "procs=2", "count=64", "block=64K", "seconds=2",
-		     "cross=1", NULL);
+		     "cross=1", threads, NULL);
 	strided = ranks_stats(shim, "node_strided");
-	cr_log_info("strided: torn %lld (control %lld), %lld rank calls, %lld crossing calls, "
-		    "%lld strided grants, %lld acquisitions", rs_field(shim->out, "torn"), ctl_torn,
+	cr_log_info("strided, %s: torn %lld (control %lld), %lld rank calls, %lld crossing calls, "
+		    "%lld strided grants, %lld acquisitions", threads, rs_field(shim->out, "torn"),
+		    ctl_torn,
 		    rs_field(shim->out, "calls"),
 		    rs_field(shim->out, "cross_reads") + rs_field(shim->out, "cross_writes"), strided,
 		    ranks_stats(shim, "node_acquires"));
@@ -816,9 +819,21 @@ Test(node, torn_strided, .timeout = 240)
 	 * make: then this run tested something else, and says so. */
 	rs_need(rs_field(shim->out, "cross_reads"), 10, "too few crossing reads: %s", shim->out);
 	rs_need(strided, 1, "the ranks never used a strided grant: %s", shim->out);
-	check_table_empty("torn_strided");
+	check_table_empty(tag);
 	free(ctl);
 	free(shim);
+}
+
+Test(node, torn_strided, .timeout = 240)
+{
+	run_torn_strided("strided", "threads=1");
+}
+
+/* Two threads in each rank: strided grants entered, replaced and given
+ * back while the rank's other thread is inside one. */
+Test(node, torn_strided_threads, .timeout = 240)
+{
+	run_torn_strided("strided_mt", "threads=2");
 }
 
 Test(node, strided_few_acquisitions, .timeout = 240)

@@ -80,6 +80,9 @@
  *       cross=1: a third process meanwhile alternates a pwrite of 4 whole
  *       blocks (2 of each rank's, with N=2) and a pread of 4 blocks
  *       starting mid-block, counting block portions not of one value.
+ *       threads=T: T threads in each rank do the same at once, each
+ *       writing values of its own (so that a read can tear inside a
+ *       rank too).
  *       shuffle=1: each rank visits its blocks in a random order (the
  *       shim's lookahead, the blocks after the call's, seldom holds the
  *       next one).  Prints calls (the ranks'), torn,
@@ -125,13 +128,13 @@ struct args {
 	int writers, readers, procs, id, nw, slot;
 	int direct, rw, overlap, kill_ms, hold_ms, keep_open, count, idle, whole;
 	int vec, wfirst, rfirst;
-	int cross, shuffle;
+	int cross, shuffle, threads;
 };
 
 static struct args A = {
 	.block = (long long)MIB, .size = (long long)MIB, .len = 16 * (long long)MIB,
 	.io = 4096, .seconds = 1.0, .writers = 1, .readers = 1, .procs = 2, .nw = 1,
-	.kill_ms = 300, .hold_ms = 1000, .count = 10,
+	.kill_ms = 300, .hold_ms = 1000, .count = 10, .threads = 1,
 };
 static char self_exe[4096];
 
@@ -358,6 +361,7 @@ static void parse(int argc, char **argv)
 		else if (IS("idle")) A.idle = atoi(v);
 		else if (IS("cross")) A.cross = atoi(v);
 		else if (IS("shuffle")) A.shuffle = atoi(v);
+		else if (IS("threads")) A.threads = atoi(v);
 		else {
 			fprintf(stderr, "node_probe: unknown key in '%s'\n", argv[i]);
 			exit(2);
@@ -1584,30 +1588,62 @@ static long long *stride_order(long long n)
 	return order;
 }
 
-static void role_stride_rank(void)
+struct stride_thread {
+	pthread_t tid;
+	int fd, t;
+	const long long *order;
+	uint64_t deadline, writes, reads, torn, errs;
+};
+
+static void *stride_thread_main(void *arg)
 {
+	struct stride_thread *s = arg;
 	size_t bs = (size_t)A.block;
 	unsigned char *buf = xalloc(bs), *rd = xalloc(bs);
+
+	for (int pass = 0; pass == 0 || now_ns() < s->deadline; pass++) {
+		/* Ranks' values 1..120, new each pass and thread; the
+		 * crosser's 200 up. */
+		memset(buf, 1 + (A.id * 61 + pass * 7 + s->t) % 120, bs);
+		for (long long j = 0; j < A.count; j++, s->writes++)
+			if (pwrite(s->fd, buf, bs, (off_t)((s->order[j] * A.procs + A.id) * A.block)) !=
+			    (ssize_t)bs)
+				s->errs++;
+		for (long long j = 0; j < A.count; j++, s->reads++) {
+			if (pread(s->fd, rd, bs, (off_t)((s->order[j] * A.procs + A.id) * A.block)) !=
+			    (ssize_t)bs)
+				s->errs++;
+			else if (!uniform(rd, bs))
+				s->torn++;
+		}
+	}
+	free(buf);
+	free(rd);
+	return NULL;
+}
+
+static void role_stride_rank(void)
+{
+	struct stride_thread th[8] = { { 0 } };
 	long long *order = stride_order(A.count);
-	int fd = open_data(0);
-	uint64_t deadline, writes = 0, reads = 0, torn = 0, errs = 0;
+	int fd = open_data(0), n = A.threads < 1 ? 1 : A.threads > 8 ? 8 : A.threads;
+	uint64_t writes = 0, reads = 0, torn = 0, errs = 0;
 
 	sleep_until((uint64_t)A.start_ns);
-	deadline = now_ns() + (uint64_t)(A.seconds * 1e9);
-	for (int pass = 0; pass == 0 || now_ns() < deadline; pass++) {
-		/* Ranks' values 1..120, new each pass; the crosser's 200 up. */
-		memset(buf, 1 + (A.id * 61 + pass) % 120, bs);
-		for (long long j = 0; j < A.count; j++, writes++)
-			if (pwrite(fd, buf, bs, (off_t)((order[j] * A.procs + A.id) * A.block)) !=
-			    (ssize_t)bs)
-				errs++;
-		for (long long j = 0; j < A.count; j++, reads++) {
-			if (pread(fd, rd, bs, (off_t)((order[j] * A.procs + A.id) * A.block)) !=
-			    (ssize_t)bs)
-				errs++;
-			else if (!uniform(rd, bs))
-				torn++;
-		}
+	for (int t = 0; t < n; t++) {
+		th[t] = (struct stride_thread){ .fd = fd, .t = t, .order = order,
+						.deadline = now_ns() + (uint64_t)(A.seconds * 1e9) };
+		if (t && pthread_create(&th[t].tid, NULL, stride_thread_main, &th[t]) != 0)
+			die("pthread_create");
+	}
+	stride_thread_main(&th[0]);
+	for (int t = 0; t < n; t++) {
+		if (t)
+			pthread_join(th[t].tid, NULL);
+		writes += th[t].writes;
+		reads += th[t].reads;
+		torn += th[t].torn;
+		errs += th[t].errs;
 	}
 	close(fd);
 	printf("pid=%d writes=%llu reads=%llu torn=%llu errors=%llu\n", (int)getpid(),
@@ -1671,6 +1707,7 @@ static void cmd_stride(void)
 		ab(&b, "procs=%d", A.procs);
 		ab(&b, "count=%d", A.count);
 		ab(&b, "shuffle=%d", A.shuffle);
+		ab(&b, "threads=%d", A.threads);
 		spawn(&k[i], &b);
 	}
 	bad = collect(k, n, 120 + A.seconds);
