@@ -78,6 +78,9 @@ struct rs_file {
 	 * RS_WHOLE_* bits: a call at the file offset of a single-threaded
 	 * process enters it without learning the offset (grants.h). */
 	_Atomic uint64_t whole;
+	/* A strided grant's word, or 0: tried only when the words above
+	 * miss, so that the fast path pays nothing for it (grants.c). */
+	_Atomic uint64_t strided;
 	_Atomic uint32_t grants_mtx;
 	_Atomic uint32_t acquire_mtx;         /* one acquisition at a time */
 	/* Where the inline path counts this file's calls and bytes when

@@ -67,12 +67,24 @@
 #define RS_WHOLE_AFTER 8
 #endif
 #define NPOLICY 256
+/* Strided grants (nodelock.c): at most this many blocks of lookahead,
+ * spanning at most this many bytes (a stride beyond half of it is not
+ * worth one). */
+#ifndef RS_STRIDE_AHEAD
+#define RS_STRIDE_AHEAD 1024u
+#endif
+#define RS_STRIDE_SPAN (64ull << 20)
 
 struct policy {
 	_Atomic uint64_t dev, ino;
 	_Atomic uint64_t period_ns, exact_until_ns, met_ns;
 	_Atomic uint32_t meets;
 	_Atomic uint32_t alone;       /* acquisitions since the last meeting */
+	/* The file's exact requests (stride_plan): the last one's start and
+	 * length, the stride they keep to, how many kept to it, and whether
+	 * one of those wrote. */
+	_Atomic uint64_t pat_last, pat_len, pat_stride;
+	_Atomic uint32_t pat_run, pat_wrote;
 };
 
 static struct policy policies[NPOLICY];
@@ -101,6 +113,10 @@ static struct policy *policy_of(struct rs_file *f, int reset)
 		atomic_store_explicit(&p->period_ns, 0, memory_order_relaxed);
 		atomic_store_explicit(&p->met_ns, 0, memory_order_relaxed);
 		atomic_store_explicit(&p->alone, 0, memory_order_relaxed);
+		atomic_store_explicit(&p->pat_len, 0, memory_order_relaxed);
+		atomic_store_explicit(&p->pat_stride, 0, memory_order_relaxed);
+		atomic_store_explicit(&p->pat_run, 0, memory_order_relaxed);
+		atomic_store_explicit(&p->pat_wrote, 0, memory_order_relaxed);
 		atomic_store_explicit(&p->dev, dev, memory_order_relaxed);
 		atomic_store_explicit(&p->ino, ino, memory_order_relaxed);
 	}
@@ -157,6 +173,70 @@ static void policy_note(struct policy *p, int exact, int met, int others, uint64
 			return;
 	}
 	atomic_store_explicit(&p->exact_until_ns, now + RS_QUIET_NS, memory_order_relaxed);
+}
+
+static uint64_t gcd(uint64_t a, uint64_t b)
+{
+	while (b) {
+		uint64_t t = a % b;
+
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+/*
+ * An exact request q (the file is shared here): does it continue a run
+ * of requests of one length L at starts a multiple of one stride S > L
+ * apart?  From the third such request on, q asks for a strided grant
+ * (nodelock.c, "Strided grants"): its own block and the next ones of
+ * the pattern, RS_STRIDE_AHEAD at most, within RS_STRIDE_SPAN bytes.
+ * Any multiple of S, either way, keeps the run: a process that comes
+ * back to the first block (write, then read back), or that skips blocks,
+ * or whose strided grant was taken back mid-way, goes on with one; a
+ * step that is not a multiple of S but has a common divisor with it
+ * above L makes that divisor the stride (a process visiting its own
+ * blocks in a random order finds their stride so).  A
+ * process that has written in the run asks EXSH for its reads too: an
+ * EXSH grant serves both, where a SHARED one would be traded for an EXSH
+ * one at the next write.
+ */
+static void stride_plan(struct policy *p, struct rs_nt_req *q)
+{
+	uint64_t len = q->end - q->start, n;
+	uint64_t last = atomic_load_explicit(&p->pat_last, memory_order_relaxed);
+	uint64_t S = atomic_load_explicit(&p->pat_stride, memory_order_relaxed);
+	uint64_t d = q->start > last ? q->start - last : last - q->start;
+	uint32_t run = atomic_load_explicit(&p->pat_run, memory_order_relaxed);
+	int same = len == atomic_load_explicit(&p->pat_len, memory_order_relaxed);
+
+	if (same && S > len && d && gcd(d, S) > len) {
+		S = gcd(d, S);
+		run += run < 2;
+		atomic_store_explicit(&p->pat_stride, S, memory_order_relaxed);
+	} else {
+		/* A new candidate: the step from the last request. */
+		S = same && q->start > last ? d : 0;
+		run = S != 0;
+		atomic_store_explicit(&p->pat_stride, S, memory_order_relaxed);
+		atomic_store_explicit(&p->pat_wrote, 0, memory_order_relaxed);
+	}
+	if (q->mode == RS_G_EXSH)
+		atomic_store_explicit(&p->pat_wrote, 1, memory_order_relaxed);
+	atomic_store_explicit(&p->pat_run, run, memory_order_relaxed);
+	atomic_store_explicit(&p->pat_last, q->start, memory_order_relaxed);
+	atomic_store_explicit(&p->pat_len, len, memory_order_relaxed);
+	if (run < 2 || S <= len || S > RS_STRIDE_SPAN / 2)
+		return;
+	n = RS_STRIDE_SPAN / S < RS_STRIDE_AHEAD ? RS_STRIDE_SPAN / S : RS_STRIDE_AHEAD;
+	if (q->start >= RS_RANGE_EOF - n * S)
+		return;		/* the lookahead would run past the end of offsets */
+	q->stride = S;
+	q->blen = len;
+	q->end = q->start + (n - 1) * S + len;
+	if (atomic_load_explicit(&p->pat_wrote, memory_order_relaxed))
+		q->mode = RS_G_EXSH;
 }
 
 int rs_node_on;
@@ -271,6 +351,10 @@ static void whole_stale(struct rs_segment *seg, struct rs_file *f)
 
 static void cache_remove(struct rs_file *f, uint64_t w)
 {
+	uint64_t sw = w;
+
+	if (atomic_compare_exchange_strong(&f->strided, &sw, 0))
+		return;
 	whole_drop(f, w);
 	for (int i = 0; i < RS_NCACHE; i++) {
 		uint64_t e = w;
@@ -342,6 +426,61 @@ void rs_grant_idle(struct rs_gref *ref, uint64_t old)
 	rs_mutex_unlock(&ref->file->grants_mtx);
 }
 
+/*
+ * f's strided grant (nodelock.c, "Strided grants"), if one of its blocks
+ * holds [start, end) in a mode that serves rlmode: entered, 1; else 0,
+ * nothing entered.  Not inline: only calls that miss the plain words
+ * (grants.h) come here, so ordinary grants pay nothing for it.  Racy
+ * reads of the grant, checked by the generation as in rs_grant_try.
+ */
+static int strided_enter(struct rs_segment *seg, struct rs_file *f, uint64_t start,
+			 uint64_t end, unsigned rlmode, struct rs_gref *ref)
+{
+	uint64_t w = atomic_load_explicit(&f->strided, memory_order_acquire);
+	uint64_t base, stride, len, in;
+	struct rs_seg_grant *g;
+
+	if (!w)
+		return 0;
+	g = (struct rs_seg_grant *)((char *)seg + (uint32_t)w);
+	base = __atomic_load_n(&g->start, __ATOMIC_ACQUIRE);
+	stride = __atomic_load_n(&g->stride, __ATOMIC_RELAXED);
+	len = __atomic_load_n(&g->blen, __ATOMIC_RELAXED);
+	if (!stride || start < base || end > __atomic_load_n(&g->end, __ATOMIC_RELAXED) ||
+	    !(__atomic_load_n(&g->mode, __ATOMIC_RELAXED) & rlmode))
+		return 0;
+	in = (start - base) % stride;
+	if (in >= len || end - start > len - in || !rs_grant_join(g, w, ref))
+		return 0;
+	ref->file = f;
+	return 1;
+}
+
+/* f's strided word, if its grant has gone (revoked while idle): dropped,
+ * so that calls stop trying it. */
+static void strided_stale(struct rs_segment *seg, struct rs_file *f)
+{
+	uint64_t w = atomic_load_explicit(&f->strided, memory_order_relaxed);
+	struct rs_seg_grant *g = &seg->grants[RS_GWORD_IDX(w) & (RS_NGRANT - 1)];
+
+	if (w && RS_GW_GEN(atomic_load_explicit(&g->gw, memory_order_relaxed)) != RS_GWORD_GEN(w))
+		atomic_compare_exchange_strong(&f->strided, &w, 0);
+}
+
+/* Cache the strided grant w (0: none), in place of the one before: that
+ * one is closed to new users and left idle for our next scan to free, as
+ * an exact grant is (nodelock.c). */
+static void strided_keep(struct rs_segment *seg, struct rs_file *f, uint64_t w)
+{
+	uint64_t old;
+
+	rs_mutex_lock(&f->grants_mtx);
+	old = atomic_exchange(&f->strided, w);
+	if (old && old != w)
+		mark_uncached(&seg->grants[RS_GWORD_IDX(old) & (RS_NGRANT - 1)], RS_GWORD_GEN(old));
+	rs_mutex_unlock(&f->grants_mtx);
+}
+
 /* Make room in the cache: drop a stale entry, or give back an idle
  * grant; if all are busy, the new grant is used uncached and released by
  * its last user.  Under f->grants_mtx. */
@@ -367,6 +506,88 @@ static int cache_slot(struct rs_file *f)
 	return -1;
 }
 
+/* What to ask the table for [start, end) of f, by the file's policy
+ * (grants.c, at the top).  Under f->acquire_mtx. */
+static void request_of(struct rs_segment *seg, struct rs_file *f, struct policy *pol,
+		       struct rs_nt_req *req, uint64_t start, uint64_t end, unsigned rlmode,
+		       int cluster, int whole)
+{
+	req->dev = atomic_load(&f->dev);
+	req->ino = atomic_load(&f->ino);
+	req->start = start;
+	req->end = end;
+	req->window = RS_GRANT_WINDOW;
+	/* A strided grant still cached says the file is shared, as a
+	 * meeting does: calls that stay inside it meet nobody. */
+	req->exact = policy_exact(pol, coarse_ns()) ||
+		     atomic_load_explicit(&f->strided, memory_order_relaxed) != 0;
+	req->mode = rlmode == 1 ? RS_G_SHARED : rlmode == RS_GRANT_APPEND ? RS_G_APPEND : RS_G_EXSH;
+	req->whole = !req->exact && (whole || policy_whole(pol, coarse_ns(), req->mode == RS_G_SHARED));
+	req->bounded = 0;
+	req->stride = req->blen = 0;
+	/* Never in cluster scope: a cluster grant is one range. */
+	if (req->exact && !cluster && req->mode != RS_G_APPEND && end != RS_RANGE_EOF)
+		stride_plan(pol, req);
+	/* Off the pattern: its grant no longer says anything of the file. */
+	if (!req->stride && atomic_load_explicit(&f->strided, memory_order_relaxed))
+		strided_keep(seg, f, 0);
+}
+
+static void count_acquired(const struct rs_nt_result *res)
+{
+	RS_COUNT(node_acquires, 1);
+	RS_COUNT(node_wanted, res->wanted);
+	RS_COUNT(node_revokes, res->revoked);
+	RS_COUNT(node_reclaims, res->reclaimed);
+	RS_COUNT(node_table_full, res->table_full);
+	RS_COUNT(node_evictions, res->evicted);
+	if (res->waited) {
+		RS_COUNT(node_waits, 1);
+		RS_COUNT(node_wait_ns, res->wait_ns);
+	}
+}
+
+/* A grant just acquired for f, by req, with us counted in: keep it in
+ * f's cache, the strided word for a strided one; uncached (closed to new
+ * users, given back by its last) if it is exact or the cache is full.
+ * 1 if it is cached and the whole file.  Under f->acquire_mtx. */
+static int keep_acquired(struct rs_segment *seg, struct rs_file *f, const struct rs_nt_req *req,
+			  const struct rs_nt_result *res)
+{
+	struct rs_seg_grant *g = &seg->grants[res->idx];
+	int slot;
+
+	if (req->exact && !res->stride) {
+		RS_COUNT(node_exact, 1);
+		mark_uncached(g, res->gen);	/* ours alone: the call gives it back */
+		return 0;
+	}
+	if (res->stride) {
+		RS_COUNT(node_strided, 1);
+		strided_keep(seg, f, word(res->idx, res->gen));
+		return 0;
+	}
+	rs_mutex_lock(&f->grants_mtx);
+	slot = cache_slot(f);
+	if (slot >= 0) {
+		atomic_store_explicit(&f->grants[slot], word(res->idx, res->gen), memory_order_release);
+		/* The whole file (grants.h, RS_WHOLE_RDONLY): calls at the
+		 * file offset may enter it without learning the offset. */
+		if (res->start == 0 && res->end == RS_RANGE_EOF &&
+		    (req->mode == RS_G_EXSH || req->mode == RS_G_SHARED)) {
+			uint64_t h = atomic_load_explicit(&f->whole, memory_order_relaxed);
+
+			while (!atomic_compare_exchange_weak(
+				&f->whole, &h, word(res->idx, res->gen) | (h & RS_WHOLE_FRESH) |
+						       (req->mode == RS_G_SHARED ? RS_WHOLE_RDONLY : 0)))
+				;
+		}
+	} else
+		mark_uncached(g, res->gen);
+	rs_mutex_unlock(&f->grants_mtx);
+	return slot >= 0 && res->start == 0 && res->end == RS_RANGE_EOF;
+}
+
 /* whole: rs_grant_enter_iov's acquisition, which asks for the whole file
  * even though a cached grant may cover [start, end). */
 static int enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
@@ -379,7 +600,7 @@ static int enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned 
 	struct rs_seg_grant *g;
 	char why[256];
 	struct rs_cl_pin pin;
-	int slot, saved = errno, cluster;
+	int saved = errno, cluster;
 
 	ref->g = NULL;
 	rs_cl_eio = 0;
@@ -396,6 +617,8 @@ static int enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned 
 		rs_cl_eio = cluster;
 		return 0;	/* node scope was turned off meanwhile */
 	}
+	if (!whole && strided_enter(seg, f, start, end, rlmode, ref))
+		return 1;
 	/*
 	 * One acquisition per file at a time in this process: threads that
 	 * miss the cache together would otherwise each take a slot of the
@@ -405,22 +628,16 @@ static int enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned 
 	 */
 	rs_mutex_lock(&f->acquire_mtx);
 	whole_stale(seg, f);
+	strided_stale(seg, f);
 	/* Another thread may have just acquired what we need. */
-	if (!whole && rs_grant_enter_cached(seg, f, start, end, rlmode, ref)) {
+	if (!whole && (rs_grant_enter_cached(seg, f, start, end, rlmode, ref) ||
+		       strided_enter(seg, f, start, end, rlmode, ref))) {
 		rs_mutex_unlock(&f->acquire_mtx);
 		errno = saved;
 		return 1;
 	}
 	pol = policy_of(f, 1);
-	req.dev = atomic_load(&f->dev);
-	req.ino = atomic_load(&f->ino);
-	req.start = start;
-	req.end = end;
-	req.window = RS_GRANT_WINDOW;
-	req.exact = policy_exact(pol, coarse_ns());
-	req.mode = rlmode == 1 ? RS_G_SHARED : rlmode == RS_GRANT_APPEND ? RS_G_APPEND : RS_G_EXSH;
-	req.whole = !req.exact && (whole || policy_whole(pol, coarse_ns(), req.mode == RS_G_SHARED));
-	req.bounded = 0;
+	request_of(seg, f, pol, &req, start, end, rlmode, cluster, whole);
 	if (cluster) {
 		/* Pinned until the node grant is in the table: from then on a
 		 * give-back of the cluster grant drains it first. */
@@ -457,53 +674,15 @@ static int enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned 
 	}
 	if (cluster)
 		rs_cluster_unpin(&pin);
-	RS_COUNT(node_acquires, 1);
-	RS_COUNT(node_wanted, res.wanted);
-	RS_COUNT(node_revokes, res.revoked);
-	RS_COUNT(node_reclaims, res.reclaimed);
-	RS_COUNT(node_table_full, res.table_full);
-	RS_COUNT(node_evictions, res.evicted);
-	if (res.waited) {
-		RS_COUNT(node_waits, 1);
-		RS_COUNT(node_wait_ns, res.wait_ns);
-	}
+	count_acquired(&res);
 	policy_note(pol, req.exact, res.met, res.others, coarse_ns());
 	g = &seg->grants[res.idx];	/* users already counts us */
-	if (req.exact) {
-		RS_COUNT(node_exact, 1);
-		mark_uncached(g, res.gen);	/* ours alone: the call gives it back */
-		rs_mutex_unlock(&f->acquire_mtx);
-		/* After the mutex: a first wait on f names it (filewaits.c). */
-		if (res.waited)
-			rs_fw_node_wait(f, res.wait_ns);
-		ref->g = g;
-		ref->file = f;
-		errno = saved;
-		return 1;
-	}
-	rs_mutex_lock(&f->grants_mtx);
-	slot = cache_slot(f);
-	if (slot >= 0) {
-		atomic_store_explicit(&f->grants[slot], word(res.idx, res.gen), memory_order_release);
-		/* The whole file (grants.h, RS_WHOLE_RDONLY): calls at the
-		 * file offset may enter it without learning the offset. */
-		if (res.start == 0 && res.end == RS_RANGE_EOF &&
-		    (req.mode == RS_G_EXSH || req.mode == RS_G_SHARED)) {
-			uint64_t h = atomic_load_explicit(&f->whole, memory_order_relaxed);
-
-			while (!atomic_compare_exchange_weak(
-				&f->whole, &h, word(res.idx, res.gen) | (h & RS_WHOLE_FRESH) |
-						       (req.mode == RS_G_SHARED ? RS_WHOLE_RDONLY : 0)))
-				;
-		}
-	} else
-		mark_uncached(g, res.gen);
 	/* Not the whole file (another process holds a grant on it, or the
 	 * cache is full): no more asking until an acquisition alone. */
-	if (whole && !(slot >= 0 && res.start == 0 && res.end == RS_RANGE_EOF))
+	if (!keep_acquired(seg, f, &req, &res) && whole)
 		atomic_store_explicit(&pol->alone, 0, memory_order_relaxed);
-	rs_mutex_unlock(&f->grants_mtx);
 	rs_mutex_unlock(&f->acquire_mtx);
+	/* After the mutex: a first wait on f names it (filewaits.c). */
 	if (res.waited)
 		rs_fw_node_wait(f, res.wait_ns);
 	ref->g = g;
@@ -577,8 +756,8 @@ static void file_closed(struct rs_file *f)
 	if (p && atomic_load_explicit(&p->exact_until_ns, memory_order_relaxed))
 		rs_nt_free_left(&table);
 	rs_mutex_lock(&f->grants_mtx);
-	for (int i = 0; i < RS_NCACHE; i++) {
-		uint64_t w = atomic_exchange(&f->grants[i], 0);
+	for (int i = -1; i < RS_NCACHE; i++) {
+		uint64_t w = atomic_exchange(i < 0 ? &f->strided : &f->grants[i], 0);
 		uint32_t idx = RS_GWORD_IDX(w);
 
 		if (w && mark_uncached(&rs_node_seg->grants[idx & (RS_NGRANT - 1)], RS_GWORD_GEN(w)) == 0)

@@ -75,6 +75,31 @@
  * spirit).  rs_nt_result.met tells the policy whether another process had
  * an incompatible grant within the request's aligned window.
  *
+ * Strided grants.  Processes that share a file by interleaving blocks
+ * (MPI ranks writing blocks k with k % nranks == rank) keep meeting, so
+ * the file turns exact, and each call then costs a table pass.  Lustre
+ * answers that pattern with lockahead: extent locks asked for the blocks
+ * the process will use next.  Here a process whose exact requests on a
+ * file keep the same length L at offsets a multiple of a stride S > L
+ * apart asks for a strided grant (req->stride, req->blen): the blocks
+ * [start + k*S, start + k*S + L) below req->end, the first being the
+ * call's own, in the call's mode or EXSH (grants.c decides, and caches
+ * it in a word of its own, looked at only when the plain cache misses,
+ * so the fast path pays nothing for it).  The request never waits or revokes
+ * for its lookahead: a grant of another process in the way of a later
+ * block cuts the request before that block (stride_cut), as window
+ * expansion stops at others' grants, and one in the way of the call's
+ * block makes it a plain exact request.  Conflicts compare blocks
+ * (stride.h): a range meets a strided grant iff it meets one of its
+ * blocks, two strided grants of one stride meet iff their blocks sit at
+ * overlapping offsets modulo it, and anything else is compared as one
+ * against the other's whole extent, which may only say "meets" too
+ * often.  A request that expands (not exact) takes a strided grant's
+ * whole extent as in its way: it would otherwise grow over its blocks.
+ * Once granted, a strided grant is revoked or drained as any other: a
+ * third process whose range crosses its blocks takes it back whole.
+ * Never in cluster scope (req->bounded): a cluster grant is one range.
+ *
  * Appenders.  The kernel orders O_APPEND writes to one file on a node, so
  * appenders need not exclude each other, only readers and truncaters of
  * the tail.  An append asks for RS_G_APPEND on [end of file, infinity),
@@ -165,6 +190,7 @@
 #include "log.h"
 #include "rangeshim/rangelock.h"
 #include "fileid.h"
+#include "stride.h"
 
 #define WAIT_SLICE_NS   (20ull * 1000 * 1000)
 #define LIVENESS_NS     (100ull * 1000 * 1000)
@@ -994,6 +1020,48 @@ static int overlaps(const struct rs_seg_grant *g, uint64_t start, uint64_t end)
 	return gs < end && start < ge;
 }
 
+/* Is g in the way of request r?  A request that expands (not exact)
+ * takes g's whole extent for its own, as it takes its gaps to grow in;
+ * an exact or strided one compares blocks (stride.h).  A malformed
+ * range is the whole file, as in overlaps. */
+static int in_way(const struct rs_seg_grant *g, const struct rs_nt_req *r)
+{
+	if (!r->exact || g->start >= g->end)
+		return overlaps(g, r->start, r->end);
+	return rs_stride_meet(g->start, g->end, g->stride, g->blen,
+			      r->start, r->end, r->stride, r->blen);
+}
+
+/*
+ * A strided request r (exact, never waiting for its lookahead) meets
+ * g, another process's grant in an incompatible mode: keep the blocks
+ * before the first that g is in the way of.  0: r goes on (cut, or g
+ * was not in its way); -1: g is in the way of the call's own block, and
+ * r is now that block alone, to be decided as any exact request (scan
+ * again).  g as its whole extent, unless both share a stride and sit
+ * apart (stride.h): conservative, never "apart" when they are not.
+ */
+static int stride_cut(const struct rs_seg_grant *g, struct rs_nt_req *r)
+{
+	uint64_t gs = g->start, ge = g->end, k;
+
+	if (gs >= ge) {
+		gs = 0;
+		ge = RS_RANGE_EOF;
+	} else if (g->stride == r->stride && rs_stride_ok(gs, ge, g->stride, g->blen) &&
+		   rs_stride_apart(gs, g->blen, r->start, r->blen, r->stride)) {
+		return 0;
+	}
+	k = rs_stride_first(r->start, r->end, r->stride, r->blen, gs, ge);
+	if (k == UINT64_MAX)
+		return 0;
+	r->end = r->start + (k ? (k - 1) * r->stride : 0) + r->blen;
+	/* One block left is the call's range: a plain exact request. */
+	if (k <= 1)
+		r->stride = r->blen = 0;
+	return k ? 0 : -1;
+}
+
 /* The lowest free slot: the used map says where to look, the state
  * decides (a bit that is wrong is put right on the way).  Should the map
  * say that none is free, every state is looked at. */
@@ -1070,6 +1138,8 @@ static void fill(struct rs_nt *t, uint32_t idx, const struct rs_nt_req *r,
 	/* Read racily by holders' fast paths, which check the generation. */
 	__atomic_store_n(&g->start, start, __ATOMIC_RELAXED);
 	__atomic_store_n(&g->end, end, __ATOMIC_RELAXED);
+	__atomic_store_n(&g->stride, r->stride, __ATOMIC_RELAXED);
+	__atomic_store_n(&g->blen, r->stride ? r->blen : 0, __ATOMIC_RELAXED);
 	g->since_ns = realtime_ns();
 	g->beat_ns = state == RS_G_WAIT ? rs_nt_now_ns() : 0;
 	/* A new generation: no cached word of an earlier incarnation can
@@ -1124,9 +1194,12 @@ static void say_blocked(struct rs_nt *t, const struct rs_nt_req *r, const struct
 	       (unsigned long long)r->end, who);
 }
 
-int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_result *res,
+int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *req, struct rs_nt_result *res,
 		  char *why, size_t whylen)
 {
+	/* Ours to cut (stride_cut): a strided request shrinks as it scans. */
+	struct rs_nt_req rq = *req;
+	const struct rs_nt_req *r = &rq;
 	struct rs_segment *s = t->map.seg;
 	uint32_t wait_idx = UINT32_MAX, ticket = 0;
 	uint64_t t0 = 0, last_live = 0;
@@ -1137,6 +1210,9 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *r, struct rs_nt_resul
 		snprintf(why, whylen, "not attached to the node lock table");
 		return -1;
 	}
+	if (rq.stride && (!rq.exact || rq.bounded || rq.end == RS_RANGE_EOF ||
+			  !rs_stride_ok(rq.start, rq.end, rq.stride, rq.blen)))
+		rq.stride = rq.blen = 0;
 	/* The aligned window around the request: where it would expand to,
 	 * and where another process's grant means the file is shared. */
 	uint64_t ws = r->start, we = r->end;
@@ -1228,7 +1304,15 @@ rescan:
 				continue;
 			if (overlaps(g, ws, we))
 				res->met = 1;
-			if (!overlaps(g, r->start, r->end)) {
+			if (rq.stride) {
+				/* Lookahead takes only blocks nobody holds. */
+				if (stride_cut(g, &rq) < 0) {
+					walk_at = NULL;
+					goto rescan;
+				}
+				continue;
+			}
+			if (!in_way(g, r)) {
 				/* Room to expand into stops at others' grants. */
 				if (g->end <= r->start && g->end > lo)
 					lo = g->end;
@@ -1347,6 +1431,8 @@ rescan:
 				res->idx = idx;
 				res->start = start;
 				res->end = end;
+				res->stride = rq.stride;
+				res->blen = rq.blen;
 				if (t0)
 					res->wait_ns = rs_nt_now_ns() - t0;
 				return 0;

@@ -38,6 +38,10 @@ struct rs_nt_req {
 			       * all of it (SHARED and EXSH; "A lone process") */
 	int bounded;          /* expand only within [lo, hi): cluster scope's */
 	uint64_t lo, hi;      /* cluster grant, which holds [start, end) */
+	/* Strided ("Strided grants"): only the blocks of blen bytes at
+	 * start + k*stride below end; the first is the call's range.
+	 * With exact set; never with bounded.  0: all of [start, end). */
+	uint64_t stride, blen;
 };
 
 struct rs_nt_result {
@@ -53,6 +57,7 @@ struct rs_nt_result {
 	int met;              /* another process had an incompatible grant in
 			       * the request's window: the file is shared here */
 	int others;           /* another process had a grant (any) on the file */
+	uint64_t stride, blen;  /* a strided grant's (0: a plain one) */
 };
 
 /* Attach to the segment named name (creating it) and take a process slot.

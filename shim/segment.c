@@ -10,6 +10,7 @@
  * for its own files.
  */
 #include "segment.h"
+#include "stride.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -122,7 +123,8 @@ int rs_seg_grant_ok(const struct rs_seg_grant *g)
 
 	return g->owner < RS_NPROC &&
 	       (g->mode == RS_G_SHARED || g->mode == RS_G_EXSH || g->mode == RS_G_APPEND) &&
-	       g->start < g->end && RS_GW_USERS(gw) <= RS_MAX_USERS;
+	       g->start < g->end && RS_GW_USERS(gw) <= RS_MAX_USERS &&
+	       (g->stride == 0 || rs_stride_ok(g->start, g->end, g->stride, g->blen));
 }
 
 int rs_seg_check(const struct rs_segment *s, char *why, size_t whylen)

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define RS_SEG_MAGIC   0x31304d4853534752ull   /* "RGSSHM01" */
-#define RS_SEG_VERSION 9u
+#define RS_SEG_VERSION 10u
 /* A node runs hundreds of processes (MPI ranks, tools): 4096 slots, and
  * four grant slots per process.  At 64 and 128 bytes a slot the segment
  * is 2.3 MiB.  A registrant that still finds every slot held by a live
@@ -116,7 +116,11 @@ struct rs_seg_grant {
 	/* A WAIT entry: CLOCK_MONOTONIC of its owner's last scan.  Written
 	 * under the table lock; a garbage value only costs fairness. */
 	uint64_t beat_ns;
-	uint64_t pad[6];
+	/* A strided grant (nodelock.c, "Strided grants") holds only the
+	 * blocks of blen bytes at start + k*stride below end (stride.h);
+	 * stride 0: all of [start, end).  Written and read as start is. */
+	uint64_t stride, blen;
+	uint64_t pad[4];
 };
 
 struct rs_seg_header {

@@ -20,6 +20,7 @@
 	X(node_table_full, "acquisitions that found the node table full") \
 	X(node_evictions,  "idle grants of any process taken back to make room, oldest first") \
 	X(node_exact,      "exact, uncached grants acquired on files processes share") \
+	X(node_strided,    "strided grants acquired: the blocks a process uses next on a shared file") \
 	X(cluster_locks,   "lock requests the node's agent sent to the file system for us") \
 	X(cluster_revokes, "cluster grants the node gave back to other nodes (reported once)") \
 	X(cluster_wait_ns, "nanoseconds the agent waited on the lock manager for us") \

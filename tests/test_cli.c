@@ -47,6 +47,9 @@
  *                          and a sum), escaped program names.
  *  locks_noinaccessible    -i leaves out a grant whose path is unknown;
  *                          the same grant with its file open stays.
+ *  locks_strided           a strided grant's row says "stride S len L"
+ *                          after its range (JSON: stride, len); a plain
+ *                          one's does not.
  *  run_stats_names_*       `run --stats` counts and names the programs the
  *                          shim could not be in: CMD itself, and a static
  *                          program two levels down (control: a dynamic one
@@ -146,6 +149,9 @@ struct holder {
 /* Set: the next holders keep the data file open while they hold, so that
  * `locks` can name it (otherwise no process shows it: PATH ?). */
 static bool holder_opens;
+/* Set: the next holders' grant is strided, 512 bytes every 1 KiB of
+ * [0, 64 KiB) (nodelock.c, "Strided grants"), instead of [0, 1 MiB). */
+static bool holder_strided;
 
 static void holder_start(struct holder *h, int stop, int die)
 {
@@ -171,6 +177,10 @@ static void holder_start(struct holder *h, int stop, int die)
 			_exit(2);
 		struct rs_nt_req q = { .dev = st.st_dev, .ino = st.st_ino, .start = 0,
 				       .end = MIB, .mode = RS_G_EXSH, .window = 0 };
+		if (holder_strided)
+			q = (struct rs_nt_req){ .dev = st.st_dev, .ino = st.st_ino, .start = 0,
+						.end = 63 * 1024 + 512, .mode = RS_G_EXSH,
+						.exact = 1, .stride = 1024, .blen = 512 };
 		if (rs_nt_acquire(&t, &q, &res, why, sizeof(why)) < 0)
 			_exit(3);
 		c = 'r';
@@ -2094,5 +2104,39 @@ Test(cli, run_stats_names_static_descendants)
 	}
 	rs_rm_rf(base);
 	free(base);
+	free(r);
+}
+
+/*
+ * A strided grant is listed with what it holds: its extent, then
+ * "stride S len L" (JSON: "stride" and "len").  Control: the plain
+ * grant of the same holder has neither.
+ */
+Test(cli, locks_strided)
+{
+	struct holder h;
+	struct rs_run *r = malloc(sizeof(*r));
+
+	cr_assert(r);
+	holder_strided = true;
+	holder_start(&h, 0, 0);
+	holder_strided = false;
+	locks_args(r, NULL);
+	cr_log_info("locks with a strided grant:\n%s", r->out);
+	cr_assert_eq(r->status, 0, "%s", r->out);
+	cr_expect(strstr(r->out, " 0-65024 stride 1024 len 512 "),
+		  "the strided grant is not listed with its stride:\n%s", r->out);
+	locks_args(r, "-J", NULL);
+	cr_expect(strstr(r->out, "\"start\": 0, \"end\": 65024, \"stride\": 1024, \"len\": 512"),
+		  "-J lacks the stride:\n%s", r->out);
+	cr_assert_eq(holder_finish(&h), 0);
+	holder_start(&h, 0, 0);
+	locks_args(r, NULL);
+	cr_expect(strstr(r->out, " 0-1048576 ") && !strstr(r->out, "stride"),
+		  "control: a plain grant listed otherwise:\n%s", r->out);
+	locks_args(r, "-J", NULL);
+	cr_expect(!strstr(r->out, "\"stride\""), "control: -J gives a plain grant a stride:\n%s",
+		  r->out);
+	cr_assert_eq(holder_finish(&h), 0);
 	free(r);
 }

@@ -81,6 +81,15 @@
  *  whole_file_when_alone  a process alone on a file is granted [0, EOF);
  *                    a second process revokes it (idle) and the first one
  *                    is back to windows.
+ *  strided_*         strided grants (nodelock.c, "Strided grants"): two
+ *                    processes' grants of one stride at disjoint offsets
+ *                    coexist, idle, untouched (control: offsets that
+ *                    overlap revoke); an exact request in a gap leaves one
+ *                    alone, one across a block revokes it, a request that
+ *                    expands takes its whole extent; another process's
+ *                    grant in the way of a later block cuts the request
+ *                    before that block, one in the way of the first makes
+ *                    it a plain exact request.
  *  table_full        every grant slot idle: a new request evicts the least
  *                    recently granted one; all busy:
  *                    it waits (table_full) until one is released.
@@ -145,6 +154,7 @@ struct cmd {
 	int whole;              /* OP_ACQUIRE: rs_nt_req.whole */
 	uint32_t idx, gen, n;
 	uint64_t dev, ino, start, end, window;
+	uint64_t stride, blen;  /* OP_ACQUIRE: a strided request */
 	char name[128];
 };
 
@@ -152,7 +162,7 @@ struct rep {
 	int rc;
 	int lost;               /* entered a grant that was revoked meanwhile */
 	uint32_t me, idx, gen, users;
-	uint64_t start, end, wait_ns, gw, seq;
+	uint64_t start, end, wait_ns, gw, seq, stride, blen;
 	int waited, table_full, met;
 	uint32_t revoked, wanted, reclaimed;
 	char why[200];
@@ -248,7 +258,7 @@ static void agent_main(int cfd, int rfd)
 		case OP_ACQUIRE: {
 			struct rs_nt_req q = { .dev = c.dev, .ino = c.ino, .start = c.start, .end = c.end,
 						 .mode = c.mode, .window = c.window, .exact = c.exact,
-						 .whole = c.whole };
+						 .whole = c.whole, .stride = c.stride, .blen = c.blen };
 			struct rs_nt_result res;
 
 			r.rc = rs_nt_acquire(&t, &q, &res, r.why, sizeof(r.why));
@@ -260,6 +270,8 @@ static void agent_main(int cfd, int rfd)
 				r.gen = res.gen;
 				r.start = res.start;
 				r.end = res.end;
+				r.stride = res.stride;
+				r.blen = res.blen;
 				r.waited = res.waited;
 				r.wait_ns = res.wait_ns;
 				r.revoked = res.revoked;
@@ -559,6 +571,29 @@ static int grants_of(uint32_t me, uint32_t state, uint32_t *idx)
 	return n;
 }
 
+/* Do two grants share a byte?  Block by block (a strided grant's blocks
+ * listed one by one, not by stride.h's arithmetic, which this checks). */
+static int grants_share(const struct rs_seg_grant *a, const struct rs_seg_grant *b)
+{
+	uint64_t i = 0, j = 0;
+
+	for (;;) {
+		uint64_t as = a->start + i * a->stride, bs = b->start + j * b->stride;
+		uint64_t ae = a->stride ? as + a->blen : a->end, be = b->stride ? bs + b->blen : b->end;
+
+		if (as >= a->end || bs >= b->end || (a->stride == 0 && i) || (b->stride == 0 && j))
+			return 0;
+		ae = ae < a->end ? ae : a->end;
+		be = be < b->end ? be : b->end;
+		if (as < be && bs < ae)
+			return 1;
+		if (ae <= be)
+			i++;
+		else
+			j++;
+	}
+}
+
 /* No two HELD grants of different owners overlap unless both SHARED. */
 static void assert_no_conflicting_grants(void)
 {
@@ -577,7 +612,7 @@ static void assert_no_conflicting_grants(void)
 				continue;
 			if (a->mode == RS_G_SHARED && b->mode == RS_G_SHARED)
 				continue;
-			cr_assert(a->end <= b->start || b->end <= a->start,
+			cr_assert(!grants_share(a, b),
 				  "grants %u [%llu,%llu) of slot %u and %u [%llu,%llu) of slot %u "
 				  "overlap", i, (unsigned long long)a->start,
 				  (unsigned long long)a->end, a->owner, j,
@@ -2521,4 +2556,113 @@ Test(nodelock, append_mode_shared)
 	agent_kill(a);	/* A's append grant goes with A */
 	rc = agent_wait(c, MUST_MS, "the reader after both appenders left");
 	cr_assert_eq(rc.rc, 0, "%s", rc.why);
+}
+
+/* ---- strided grants ---- */
+
+/* n blocks of blen bytes, stride apart, from start, in mode; the grant
+ * idle afterwards (cached, nobody inside). */
+static struct rep acquire_strided(struct agent *a, uint64_t start, uint64_t stride,
+				  uint64_t blen, uint64_t n, unsigned mode)
+{
+	struct cmd c = acq_cmd(start, start + (n - 1) * stride + blen, mode, WINDOW, 0);
+	struct rep r;
+
+	c.exact = 1;
+	c.stride = stride;
+	c.blen = blen;
+	r = agent_do(a, &c, "strided acquire");
+	cr_assert_eq(r.rc, 0, "%s", r.why);
+	return r;
+}
+
+/* Idle strided grants of one stride at disjoint offsets coexist; at
+ * overlapping offsets the later request revokes the earlier grant. */
+Test(nodelock, strided_apart)
+{
+	struct agent *a = agent_start(), *b = agent_start(), *c = agent_start();
+	struct rep ra, rb, rc;
+	struct rs_segment *s;
+
+	agent_register(a);
+	agent_register(b);
+	agent_register(c);
+	s = view_attach();
+	ra = acquire_strided(a, 0, KIB, 512, 64, RS_G_EXSH);
+	cr_assert_eq(ra.stride, KIB, "A's request was not granted strided");
+	cr_assert_eq(ra.end, 63 * KIB + 512);
+	rb = acquire_strided(b, 512, KIB, 512, 64, RS_G_EXSH);
+	cr_assert_eq(rb.stride, KIB, "B's blocks sit between A's, yet B was not granted strided");
+	cr_assert_eq(rb.end, 64 * KIB, "B's lookahead was cut: [%llu, %llu)",
+		     (unsigned long long)rb.start, (unsigned long long)rb.end);
+	cr_assert_eq(rb.revoked + rb.wanted, 0);
+	cr_assert_not(rb.waited);
+	cr_assert_eq(RS_GW_GEN(atomic_load(&s->grants[ra.idx].gw)), ra.gen, "A's grant was revoked");
+	/* Control: C's blocks overlap A's and B's: its first block takes
+	 * theirs (idle: revoked), as any exact request would. */
+	rc = acquire_strided(c, 256, KIB, 512, 64, RS_G_EXSH);
+	cr_assert_eq(rc.stride, 0, "control: C granted strided over A's and B's blocks");
+	cr_assert_eq(rc.end - rc.start, 512);
+	cr_assert_eq(rc.revoked, 2, "control: C revoked %u grants, not A's and B's", rc.revoked);
+	assert_no_conflicting_grants();
+}
+
+/* A plain request meets a strided grant only where it meets a block;
+ * one that expands takes its whole extent. */
+Test(nodelock, strided_exact_in_gap)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct rep ra, rb;
+	struct rs_segment *s;
+
+	agent_register(a);
+	agent_register(b);
+	s = view_attach();
+	ra = acquire_strided(a, 0, KIB, 512, 64, RS_G_EXSH);
+	rb = acquire_exact(b, 512, KIB, 0);
+	cr_assert_eq(rb.revoked + rb.wanted, 0, "an exact request in a gap took A's grant");
+	rb = acquire_exact(b, 9 * KIB + 512, 10 * KIB, 0);
+	cr_assert_eq(RS_GW_GEN(atomic_load(&s->grants[ra.idx].gw)), ra.gen, "A's grant was revoked");
+	/* Across a gap and the next block: A's grant goes (idle). */
+	rb = acquire_exact(b, 20 * KIB + 768, 21 * KIB + 256, 0);
+	cr_assert_eq(rb.revoked, 1, "a request across A's block left A's grant");
+	cr_assert_neq(RS_GW_GEN(atomic_load(&s->grants[ra.idx].gw)), ra.gen);
+	/* A request that expands takes the whole extent, gap or not. */
+	ra = acquire_strided(a, 64 * KIB, KIB, 512, 64, RS_G_EXSH);
+	cr_assert_eq(ra.stride, KIB);
+	rb = acquire(b, 64 * KIB + 512, 65 * KIB, RS_G_EXSH, WINDOW, 0);
+	cr_assert_eq(rb.revoked, 1, "a request that expands kept clear of A's grant's gaps");
+	assert_no_conflicting_grants();
+}
+
+/* Lookahead never waits or revokes: it stops before another process's
+ * grant; a grant on the call's own block makes a plain exact request. */
+Test(nodelock, strided_cut)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct rep ra, rb;
+	struct rs_segment *s;
+
+	agent_register(a);
+	agent_register(b);
+	s = view_attach();
+	ra = acquire_exact(a, 10 * KIB, 10 * KIB + 512, 0);
+	rb = acquire_strided(b, 0, KIB, 512, 64, RS_G_EXSH);
+	cr_assert_eq(rb.stride, KIB);
+	cr_assert_eq(rb.end, 9 * KIB + 512, "B's lookahead not cut before A's block: ends at %llu",
+		     (unsigned long long)rb.end);
+	cr_assert_eq(rb.revoked + rb.wanted, 0);
+	cr_assert_eq(RS_GW_GEN(atomic_load(&s->grants[ra.idx].gw)), ra.gen);
+	/* A's grant one block on: B keeps its first block only, plain. */
+	rb = acquire_strided(b, 9 * KIB, KIB, 512, 64, RS_G_EXSH);
+	cr_assert_eq(rb.stride, 0);
+	cr_assert_eq(rb.end, 9 * KIB + 512);
+	/* On the call's own block: decided as an exact request (A's is
+	 * idle: revoked). */
+	rb = acquire_strided(b, 10 * KIB, KIB, 512, 64, RS_G_EXSH);
+	cr_assert_eq(rb.stride, 0);
+	cr_assert_eq(rb.start, 10 * KIB);
+	cr_assert_eq(rb.end, 10 * KIB + 512);
+	cr_assert_eq(rb.revoked, 1);
+	assert_no_conflicting_grants();
 }

@@ -12,7 +12,8 @@ const struct iface_cmd iface_cmds[] = {
 	{ "env", "[options]", "print the variables `run` would set, for eval", true,
 	  "Each line is NAME=VALUE; export NAME, for eval in any Bourne shell.\n" },
 	{ "locks", "[options] [PATH...]", "list the node lock table's grants, like lslocks", false,
-	  "Each grant: its byte range START-END (END excluded; EOF: to infinity), mode\n"
+	  "Each grant: its byte range START-END (END excluded; EOF: to infinity; a\n"
+	  "strided grant adds \"stride S len L\": L bytes every S only), mode\n"
 	  "(EXSH: exclusive to other processes; SHARED: readers; APPEND: O_APPEND\n"
 	  "writers), state (HELD, or WAIT for a queued request), holder and its process\n"
 	  "state, calls in progress, whether another process wants it, and its age.\n"

@@ -14,6 +14,7 @@
 #include "clusteragent.h"
 #include "clusterlock.h"
 #include "fileid.h"
+#include "stride.h"
 
 #define MAX_BLOCKERS 32
 #define MAX_KERNEL 4096   /* kernel locks listed at most */
@@ -38,6 +39,9 @@ struct row {
 	struct proc_info kpi;
 	int32_t pid;
 	uint64_t dev, ino, start, end, since_ns;
+	/* A strided grant's blocks (nodelock.c, "Strided grants"): blen
+	 * bytes every stride bytes from start; stride 0: all of the range. */
+	uint64_t stride, blen;
 	char *path;                   /* malloc'd, or NULL if not found */
 	/* A WAIT entry: the process slots whose HELD grants block it (as
 	 * lslocks' BLOCKER), and those queued ahead of it on its range. */
@@ -124,9 +128,9 @@ static int row_cmp(const void *a, const void *b)
 }
 
 /* Do grants a and b of two processes exclude each other?  The table's
- * own rule (nodelock.c): same file, overlapping, not both SHARED or both
- * APPEND; a
- * malformed range counts as the whole file. */
+ * own rule (nodelock.c): same file, sharing a byte (block by block for
+ * strided grants, stride.h), not both SHARED or both APPEND; a malformed
+ * range counts as the whole file. */
 static bool conflict(const struct row *a, const struct row *b)
 {
 	bool a_all = a->start >= a->end, b_all = b->start >= b->end;
@@ -136,7 +140,9 @@ static bool conflict(const struct row *a, const struct row *b)
 		return false;
 	if (a->mode == b->mode && (a->mode == RS_G_SHARED || a->mode == RS_G_APPEND))
 		return false;
-	return a_all || b_all || (a->start < b->end && b->start < a->end);
+	return a_all || b_all ||
+	       rs_stride_meet(a->start, a->end, a->stride, a->blen, b->start, b->end, b->stride,
+			      b->blen);
 }
 
 static void add_slot(uint32_t *v, uint32_t *n, uint32_t slot)
@@ -347,7 +353,8 @@ static struct row *collect_rows(const struct table *t, const struct agent_grants
 			.alive = t->alive[g->owner],
 			.pid = t->seg->procs[g->owner].pid,
 			.dev = g->dev, .ino = g->ino, .start = g->start, .end = g->end,
-			.since_ns = g->since_ns, .ticket = g->ticket,
+			.stride = rs_stride_ok(g->start, g->end, g->stride, g->blen) ? g->stride : 0,
+			.blen = g->blen, .since_ns = g->since_ns, .ticket = g->ticket,
 			.present = st == RS_G_WAIT && (g->flags & RS_WF_STARVED) &&
 				   (int64_t)(t->copied_ns - g->beat_ns) < (int64_t)RS_PRESENT_NS,
 		};
@@ -534,7 +541,8 @@ static const struct column {
 	{ "WANTED", 6, false, "whether another process asked for it back" },
 	{ "AGE", 7, true, "time since it was granted, or queued" },
 	{ "BLOCKER", 15, false, "for a WAIT entry, the pids whose locks block it" },
-	{ "RANGE", 23, false, "START-END in bytes, END excluded; EOF: to infinity" },
+	{ "RANGE", 23, false, "START-END in bytes, END excluded; EOF: to infinity; a strided "
+			      "grant adds \"stride S len L\": only L bytes every S" },
 	{ "DEV:INO", 14, false, "the file, major:minor:inode" },
 	{ "PATH", 0, false, "the file's path, ? if no process shows it" },
 	{ "TYPE", 7, false, "NODE (table grant), CLUSTER (agent), POSIX, OFDLCK or FLOCK (kernel)" },
@@ -668,6 +676,9 @@ static void format_cell(char *buf, size_t len, const struct table *t, const stru
 	case C_RANGE:
 		if (r->end == RS_RANGE_EOF)
 			snprintf(tmp, sizeof(tmp), "%" PRIu64 "-EOF", r->start);
+		else if (r->stride)	/* only its blocks: say which */
+			snprintf(tmp, sizeof(tmp), "%" PRIu64 "-%" PRIu64 " stride %" PRIu64
+				 " len %" PRIu64, r->start, r->end, r->stride, r->blen);
 		else
 			snprintf(tmp, sizeof(tmp), "%" PRIu64 "-%" PRIu64, r->start, r->end);
 		break;
@@ -864,6 +875,8 @@ static void json_range(const struct row *r)
 		fputs("null", stdout);
 	else
 		printf("%" PRIu64, r->end);
+	if (r->stride)
+		printf(", \"stride\": %" PRIu64 ", \"len\": %" PRIu64, r->stride, r->blen);
 	printf(", \"mode\": \"%s\"", mode_name(r));
 }
 

@@ -70,6 +70,23 @@
  *       or past the end: short).  No truncation, whose lock would run to
  *       infinity and cover everything by itself.  Prints calls and pid
  *       (for its RANGESHIM_STATS file).
+ *   node_probe stride  file=F procs=N count=C block=B seconds=S [cross=1]
+ *                      [shuffle=1]
+ *       N ranks (processes) on interleaved blocks of B bytes: rank r owns
+ *       blocks j*N + r, j < C.  Each pass, a rank pwrites all of its
+ *       blocks in order (each of one byte value, new each pass), then
+ *       preads them back and counts blocks that are not of one value
+ *       (torn).  Passes until S seconds are up, at least one (S=0: one).
+ *       cross=1: a third process meanwhile alternates a pwrite of 4 whole
+ *       blocks (2 of each rank's, with N=2) and a pread of 4 blocks
+ *       starting mid-block, counting block portions not of one value.
+ *       threads=T: T threads in each rank do the same at once, each
+ *       writing values of its own (so that a read can tear inside a
+ *       rank too).
+ *       shuffle=1: each rank visits its blocks in a random order (the
+ *       shim's lookahead, the blocks after the call's, seldom holds the
+ *       next one).  Prints calls (the ranks'), torn,
+ *       cross_reads, cross_writes and each rank's pid.
  *   node_probe closehold file=F hold_ms=T [keep_open=1]
  *       Opens, writes, closes (unless keep_open), prints "closed" and
  *       sleeps T ms so that the test can look at the table meanwhile.
@@ -111,12 +128,13 @@ struct args {
 	int writers, readers, procs, id, nw, slot;
 	int direct, rw, overlap, kill_ms, hold_ms, keep_open, count, idle, whole;
 	int vec, wfirst, rfirst;
+	int cross, shuffle, threads;
 };
 
 static struct args A = {
 	.block = (long long)MIB, .size = (long long)MIB, .len = 16 * (long long)MIB,
 	.io = 4096, .seconds = 1.0, .writers = 1, .readers = 1, .procs = 2, .nw = 1,
-	.kill_ms = 300, .hold_ms = 1000, .count = 10,
+	.kill_ms = 300, .hold_ms = 1000, .count = 10, .threads = 1,
 };
 static char self_exe[4096];
 
@@ -341,6 +359,9 @@ static void parse(int argc, char **argv)
 		else if (IS("keep_open")) A.keep_open = atoi(v);
 		else if (IS("count")) A.count = atoi(v);
 		else if (IS("idle")) A.idle = atoi(v);
+		else if (IS("cross")) A.cross = atoi(v);
+		else if (IS("shuffle")) A.shuffle = atoi(v);
+		else if (IS("threads")) A.threads = atoi(v);
 		else {
 			fprintf(stderr, "node_probe: unknown key in '%s'\n", argv[i]);
 			exit(2);
@@ -1532,6 +1553,174 @@ static void cmd_selftest(void)
 		(unsigned long long)s.torn, bad);
 }
 
+/* ---- stride ---- */
+
+/* Is every block portion of buf (len bytes read at off) of one value? */
+static int portions_uniform(const unsigned char *buf, uint64_t off, size_t len, uint64_t bs)
+{
+	for (size_t i = 0; i < len;) {
+		size_t n = (size_t)(bs - (off + i) % bs);
+
+		if (n > len - i)
+			n = len - i;
+		if (!uniform(buf + i, n))
+			return 0;
+		i += n;
+	}
+	return 1;
+}
+
+static long long *stride_order(long long n)
+{
+	long long *order = calloc((size_t)n, sizeof(*order));
+
+	if (!order)
+		die("calloc");
+	for (long long j = 0; j < n; j++)
+		order[j] = j;
+	rnd_state = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull | 1;
+	for (long long j = n - 1; A.shuffle && j > 0; j--) {
+		long long k = (long long)(rnd() % (uint64_t)(j + 1)), t = order[j];
+
+		order[j] = order[k];
+		order[k] = t;
+	}
+	return order;
+}
+
+struct stride_thread {
+	pthread_t tid;
+	int fd, t;
+	const long long *order;
+	uint64_t deadline, writes, reads, torn, errs;
+};
+
+static void *stride_thread_main(void *arg)
+{
+	struct stride_thread *s = arg;
+	size_t bs = (size_t)A.block;
+	unsigned char *buf = xalloc(bs), *rd = xalloc(bs);
+
+	for (int pass = 0; pass == 0 || now_ns() < s->deadline; pass++) {
+		/* Ranks' values 1..120, new each pass and thread; the
+		 * crosser's 200 up. */
+		memset(buf, 1 + (A.id * 61 + pass * 7 + s->t) % 120, bs);
+		for (long long j = 0; j < A.count; j++, s->writes++)
+			if (pwrite(s->fd, buf, bs, (off_t)((s->order[j] * A.procs + A.id) * A.block)) !=
+			    (ssize_t)bs)
+				s->errs++;
+		for (long long j = 0; j < A.count; j++, s->reads++) {
+			if (pread(s->fd, rd, bs, (off_t)((s->order[j] * A.procs + A.id) * A.block)) !=
+			    (ssize_t)bs)
+				s->errs++;
+			else if (!uniform(rd, bs))
+				s->torn++;
+		}
+	}
+	free(buf);
+	free(rd);
+	return NULL;
+}
+
+static void role_stride_rank(void)
+{
+	struct stride_thread th[8] = { { 0 } };
+	long long *order = stride_order(A.count);
+	int fd = open_data(0), n = A.threads < 1 ? 1 : A.threads > 8 ? 8 : A.threads;
+	uint64_t writes = 0, reads = 0, torn = 0, errs = 0;
+
+	sleep_until((uint64_t)A.start_ns);
+	for (int t = 0; t < n; t++) {
+		th[t] = (struct stride_thread){ .fd = fd, .t = t, .order = order,
+						.deadline = now_ns() + (uint64_t)(A.seconds * 1e9) };
+		if (t && pthread_create(&th[t].tid, NULL, stride_thread_main, &th[t]) != 0)
+			die("pthread_create");
+	}
+	stride_thread_main(&th[0]);
+	for (int t = 0; t < n; t++) {
+		if (t)
+			pthread_join(th[t].tid, NULL);
+		writes += th[t].writes;
+		reads += th[t].reads;
+		torn += th[t].torn;
+		errs += th[t].errs;
+	}
+	close(fd);
+	printf("pid=%d writes=%llu reads=%llu torn=%llu errors=%llu\n", (int)getpid(),
+	       (unsigned long long)writes, (unsigned long long)reads, (unsigned long long)torn,
+	       (unsigned long long)errs);
+	exit(errs ? 1 : 0);
+}
+
+/* Ranges across the ranks' blocks: whole blocks written, reads from the
+ * middle of one, so that every call meets blocks of both ranks. */
+static void role_stride_cross(void)
+{
+	uint64_t bs = (uint64_t)A.block, nb = (uint64_t)A.count * (uint64_t)A.procs;
+	unsigned char *buf = xalloc(5 * bs);
+	int fd = open_data(0);
+	uint64_t deadline, writes = 0, reads = 0, torn = 0, errs = 0;
+
+	rnd_state = (uint64_t)getpid() * 0x2545f4914f6cdd1dull | 1;
+	sleep_until((uint64_t)A.start_ns);
+	deadline = now_ns() + (uint64_t)(A.seconds * 1e9);
+	for (uint64_t i = 0; nb > 5 && now_ns() < deadline; i++) {
+		uint64_t k = rnd() % (nb - 5);
+
+		if (i % 2) {
+			memset(buf, 200 + (int)(i / 2 % 50), 4 * bs);
+			if (pwrite(fd, buf, 4 * bs, (off_t)(k * bs)) != (ssize_t)(4 * bs))
+				errs++;
+			writes++;
+		} else {
+			uint64_t off = k * bs + bs / 2;
+			ssize_t r = pread(fd, buf, 4 * bs, (off_t)off);
+
+			if (r != (ssize_t)(4 * bs))
+				errs++;
+			else if (!portions_uniform(buf, off, (size_t)r, bs))
+				torn++;
+			reads++;
+		}
+	}
+	close(fd);
+	printf("pid=%d cross_writes=%llu cross_reads=%llu torn=%llu errors=%llu\n", (int)getpid(),
+	       (unsigned long long)writes, (unsigned long long)reads, (unsigned long long)torn,
+	       (unsigned long long)errs);
+	exit(errs ? 1 : 0);
+}
+
+static void cmd_stride(void)
+{
+	struct kid k[MAXKIDS];
+	struct argvb b;
+	int n = A.procs + (A.cross != 0), bad;
+
+	if (A.procs < 1 || n > MAXKIDS || A.block <= 0 || A.count <= 0)
+		die("bad sizes");
+	/* Whole from the start, so that every read is full. */
+	prefill((size_t)(A.count * A.procs * A.block), 0x7f);
+	A.start_ns = (long long)(now_ns() + 300000000ull);
+	for (int i = 0; i < n; i++) {
+		base_args(&b, i < A.procs ? "sw" : "sc");
+		ab(&b, "id=%d", i);
+		ab(&b, "procs=%d", A.procs);
+		ab(&b, "count=%d", A.count);
+		ab(&b, "shuffle=%d", A.shuffle);
+		ab(&b, "threads=%d", A.threads);
+		spawn(&k[i], &b);
+	}
+	bad = collect(k, n, 120 + A.seconds);
+	for (int i = 0; i < A.procs; i++)
+		printf("rank%d_pid=%lld ", i, field(k[i].out, "pid"));
+	printf("calls=%lld torn=%lld cross_reads=%lld cross_writes=%lld ",
+	       sum(k, A.procs, "writes") + sum(k, A.procs, "reads"), sum(k, n, "torn"),
+	       sum(k, n, "cross_reads"), sum(k, n, "cross_writes"));
+	unlink(A.file);
+	verdict(bad == 0 && sum(k, n, "torn") == 0, "%d workers failed, %lld torn", bad,
+		sum(k, n, "torn"));
+}
+
 /* ---- closehold ---- */
 
 static void cmd_closehold(void)
@@ -1607,6 +1796,12 @@ int main(int argc, char **argv)
 		cmd_selftest();
 	else if (!strcmp(argv[1], "closehold"))
 		cmd_closehold();
+	else if (!strcmp(argv[1], "sw"))
+		role_stride_rank();
+	else if (!strcmp(argv[1], "sc"))
+		role_stride_cross();
+	else if (!strcmp(argv[1], "stride"))
+		cmd_stride();
 	fprintf(stderr, "node_probe: unknown command %s\n", argv[1]);
 	return 2;
 }
