@@ -1984,7 +1984,13 @@ Test(nodelock, fifo)
 		     (unsigned long long)rc.seq, (unsigned long long)rb.seq);
 }
 
-/* A newcomer overlapping only a waiter (not the holder) queues behind it. */
+static void wait_starved(struct agent *v);
+
+/* A newcomer overlapping only a starved waiter (not the holder) queues
+ * behind it.  Before its waiter marks itself starved (1 ms of waiting,
+ * seen by the waiter while it runs: nodelock.c), a newcomer may take the
+ * free range: that is the competitive phase, so the test waits for the
+ * mark (a loaded machine once let C in first while B had not run). */
 Test(nodelock, fifo_newcomer_behind_waiter)
 {
 	struct agent *a = agent_start(), *b = agent_start(), *c = agent_start();
@@ -1999,6 +2005,7 @@ Test(nodelock, fifo_newcomer_behind_waiter)
 	simple(a, OP_ENTER, ra.idx, 0);
 	agent_send(b, &qb);	/* B: [0,128K) waits for A's [0,64K) */
 	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS));
+	wait_starved(b);
 	agent_send(c, &qc);	/* C: [96K,112K), free, but B asked first */
 	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS),
 		      "C overtook B's earlier overlapping request");
