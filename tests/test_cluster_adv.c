@@ -708,6 +708,19 @@ Test(cluster_adv, own_locks_shared, .timeout = 120)
 	 * cluster grant from node A. */
 	rs_run(&r, (char *[]){ PROBE, "pwrite", path, "1048576", "100", NULL }, cb.env, 1, RETURN_S);
 	cr_log_info("node B pwrite: %d %s", r.status, r.out);
+	if (r.status != 0) {
+		/* Seen twice beside a second make test and not reproduced
+		 * alone: leave the next one its two nodes' listings. */
+		static struct rs_run l;
+
+		for (int n = 0; n < 2; n++) {
+			const char *shm = strchr((n ? cb : ca).shm, '=') + 1;
+
+			rs_run(&l, (char *[]){ RS_BUILD_DIR "/rangeshim", "locks", "--shm",
+					       (char *)shm, NULL }, NULL, 0, 15);
+			cr_log_error("node %c while B's write was stuck: %s", 'A' + n, l.out);
+		}
+	}
 	cr_expect_eq(r.status, 0, "node B's write did not return under node A's lock: %s", r.out);
 	cr_expect_eq(rs_field(r.out, "rc"), 100);
 
