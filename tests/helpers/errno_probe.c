@@ -147,7 +147,36 @@ static const char *const iov_names[8] = {
 	"preadv2cur", "pwritev2cur",
 };
 
-static void fork_case(const char *name, int which, int fd, const struct iovec *iov, int cnt)
+/* fd's descriptor, or with path a file of the child's own that it has just
+ * written alone with heap iovec arrays: a single-threaded process alone on
+ * a file is granted all of it, and then the shim neither locks a range nor
+ * reads the array (shim/iolock.h, rs_iov_solo): the kernel alone meets the
+ * bad pointer, as it does without the shim. */
+static int case_fd(const char *name, int fd, const char *path)
+{
+	struct iovec *h;
+
+	if (!path)
+		return fd;
+	h = malloc(sizeof(*h) * 2);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || !h) {
+		printf("case=%s ret=setupfail errno=%d\n", name, errno);
+		return -2;
+	}
+	h[0] = (struct iovec){ buf, 10 };
+	h[1] = (struct iovec){ buf + 100, 10 };
+	for (int i = 0; i < 3; i++)
+		if (pwritev(fd, h, 2, 0) != 20) {
+			printf("case=%s ret=warmfail errno=%d\n", name, errno);
+			return -2;
+		}
+	return fd;
+}
+
+/* The vector call `which` with iov in a child, on case_fd's descriptor. */
+static void fork_case(const char *name, int which, int fd, const char *path,
+		      const struct iovec *iov, int cnt)
 {
 	pid_t p;
 	int st;
@@ -158,59 +187,13 @@ static void fork_case(const char *name, int which, int fd, const struct iovec *i
 		long long r;
 		int e;
 
-		errno = 0;
-		r = iov_call(which, fd, iov, cnt);
-		e = errno;
-		printf("case=%s ret=%lld errno=%d\n", name, r, r < 0 ? e : 0);
-		fflush(stdout);
-		_exit(0);
-	}
-	if (p < 0 || waitpid(p, &st, 0) != p)
-		printf("case=%s ret=forkfail errno=%d\n", name, errno);
-	else if (WIFSIGNALED(st))
-		printf("case=%s ret=signal%d errno=0\n", name, WTERMSIG(st));
-	else if (WEXITSTATUS(st) != 0)
-		printf("case=%s ret=exit%d errno=0\n", name, WEXITSTATUS(st));
-	ncases++;
-}
-
-/*
- * The same, on a file of its own that the child has just written alone
- * with heap iovec arrays: a single-threaded process alone on a file is
- * granted all of it, and then the shim neither locks a range nor reads
- * the array (shim/iolock.h, rs_iov_solo): the kernel alone meets the bad
- * pointer, as it does without the shim.
- */
-static void fork_whole_case(const char *name, int which, const char *path,
-			    const struct iovec *iov, int cnt)
-{
-	pid_t p;
-	int st;
-
-	fflush(stdout);
-	p = fork();
-	if (p == 0) {
-		struct iovec *h = malloc(sizeof(*h) * 2);
-		long long r;
-		int e, fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
-
-		if (fd < 0 || !h) {
-			printf("case=%s ret=setupfail errno=%d\n", name, errno);
-			fflush(stdout);
-			_exit(0);
+		fd = case_fd(name, fd, path);
+		if (fd != -2) {
+			errno = 0;
+			r = iov_call(which, fd, iov, cnt);
+			e = errno;
+			printf("case=%s ret=%lld errno=%d\n", name, r, r < 0 ? e : 0);
 		}
-		h[0] = (struct iovec){ buf, 10 };
-		h[1] = (struct iovec){ buf + 100, 10 };
-		for (int i = 0; i < 3; i++)
-			if (pwritev(fd, h, 2, 0) != 20) {
-				printf("case=%s ret=warmfail errno=%d\n", name, errno);
-				fflush(stdout);
-				_exit(0);
-			}
-		errno = 0;
-		r = iov_call(which, fd, iov, cnt);
-		e = errno;
-		printf("case=%s ret=%lld errno=%d\n", name, r, r < 0 ? e : 0);
 		fflush(stdout);
 		_exit(0);
 	}
@@ -473,14 +456,14 @@ int main(int argc, char **argv)
 		edge->iov_base = buf;
 		edge->iov_len = 10;
 		for (int w = 0; w < 8; w++) {
-			fork_case(nm("efault_unmapped_iov", iov_names[w]), w, fd_main, gone, 1);
-			fork_case(nm("efault_half_iov", iov_names[w]), w, fd_main, edge, 2);
-			fork_case(nm("ebadf_unmapped_iov", iov_names[w]), w, -1, gone, 1);
-			fork_case(nm("espipe_unmapped_iov", iov_names[w]), w, pp[1], gone, 1);
-			fork_whole_case(nm("efault_whole_unmapped_iov", iov_names[w]), w, p_whole,
-					gone, 1);
-			fork_whole_case(nm("efault_whole_half_iov", iov_names[w]), w, p_whole,
-					edge, 2);
+			fork_case(nm("efault_unmapped_iov", iov_names[w]), w, fd_main, NULL, gone, 1);
+			fork_case(nm("efault_half_iov", iov_names[w]), w, fd_main, NULL, edge, 2);
+			fork_case(nm("ebadf_unmapped_iov", iov_names[w]), w, -1, NULL, gone, 1);
+			fork_case(nm("espipe_unmapped_iov", iov_names[w]), w, pp[1], NULL, gone, 1);
+			fork_case(nm("efault_whole_unmapped_iov", iov_names[w]), w, -1, p_whole,
+				  gone, 1);
+			fork_case(nm("efault_whole_half_iov", iov_names[w]), w, -1, p_whole,
+				  edge, 2);
 		}
 	}
 
