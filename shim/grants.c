@@ -27,6 +27,7 @@
 #include "log.h"
 #include "nodelock.h"
 #include "stats.h"
+#include "stride.h"
 
 /* Expansion window for uncontended grants (nodelock.c). */
 #define RS_GRANT_WINDOW (4ull << 20)
@@ -437,20 +438,19 @@ static int strided_enter(struct rs_segment *seg, struct rs_file *f, uint64_t sta
 			 uint64_t end, unsigned rlmode, struct rs_gref *ref)
 {
 	uint64_t w = atomic_load_explicit(&f->strided, memory_order_acquire);
-	uint64_t base, stride, len, in;
+	uint64_t base, gend, stride, len;
 	struct rs_seg_grant *g;
 
 	if (!w)
 		return 0;
 	g = (struct rs_seg_grant *)((char *)seg + (uint32_t)w);
 	base = __atomic_load_n(&g->start, __ATOMIC_ACQUIRE);
+	gend = __atomic_load_n(&g->end, __ATOMIC_RELAXED);
 	stride = __atomic_load_n(&g->stride, __ATOMIC_RELAXED);
 	len = __atomic_load_n(&g->blen, __ATOMIC_RELAXED);
-	if (!stride || start < base || end > __atomic_load_n(&g->end, __ATOMIC_RELAXED) ||
-	    !(__atomic_load_n(&g->mode, __ATOMIC_RELAXED) & rlmode))
-		return 0;
-	in = (start - base) % stride;
-	if (in >= len || end - start > len - in || !rs_grant_join(g, w, ref))
+	if (!rs_stride_ok(base, gend, stride, len) ||
+	    !rs_stride_holds(base, gend, stride, len, start, end) ||
+	    !(__atomic_load_n(&g->mode, __ATOMIC_RELAXED) & rlmode) || !rs_grant_join(g, w, ref))
 		return 0;
 	ref->file = f;
 	return 1;

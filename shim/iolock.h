@@ -590,9 +590,8 @@ entered:
 	 * set it before we locked (interpose.c, setfl_begin). */
 	/* Alone at the file offset, the entry's address is found again
 	 * from fd (rs_fd_entries never moves once set, fdtable.c) rather
-	 * than kept across the lseek: one value fewer to keep there, and gcc
-	 * no longer spills it in write_solo (read/write 117 -> 116, writev
-	 * 139 -> 138, append 147 -> 145, callgrind). */
+	 * than kept across the lseek: one value fewer to keep there, which
+	 * gcc would spill in write_solo (tests/callgrind.sh counts it). */
 	if (__builtin_expect((atomic_load_explicit((solo && (how & RS_HOW_CURSOR))
 							   ? &rs_fd_entries[fd] : ep,
 						   memory_order_acquire) != e) |

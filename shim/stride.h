@@ -40,6 +40,19 @@ static inline uint64_t rs_stride_first(uint64_t base, uint64_t end, uint64_t str
 	return stride - in < c - a ? k + 1 : UINT64_MAX;
 }
 
+/* Does one block of (base, end, stride, len), a well-formed set
+ * (rs_stride_ok), hold all of [a, c), a non-empty range? */
+static inline int rs_stride_holds(uint64_t base, uint64_t end, uint64_t stride, uint64_t len,
+				  uint64_t a, uint64_t c)
+{
+	uint64_t in;
+
+	if (a < base || c > end || a >= c)
+		return 0;
+	in = (a - base) % stride;	/* where a lies in its block's period */
+	return in < len && c - a <= len - in;
+}
+
 /* Do two sets of blocks of one stride miss each other whatever their
  * extents?  Only when their blocks sit at disjoint offsets modulo it. */
 static inline int rs_stride_apart(uint64_t base1, uint64_t len1, uint64_t base2,

@@ -123,6 +123,7 @@
 #include <unistd.h>
 
 #include "nodelock.h"
+#include "stride.h"
 #include "rangeshim/rangelock.h"
 #include "segment.h"
 
@@ -2583,6 +2584,23 @@ static struct rep acquire_strided(struct agent *a, uint64_t start, uint64_t stri
 	return r;
 }
 
+
+/* Which calls a cached strided grant serves by itself (grants.c,
+ * strided_enter): a range inside one block, never one across a gap. */
+Test(nodelock, stride_holds)
+{
+	/* Blocks [1024 + k*4096, +512) below 1024 + 3*4096. */
+	const uint64_t b = 1024, e = 1024 + 3 * 4096, s = 4096, l = 512;
+
+	cr_assert(rs_stride_holds(b, e, s, l, b, b + l), "the first block whole");
+	cr_assert(rs_stride_holds(b, e, s, l, b + 2 * s + 100, b + 2 * s + 512), "a tail of the last");
+	cr_assert_not(rs_stride_holds(b, e, s, l, b + 100, b + l + 1), "one byte into the gap");
+	cr_assert_not(rs_stride_holds(b, e, s, l, b + l, b + s), "the gap itself");
+	cr_assert_not(rs_stride_holds(b, e, s, l, b, b + s + l), "two blocks and the gap between");
+	cr_assert_not(rs_stride_holds(b, e, s, l, b - 1, b + 10), "from before the first block");
+	cr_assert_not(rs_stride_holds(b, e, s, l, e, e + 10), "past the end");
+	cr_assert_not(rs_stride_holds(b, e, s, l, b + 10, b + 10), "an empty range");
+}
 /* Idle strided grants of one stride at disjoint offsets coexist; at
  * overlapping offsets the later request revokes the earlier grant. */
 Test(nodelock, strided_apart)
