@@ -17,19 +17,26 @@ esac
 # A node lock table of our own, so that tests neither meet a user's
 # segment nor leave theirs behind.
 export RANGESHIM_SHM="/rangeshim-test.$$"
-trap 'rm -f "/dev/shm/rangeshim-test.$$"' EXIT
 status=0
 total=0
 failed=0
+# Each suite's output is also kept, so that the last lines of the run (all
+# that a CI page may show) name the failed tests and their messages.
+logdir=$(mktemp -d)
+trap 'rm -f "/dev/shm/rangeshim-test.$$"; rm -rf "$logdir"' EXIT
+failures=""
 for t in "$build"/tests/test_*; do
 	[ -x "$t" ] || continue
 	echo "== $t"
-	if "$t" --jobs 2 --timeout 120; then
-		:
-	else
-		echo "tests/run.sh: $t exited with status $?" >&2
+	log="$logdir/$(basename "$t")"
+	rc=0
+	{ "$t" --jobs 2 --timeout 120 2>&1 || echo $? >"$log.rc"; } | tee "$log"
+	[ -f "$log.rc" ] && rc=$(cat "$log.rc")
+	if [ "$rc" != 0 ]; then
+		echo "tests/run.sh: $t exited with status $rc" >&2
 		status=1
 		failed=$((failed + 1))
+		failures="$failures $log"
 	fi
 	total=$((total + 1))
 done
@@ -50,5 +57,10 @@ if [ "$total" = 0 ]; then
 	echo "tests/run.sh: no test suites in $build/tests" >&2
 	exit 1
 fi
+for log in $failures; do
+	echo "== failed in $(basename "$log"):"
+	grep -E '^\[FAIL\]|[Cc]rash|[Tt]imed out' "$log"
+	grep -E '^\[----\]' "$log" | head -n 12
+done
 echo "suites: $((total - failed)) passed, $failed failed"
 exit $status
