@@ -781,13 +781,13 @@ static int node_busy(const struct afile *f)
  */
 static int table_gone;   /* poller thread only */
 
-static void table_check(uint64_t now)
+static void table_check(uint64_t now, int force)
 {
 	static uint64_t next;
 	char path[300];
 	struct stat st, ours;
 
-	if (table_gone || now < next)
+	if (table_gone || (now < next && !force))
 		return;
 	next = now + 1000000000ULL;
 	if (fstat(nt.map.fd, &ours) < 0)
@@ -861,10 +861,14 @@ static int tick(void)
 		}
 		pthread_mutex_unlock(&files_mu);
 	}
-	table_check(now);
-	return nfiles == 0 && atomic_load(&conns) == 0 &&
-	       now - atomic_load(&last_activity_ns) > IDLE_EXIT_NS &&
-	       !(table_gone && table_users(now));
+	table_check(now, 0);
+	if (nfiles || atomic_load(&conns) || now - atomic_load(&last_activity_ns) <= IDLE_EXIT_NS)
+		return 0;
+	/* Leaving: a table removed in the last second would keep no agent
+	 * for the processes still attached to it (their calls fail with
+	 * EIO), so look again now. */
+	table_check(now, 1);
+	return !(table_gone && table_users(now));
 }
 
 static void *poller(void *arg)
