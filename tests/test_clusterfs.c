@@ -29,6 +29,9 @@
 #include "clusterfs.h"
 #include "config.h"
 
+/* Parsing and deciding only: anything slower than this is a hang. */
+TestSuite(clusterfs, .timeout = 60);
+
 static struct rs_mnt parse_ok(const char *line)
 {
 	struct rs_mnt m;

@@ -51,6 +51,11 @@
 
 #define MiB (1u << 20)
 
+/* Two simulated nodes in one process: anything slower than this is a
+ * hang. */
+TestSuite(clusterlock, .timeout = 120);
+TestSuite(clusterlock_nodes, .timeout = 120);
+
 static char path_a[PATH_MAX], path_b[PATH_MAX];
 
 /* Two paths of one new file: on tmpfs, or through the two cluster mounts. */

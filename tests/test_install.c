@@ -161,7 +161,7 @@ static bool have(const char *prog)
 	return access(p, X_OK) == 0;
 }
 
-Test(install, tree_works_and_uninstalls_clean)
+Test(install, tree_works_and_uninstalls_clean, .timeout = 400)
 {
 	static struct files before, after, gone;
 	static struct rs_run r;
