@@ -361,7 +361,33 @@ static inline uint64_t rs_bg_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Pids of the `rangeshim agent --shm SHM` processes (cluster scope). */
+/* Is pid the leader of its session?  A serving agent is (it calls
+ * setsid); the starter it forks from, still alive for a moment on a
+ * loaded machine, is not. */
+static inline int rs_session_leader(const char *pid)
+{
+	char p[300], buf[512], *close_paren;
+	ssize_t len;
+	int fd, sid = 0;
+
+	snprintf(p, sizeof p, "/proc/%s/stat", pid);
+	fd = open(p, O_RDONLY);
+	if (fd < 0)
+		return 0;
+	len = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (len <= 0)
+		return 0;
+	buf[len] = '\0';
+	/* pid (comm) state ppid pgrp session ... */
+	close_paren = strrchr(buf, ')');
+	if (!close_paren || sscanf(close_paren + 1, " %*c %*d %*d %d", &sid) != 1)
+		return 0;
+	return sid == atoi(pid);
+}
+
+/* Pids of the `rangeshim agent --shm SHM` processes that serve (cluster
+ * scope): not their starters, which exit once the agent is forked. */
 static inline int rs_agents_of(const char *want, pid_t *out, int max)
 {
 	DIR *d = opendir("/proc");
@@ -390,7 +416,8 @@ static inline int rs_agents_of(const char *want, pid_t *out, int max)
 		if (a1 < buf + len && strcmp(a1, "agent") == 0) {
 			const char *a2 = a1 + strlen(a1) + 1, *a3 = a2 + strlen(a2) + 1;
 
-			if (a3 < buf + len && strcmp(a2, "--shm") == 0 && strcmp(a3, want) == 0)
+			if (a3 < buf + len && strcmp(a2, "--shm") == 0 && strcmp(a3, want) == 0 &&
+			    rs_session_leader(e->d_name))
 				out[n++] = (pid_t)atoi(e->d_name);
 		}
 	}

@@ -492,11 +492,13 @@ Test(cli, locks_options)
 
 	/* --watch: repeats until killed; a bad interval is refused. */
 	{
-		char *argv[] = { "/usr/bin/timeout", "-s", "INT", "1.5", RS_CLI, "locks",
+		/* 5 s for two rounds 0.2 s apart: TSan on a loaded machine
+		 * printed only one in 1.5 s. */
+		char *argv[] = { "/usr/bin/timeout", "-s", "INT", "5", RS_CLI, "locks",
 				 "--shm", shm_name, "-p", hpid, "--watch", "0.2", NULL };
 
 		rs_run(r, argv, NULL, 0, 30);
-		cr_log_info("locks --watch 0.2 for 1.5 s:\n%s", r->out);
+		cr_log_info("locks --watch 0.2 for 5 s:\n%s", r->out);
 		cr_assert_eq(r->status, 124, "%s", r->out);
 		cr_assert_geq(count_of(r->out, ", every 0.2s ---"), 2, "%s", r->out);
 		cr_assert_geq(count_of(r->out, row), 2, "%s", r->out);

@@ -496,8 +496,8 @@ Test(cluster, locks_lists_cluster, .timeout = 120)
 	 * machine under TSan (4 s was not). */
 	start(&w, &na, (char *[]){ PROBE, "write", path, "12", NULL });
 	start(&wb, &nb, (char *[]){ PROBE, "write", pathb, "12", NULL });
-	usleep(1000000);
-	n = agents_of("locks", 'a', ag, 8);
+	for (int i = 0; i < 200 && (n = agents_of("locks", 'a', ag, 8)) < 1; i++)
+		usleep(100000);
 	cr_assert_eq(n, 1, "node A has %d agents", n);
 	cr_assert_eq(stat(path, &st), 0);
 	snprintf(wpid, sizeof wpid, "%d", (int)w.pid);
