@@ -1,5 +1,5 @@
 /*
- * Cluster scope, the library side (issue 11; docs/design.md (i)).
+ * Cluster scope, the library side (docs/design.md (i)).
  *
  * THEORY
  *
@@ -153,8 +153,8 @@ __thread int rs_cl_eio __attribute__((tls_model("initial-exec")));
  * answered a pin with.  Post: a copy of it is in the table (or the pin
  * is refused: pfile_keep returns -1 and nothing was closed that may hold
  * a lock).  So the table grows (on the slow path only: pins) instead of
- * dropping a copy: dropping the 65th copy of 64 unlocked that file when
- * the agent died under running calls (cluster_adv::copies_beyond_64).
+ * dropping a copy: dropping the 65th copy of 64 would unlock that file
+ * if the agent died under running calls (cluster_adv::copies_beyond_64).
  * A newer description of the same file from the agent means the older
  * one was closed by an agent (given back idle) or belongs to a dead one;
  * either way the agent decides: the older copy loses its "current" mark,

@@ -1,7 +1,7 @@
 /*
- * Which file systems have cluster-wide locks (issue 11, "Refuse file
- * systems whose locks are not cluster-wide").  The facts are in
- * /work's research page and docs/design.md (i):
+ * Which file systems have cluster-wide locks: cluster scope refuses the
+ * others, whose locks would exclude nothing beyond one node.  The facts
+ * (docs/design.md (i)):
  *
  *   nfs, nfs4      NLM or NFSv4 lock state on the server, unless mounted
  *                  nolock or local_lock=posix|all (then locks are local;

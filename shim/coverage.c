@@ -1,6 +1,6 @@
 /*
  * Noticing I/O the shim sees but cannot coordinate, so that users learn
- * what was not protected instead of trusting a silent shim (issue 12).
+ * what was not protected instead of trusting a silent shim.
  *
  * Each kind below is counted in the stats as uncovered_KIND and named on
  * stderr the first time it happens in a process, at RANGESHIM_LOG=info.

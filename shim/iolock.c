@@ -701,10 +701,10 @@ static void io_clear(struct rs_io *io)
  * vfork children.  A vfork child runs on its parent's thread, in its
  * memory, until it execs or exits: as one of the parent's threads, its
  * calls would raise the parent thread's rs_depth and count themselves into
- * the parent's grants and range locks.  Killed inside a call, it left
- * them so: every later call of the parent passed through unlocked
- * (rs_depth stayed raised), and the grant stayed busy until the parent
- * exited (test_edge, vfork_killed).  So a vfork child never touches the
+ * the parent's grants and range locks.  Killed inside a call, it would
+ * leave them so: every later call of the parent would pass through
+ * unlocked (rs_depth stays raised), and the grant would stay busy until
+ * the parent exits (test_edge, vfork_killed).  So a vfork child never touches the
  * parent's lock state.  The vfork wrapper raises rs_depth by
  * RS_DEPTH_VFORK for the child (interpose.c), which sends every call of
  * the child here, and restores it in the parent, whatever the child did.
@@ -763,7 +763,7 @@ static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
 	/* Not the fd table's word on the descriptor: that table is the
 	 * parent's, and the child's number may name another file by now (a
 	 * redirection, dup2 of a file onto the number of a pipe of the
-	 * parent's, passed its writes through unlocked; test_edge,
+	 * parent's, would pass its writes through unlocked; test_edge,
 	 * vfork_redirect).  So a regular file outside RANGESHIM_PATHS is
 	 * locked here too: more exclusion, never less. */
 	for (int i = 0; i < n && i < 2; i++) {
@@ -803,8 +803,8 @@ static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
 
 			/* No descriptor for the registration: the child's fd
 			 * table changes only by the child, which waits here, and
-			 * its parent is stopped until it exits, so waiting hung
-			 * the program for good (test_edge, vfork_emfile).  The
+			 * its parent is stopped until it exits, so waiting would
+			 * hang the program for good (test_edge, vfork_emfile).  The
 			 * call fails with EMFILE (ENFILE), said once, without
 			 * being made, as a cluster pin's does (limitations.md). */
 			if (errno == EMFILE || errno == ENFILE) {

@@ -1,6 +1,6 @@
 /*
- * What each intercepted call locks, in one place (BRIEF §2, "What each
- * call locks").  A wrapper describes its call as one or two targets, calls
+ * What each intercepted call locks, in one place (docs/design.md (d),
+ * "What each call locks").  A wrapper describes its call as one or two targets, calls
  * rs_io_begin (or rs_io_at), makes the real call, and calls rs_io_end_fast
  * or rs_io_end_slow.
  */
@@ -299,9 +299,8 @@ int rs_append_eof(int fd, uint64_t *size);
  * scope by any other process; open(O_TRUNC), truncate(path) without the
  * file open and fopen("w") by any process, this one included) leaves
  * every thread's hint above end of file, for as many appends as it
- * trusted it: each would write below its lock (tests/test_adv_proc.c,
- * append_cut_*: thousands of torn reads per 3 s with a hint trusted for
- * up to 16 appends, 0 with the fstat).  So the append re-reads end of
+ * trusted it: each would write below its lock, and readers would see
+ * torn data (tests/test_adv_proc.c, append_cut_*).  So the append re-reads end of
  * file under its lock (rs_fstat_size: statx, or fstat), which sees every
  * shrink that finished before the lock was granted, and goes the general
  * way when a shrink moved it below L (ZFS's RL_APPEND re-check).

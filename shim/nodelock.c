@@ -214,7 +214,8 @@ uint64_t rs_nt_warn_ns = 5ull * 1000 * 1000 * 1000;
  * that a wake, not the timeout, ended a wait. */
 uint64_t rs_nt_slice_ns = WAIT_SLICE_NS;
 /* A starved waiter whose last scan is older than this holds nobody
- * back (segment.h).  Tests raise it to play the old rule as a control. */
+ * back (segment.h).  Tests raise it so that their control runs without
+ * that rule. */
 uint64_t rs_nt_present_ns = RS_PRESENT_NS;
 
 uint64_t rs_nt_now_ns(void)

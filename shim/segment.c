@@ -205,8 +205,8 @@ static int open_file(const char *path, int create)
  * a regular file, long after start-up, so wherever the kernel would put
  * it is free now but may be space the program has set aside: LTP's
  * mmap18 unmaps a reservation below a MAP_GROWSDOWN stack for the stack
- * to grow into, the table took the hole, and the stack's growth was a
- * SIGSEGV (test_edge, growsdown_hole).  The kernel fills the main mapping
+ * to grow into; were the table to take the hole, the stack's growth
+ * would be a SIGSEGV (test_edge, growsdown_hole).  The kernel fills the main mapping
  * area from the top down, below the stack, and the heap grows up from
  * the executable (0x55.. for PIE, near 4 MiB without), so the table goes
  * between them, in a 64 TiB region programs leave alone: RS_MAP_LO, plus
