@@ -386,7 +386,7 @@ int rs_iov_solo(int fd, struct rs_file *f, unsigned mode, unsigned how, int64_t 
 		return -1;
 	rs_grant_enter_iov(f, start, range_end(start, len), mode, ref);
 	/* The cluster lock lost: the general path fails the call. */
-	return !ref->g && RS_LOAD(rs_cl_eio) ? -1 : 1;
+	return rs_grant_lost(ref) ? -1 : 1;
 }
 
 static int file_key_less(struct rs_file *a, struct rs_file *b)
@@ -631,10 +631,9 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 				i = 1 - k;
 			/* Appenders of different processes share the tail
 			 * (RS_G_APPEND); the range lock below stays a write. */
-			if (rs_grant_enter(p[i].file, p[i].start, p[i].end,
-					   p[i].append ? RS_GRANT_APPEND : p[i].mode,
-					   &io->gref[io->ngrefs]) &&
-			    !io->gref[io->ngrefs].g && RS_LOAD(rs_cl_eio)) {
+			if (rs_grant_enter_lost(p[i].file, p[i].start, p[i].end,
+						p[i].append ? RS_GRANT_APPEND : p[i].mode,
+						&io->gref[io->ngrefs])) {
 				release(io);
 				return 2;	/* cluster lock lost: EIO */
 			}
@@ -1060,8 +1059,7 @@ void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len)
 		if (rs_cfg.lock == RS_LOCK_MUTEX)
 			start = 0;
 		io->hold[0].file = f;
-		if (rs_grant_enter(f, start, RS_RANGE_EOF, RS_RL_WRITE, &io->gref[0]) &&
-		    !io->gref[0].g && RS_LOAD(rs_cl_eio)) {
+		if (rs_grant_enter_lost(f, start, RS_RANGE_EOF, RS_RL_WRITE, &io->gref[0])) {
 			errno = saved;
 			rs_depth_add(-1);
 			io->entered = -1;	/* cluster lock lost: EIO */

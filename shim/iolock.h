@@ -106,6 +106,29 @@ extern __thread int rs_depth __attribute__((tls_model("initial-exec")));
 #define RS_LOAD(x)     __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define RS_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
 
+/*
+ * A node grant that could not be entered because this node lost the
+ * file's cluster lock: rs_grant_enter's slow path leaves ref->g NULL and
+ * sets rs_cl_eio (cluster.h).  The call must then fail (EIO, the general
+ * path's answer), never run without exclusion.  ref->g NULL alone is
+ * not enough: node scope off enters nothing either, and the call runs.
+ */
+static inline __attribute__((always_inline)) int rs_grant_lost(const struct rs_gref *ref)
+{
+	return !ref->g && RS_LOAD(rs_cl_eio);
+}
+
+/* rs_grant_enter, and 1 if the call must fail because the cluster lock
+ * is lost (nothing entered); 0 with ref entered, or ref->g NULL when
+ * there is nothing to enter.  Only the slow path can lose it. */
+static inline __attribute__((always_inline)) int
+rs_grant_enter_lost(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
+		    struct rs_gref *ref)
+{
+	return __builtin_expect(rs_grant_enter(f, start, end, rlmode, ref), 0) &&
+	       __builtin_expect(rs_grant_lost(ref), 0);
+}
+
 /* rs_depth while a vfork child of this thread runs (interpose.c, vfork):
  * above any nesting, so that the child's calls take the general path,
  * where rs_io_begin gives them a lock of their own (iolock.c, "vfork
@@ -556,8 +579,7 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 		     : start + ((how & RS_HOW_IOV) || len <= RS_MAX_RW ? len : RS_MAX_RW);
 	/* Other processes first, then the other threads (grants.h). */
 	if (lean ? !__builtin_expect(rs_grant_enter_fast(file, start, end, lmode, &io->gref[0]), 1)
-		 : __builtin_expect(rs_grant_enter(file, start, end, lmode, &io->gref[0]), 0) &&
-		   __builtin_expect(!io->gref[0].g && RS_LOAD(rs_cl_eio), 0)) {
+		 : rs_grant_enter_lost(file, start, end, lmode, &io->gref[0])) {
 		/* Not cached (lean: the full copy enters it), or the cluster
 		 * lock lost (the general path fails the call). */
 		goto unlock_pos;
