@@ -29,6 +29,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "rawsyscall.h"
+
 /* Copy the next space-separated field of *p into out; 0, or -1 if none. */
 static int field(const char **p, char *out, size_t len)
 {
@@ -213,7 +215,7 @@ int rs_mnt_find(const char *path, unsigned major, unsigned minor, struct rs_mnt 
 	struct rs_mnt cur;
 	size_t have = 0;
 	int found = -1, eof = 0;
-	int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+	int fd = (int)rs_sys(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return -1;
@@ -221,7 +223,7 @@ int rs_mnt_find(const char *path, unsigned major, unsigned minor, struct rs_mnt 
 		char *nl;
 
 		if (!eof && have < sizeof buf - 1) {
-			long r = syscall(SYS_read, fd, buf + have, sizeof buf - 1 - have);
+			long r = rs_sys(SYS_read, fd, buf + have, sizeof buf - 1 - have);
 
 			if (r < 0 && errno == EINTR)
 				continue;
@@ -251,6 +253,6 @@ int rs_mnt_find(const char *path, unsigned major, unsigned minor, struct rs_mnt 
 			memmove(buf, nl + 1, have);
 		}
 	}
-	syscall(SYS_close, fd);
+	rs_sys(SYS_close, fd);
 	return found;
 }

@@ -28,6 +28,7 @@
 #include "nodelock.h"
 #include "stats.h"
 #include "stride.h"
+#include "rawsyscall.h"
 
 /* Expansion window for uncontended grants (nodelock.c). */
 #define RS_GRANT_WINDOW (4ull << 20)
@@ -849,7 +850,7 @@ void rs_grants_fork_child(int files_shared)
 		table.map.fd = -1;
 	} else if (parents >= 0) {
 		/* A grandparent's, in a table of our own now: ours to close. */
-		syscall(SYS_close, parents);
+		rs_sys(SYS_close, parents);
 	}
 	shares_files = files_shared;
 	table.map.fd_slot = NULL;

@@ -1038,9 +1038,11 @@ RS_EXPORT FILE *fdopen(int fd, const char *mode)
 
 /*
  * syscall(SYS_fcntl, fd, F_SETFL, O_APPEND) changes O_APPEND as fcntl
- * does, so syscall is wrapped too, for that one case.  Every call the shim
- * makes through syscall() binds here as well (-Bsymbolic-functions), and
- * a call may arrive before dlsym has answered, or from inside it: so the
+ * does, so syscall is wrapped too, for that one case.  The shim's own
+ * system calls use rs_sys (rawsyscall.h) and never come here, except
+ * those that are the application's or stand for its calls (real.c's
+ * stand-ins, rs_write_all: -Bsymbolic-functions binds them here); and a
+ * call may arrive before dlsym has answered, or from inside it: so the
  * system call is made here, with the instruction itself, not through
  * glibc's syscall, and nothing is resolved.  Six arguments are always
  * passed, as glibc's syscall does (sysdeps/unix/sysv/linux/x86_64/

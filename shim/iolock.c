@@ -47,6 +47,7 @@
 #include "nodelock.h"
 #include "real.h"
 #include "stats.h"
+#include "rawsyscall.h"
 
 __thread int rs_depth __attribute__((tls_model("initial-exec")));
 int rs_fast;
@@ -89,11 +90,11 @@ void rs_cancel_wait(unsigned long t)
 
 	if (!atomic_exchange(&cancel_mode, 1)) {
 		RS_STORE(rs_fast, 0);
-		if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
+		if (rs_sys(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
 			atomic_store(&registered, 1);
 	}
 	if (atomic_load(&registered))
-		syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+		rs_sys(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
 	else
 		usleep(20000);	/* no membarrier: let in-flight checks settle */
 	if (t == (unsigned long)pthread_self())

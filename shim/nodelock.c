@@ -191,6 +191,7 @@
 #include "rangeshim/rangelock.h"
 #include "fileid.h"
 #include "stride.h"
+#include "rawsyscall.h"
 
 #define WAIT_SLICE_NS   (20ull * 1000 * 1000)
 #define LIVENESS_NS     (100ull * 1000 * 1000)
@@ -247,7 +248,7 @@ static void wake_all(struct rs_segment *s)
 
 	atomic_fetch_add(&s->hdr.change, 1);
 	if (atomic_load(&s->hdr.change_waiters))
-		syscall(SYS_futex, &s->hdr.change, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+		rs_sys(SYS_futex, &s->hdr.change, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 	errno = saved;
 }
 
@@ -258,7 +259,7 @@ static void wait_change(struct rs_segment *s, uint32_t seen, uint64_t ns)
 
 	atomic_fetch_add(&s->hdr.change_waiters, 1);
 	if (atomic_load(&s->hdr.change) == seen)
-		syscall(SYS_futex, &s->hdr.change, FUTEX_WAIT, seen, &ts, NULL, 0);
+		rs_sys(SYS_futex, &s->hdr.change, FUTEX_WAIT, seen, &ts, NULL, 0);
 	atomic_fetch_sub(&s->hdr.change_waiters, 1);
 	errno = saved;
 }
@@ -269,7 +270,7 @@ static void wake_grant(struct rs_seg_grant *g, uint64_t old)
 	if (old & RS_SLEEPERS) {
 		int saved = errno;
 
-		syscall(SYS_futex, RS_GW_FUTEX(g), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+		rs_sys(SYS_futex, RS_GW_FUTEX(g), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 		errno = saved;
 	}
 }
@@ -309,7 +310,7 @@ static void wait_grant(struct rs_seg_grant *g, uint32_t gen, int is_wait, uint64
 		if ((v & RS_SLEEPERS) || atomic_compare_exchange_weak(&g->gw, &v, v | RS_SLEEPERS))
 			break;
 	}
-	syscall(SYS_futex, RS_GW_FUTEX(g), FUTEX_WAIT, (uint32_t)(v | RS_SLEEPERS), &ts, NULL, 0);
+	rs_sys(SYS_futex, RS_GW_FUTEX(g), FUTEX_WAIT, (uint32_t)(v | RS_SLEEPERS), &ts, NULL, 0);
 	errno = saved;
 }
 
@@ -328,10 +329,10 @@ char rs_nt_proc_stat(int32_t pid, char *comm, size_t commlen)
 
 	snprintf(comm, commlen, "?");
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = pid > 0 ? (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC) : -1;
+	fd = pid > 0 ? (int)rs_sys(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC) : -1;
 	if (fd >= 0) {
-		n = syscall(SYS_read, fd, stat, sizeof(stat) - 1);
-		syscall(SYS_close, fd);
+		n = rs_sys(SYS_read, fd, stat, sizeof(stat) - 1);
+		rs_sys(SYS_close, fd);
 	}
 	if (n > 0) {
 		/* The command may hold ')' itself: the last one ends it. */
@@ -645,7 +646,7 @@ static int table_lock(struct rs_nt *t)
 			struct timespec ts = { 0, 10 * 1000 * 1000 };
 			int saved = errno;
 
-			syscall(SYS_futex, &s->hdr.lock, FUTEX_WAIT, v, &ts, NULL, 0);
+			rs_sys(SYS_futex, &s->hdr.lock, FUTEX_WAIT, v, &ts, NULL, 0);
 			errno = saved;
 		}
 		atomic_fetch_sub(&s->hdr.lock_waiters, 1);
@@ -666,7 +667,7 @@ static void table_unlock_as(struct rs_nt *t, uint32_t slot)
 	if (atomic_load(&s->hdr.lock_waiters)) {
 		int saved = errno;
 
-		syscall(SYS_futex, &s->hdr.lock, FUTEX_WAKE, 1, NULL, NULL, 0);
+		rs_sys(SYS_futex, &s->hdr.lock, FUTEX_WAKE, 1, NULL, NULL, 0);
 		errno = saved;
 	}
 	rs_mutex_unlock(&t->local);
@@ -814,7 +815,7 @@ static int still_named(const struct rs_nt *t)
 {
 	struct stat a, b;
 
-	return fstat(t->map.fd, &a) == 0 && stat(t->map.path, &b) == 0 &&
+	return rs_fstat(t->map.fd, &a) == 0 && stat(t->map.path, &b) == 0 &&
 	       a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
@@ -864,7 +865,7 @@ static int register_once(struct rs_nt *t, const char *name, char *why, size_t wh
 	struct rs_segment *s;
 
 	__atomic_store_n(&t->me, UINT32_MAX, __ATOMIC_RELAXED);
-	t->pid = (int32_t)syscall(SYS_getpid);
+	t->pid = (int32_t)rs_sys(SYS_getpid);
 	if (rs_seg_attach(&t->map, name, 1, why, whylen) < 0)
 		return -1;
 	s = t->map.seg;
@@ -984,9 +985,9 @@ void rs_nt_unregister(struct rs_nt *t)
 		int fd = atomic_exchange(t->map.fd_slot, -1);
 
 		if (fd >= 0)
-			syscall(SYS_close, fd);
+			rs_sys(SYS_close, fd);
 	} else if (t->map.fd >= 0) {
-		syscall(SYS_close, t->map.fd);
+		rs_sys(SYS_close, t->map.fd);
 	}
 	t->map.fd = -1;
 }
@@ -996,7 +997,7 @@ void rs_nt_forget(struct rs_nt *t)
 	/* The fd shares the parent's open file description, and with it the
 	 * parent's liveness lock: close ours so the parent's death shows. */
 	if (t->map.fd >= 0)
-		syscall(SYS_close, t->map.fd);
+		rs_sys(SYS_close, t->map.fd);
 	t->map.fd = -1;
 	t->map.seg = NULL;
 	t->me = UINT32_MAX;

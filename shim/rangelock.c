@@ -160,6 +160,7 @@
 
 #include "futex.h"
 #include "rangelock_fast.h"
+#include "rawsyscall.h"
 
 /* The head of a queue that is not empty (it holds a waiter, or the
  * caller's node), read under the mutex: stable then, since the inline
@@ -238,7 +239,7 @@ static void futex_wait_for(_Atomic uint32_t *addr, uint32_t val, uint64_t ns)
 	struct timespec ts = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) };
 	int saved = errno;
 
-	syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+	rs_sys(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
 	errno = saved;
 }
 
