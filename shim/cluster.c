@@ -52,7 +52,7 @@
 #include "clusterfs.h"
 #include "clusterlock.h"
 #include "fdtable.h"
-#include "iolock.h"
+#include "state.h"
 #include "real.h"
 #include "rangeshim/rangelock.h"
 #include "stats.h"

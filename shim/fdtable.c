@@ -15,9 +15,7 @@
 #include <linux/kcmp.h>
 
 #include "config.h"
-#include "filewaits.h"
 #include "futex.h"
-#include "grants.h"
 #include "log.h"
 #include "real.h"
 #include "stats.h"
