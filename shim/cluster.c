@@ -1,5 +1,5 @@
 /*
- * Cluster scope, the library side (issue 11; docs/design.md (i)).
+ * Cluster scope, the library side (docs/design.md (i)).
  *
  * THEORY
  *
@@ -52,13 +52,14 @@
 #include "clusterfs.h"
 #include "clusterlock.h"
 #include "fdtable.h"
-#include "iolock.h"
+#include "state.h"
 #include "real.h"
 #include "rangeshim/rangelock.h"
 #include "stats.h"
 #include "config.h"
 #include "futex.h"
 #include "log.h"
+#include "rawsyscall.h"
 
 #define NDEV 64
 
@@ -153,8 +154,8 @@ __thread int rs_cl_eio __attribute__((tls_model("initial-exec")));
  * answered a pin with.  Post: a copy of it is in the table (or the pin
  * is refused: pfile_keep returns -1 and nothing was closed that may hold
  * a lock).  So the table grows (on the slow path only: pins) instead of
- * dropping a copy: dropping the 65th copy of 64 unlocked that file when
- * the agent died under running calls (cluster_adv::copies_beyond_64).
+ * dropping a copy: dropping the 65th copy of 64 would unlock that file
+ * if the agent died under running calls (cluster_adv::copies_beyond_64).
  * A newer description of the same file from the agent means the older
  * one was closed by an agent (given back idle) or belongs to a dead one;
  * either way the agent decides: the older copy loses its "current" mark,
@@ -297,7 +298,7 @@ void rs_cluster_file_closed(uint64_t dev, uint64_t ino)
 				busy = 1;
 				break;
 			}
-			syscall(SYS_close, pfiles[i].fd - 1);
+			rs_sys(SYS_close, pfiles[i].fd - 1);
 			pfiles[i].fd = 0;
 		}
 	rs_mutex_unlock(&pfiles_mtx);
@@ -328,14 +329,14 @@ static int pfile_grow(void)
  * when it finds no new number). */
 static int pfile_hide(int fd)
 {
-	int d = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 3), h;
+	int d = (int)rs_sys(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 3), h;
 
 	if (d < 0)
 		return fd;
 	h = rs_fd_hide(d);
 	if (h < 0)
 		return fd;
-	syscall(SYS_close, fd);
+	rs_sys(SYS_close, fd);
 	return h;
 }
 
@@ -371,7 +372,7 @@ static int pfile_keep(uint64_t dev, uint64_t ino, uint64_t id, int fd)
 	}
 	rs_mutex_unlock(&pfiles_mtx);
 	if (fd >= 0)	/* a second copy of one we keep */
-		syscall(SYS_close, fd);
+		rs_sys(SYS_close, fd);
 	return 0;
 }
 
@@ -426,7 +427,7 @@ static void pfile_drop(int slot, int fd)
 	rs_mutex_lock(&pfiles_mtx);
 	if ((size_t)slot < npfile && pfiles[slot].fd == fd + 1) {
 		pfiles[slot].fd = 0;
-		syscall(SYS_close, fd);
+		rs_sys(SYS_close, fd);
 	}
 	rs_mutex_unlock(&pfiles_mtx);
 }
@@ -437,13 +438,13 @@ static void pfile_drop(int slot, int fd)
 static int find_fd(uint64_t dev, uint64_t ino)
 {
 	char buf[4096];
-	int dir = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/fd",
+	int dir = (int)rs_sys(SYS_openat, AT_FDCWD, "/proc/self/fd",
 			       O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	long n;
 
 	if (dir < 0)
 		return -errno;
-	while ((n = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0) {
+	while ((n = rs_sys(SYS_getdents64, dir, buf, sizeof buf)) > 0) {
 		for (long off = 0; off < n;) {
 			struct linux_dirent64 {
 				uint64_t ino;
@@ -458,14 +459,14 @@ static int find_fd(uint64_t dev, uint64_t ino)
 			off += d->reclen;
 			if (d->name[0] < '0' || d->name[0] > '9' || fd == dir)
 				continue;
-			if (syscall(SYS_fstat, fd, &st) == 0 && S_ISREG(st.st_mode) &&
+			if (rs_sys(SYS_fstat, fd, &st) == 0 && S_ISREG(st.st_mode) &&
 			    (uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino) {
-				syscall(SYS_close, dir);
+				rs_sys(SYS_close, dir);
 				return fd;
 			}
 		}
 	}
-	syscall(SYS_close, dir);
+	rs_sys(SYS_close, dir);
 	return -1;
 }
 
@@ -498,7 +499,7 @@ static void await_reply(int s, const struct rs_ag_msg *sent)
 	if (atomic_load_explicit(&said, memory_order_relaxed) || poll(&p, 1, PIN_SAY_MS) != 0)
 		return;
 	fd = find_fd(sent->dev, sent->ino);
-	if (fd < 0 || syscall(SYS_fcntl, fd, F_OFD_GETLK, &q) < 0 || q.l_type == F_UNLCK ||
+	if (fd < 0 || rs_sys(SYS_fcntl, fd, F_OFD_GETLK, &q) < 0 || q.l_type == F_UNLCK ||
 	    q.l_pid <= 0 || (q.l_pid != getpid() && (uint64_t)q.l_start >= RS_CL_GRANTS) ||
 	    atomic_exchange(&said, 1))
 		return;
@@ -558,7 +559,7 @@ static int table_id(uint64_t *tdev, uint64_t *tino)
 	struct stat st;
 
 	*tdev = *tino = 0;
-	if (fd < 0 || syscall(SYS_fstat, fd, &st) != 0)
+	if (fd < 0 || rs_sys(SYS_fstat, fd, &st) != 0)
 		return 0;
 	*tdev = (uint64_t)st.st_dev;
 	*tino = (uint64_t)st.st_ino;
@@ -586,7 +587,7 @@ static int connect_agent(pid_t *pid, uint64_t tdev, uint64_t tino, int *err)
 	if (connect(s, (struct sockaddr *)&a,
 		    (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)len)) < 0 ||
 	    getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0) {
-		syscall(SYS_close, s);
+		rs_sys(SYS_close, s);
 		return -1;
 	}
 	if (cr.uid != getuid()) {
@@ -601,7 +602,7 @@ static int connect_agent(pid_t *pid, uint64_t tdev, uint64_t tino, int *err)
 			       "by another user (uid %u, pid %d), so our agent cannot start; cluster "
 			       "calls wait until that process lets it go", a.sun_path + 1,
 			       (unsigned)cr.uid, (int)cr.pid);
-		syscall(SYS_close, s);
+		rs_sys(SYS_close, s);
 		return -1;
 	}
 	*pid = cr.pid;
@@ -761,7 +762,7 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 			fd = find_fd(dev, ino);
 			if (fd == -EMFILE || fd == -ENFILE) {
 				rc = fd_limit(-fd, dev, ino);
-				syscall(SYS_close, sock);
+				rs_sys(SYS_close, sock);
 				goto fail;
 			}
 			m.flags |= RS_AG_HAS_FD;
@@ -796,8 +797,8 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 		}
 		if (r.rc == -EIO) {
 			if (rfd >= 0)
-				syscall(SYS_close, rfd);
-			syscall(SYS_close, sock);
+				rs_sys(SYS_close, rfd);
+			rs_sys(SYS_close, sock);
 			pin_end(pslot);
 			errno = saved;
 			return -EIO;
@@ -855,13 +856,13 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 truncated:
 		/* The reply's copy of the description was dropped: this pin
 		 * must not be used (closing the connection ends it). */
-		syscall(SYS_close, sock);
+		rs_sys(SYS_close, sock);
 		rc = fd_limit(EMFILE, dev, ino);
 		goto fail;
 retry:
 		if (rfd >= 0)
-			syscall(SYS_close, rfd);
-		syscall(SYS_close, sock);
+			rs_sys(SYS_close, rfd);
+		rs_sys(SYS_close, sock);
 		if (!warned) {
 			warned = 1;
 			rs_log(RS_LOG_WARN, "cluster scope: the node's agent did not answer a pin "
@@ -880,7 +881,7 @@ void rs_cluster_unpin(struct rs_cl_pin *p)
 	struct rs_ag_msg m = { .op = RS_AG_UNPIN };
 
 	rs_ag_send(p->sock, &m, -1);
-	syscall(SYS_close, p->sock);
+	rs_sys(SYS_close, p->sock);
 	p->sock = -1;
 	pin_end(p->pslot);
 }
@@ -934,7 +935,7 @@ static int lock_file(int fd, struct stat *st, int *flock_posix)
 	int n;
 
 	*flock_posix = 0;
-	if (rs_cfg.scope != RS_SCOPE_CLUSTER || syscall(SYS_fstat, fd, st) < 0 ||
+	if (rs_cfg.scope != RS_SCOPE_CLUSTER || rs_sys(SYS_fstat, fd, st) < 0 ||
 	    !S_ISREG(st->st_mode))
 		return 0;
 	if (rs_enter_slow()) {
@@ -974,7 +975,7 @@ static int lock_prep(int fd, int cmd, struct flock *fl)
 	if (!lock_file(fd, &st, &flock_posix))
 		return 0;
 	if (fl->l_whence == SEEK_CUR)
-		base = (int64_t)syscall(SYS_lseek, fd, 0, SEEK_CUR);
+		base = (int64_t)rs_sys(SYS_lseek, fd, 0, SEEK_CUR);
 	else if (fl->l_whence == SEEK_END)
 		base = (int64_t)st.st_size;
 	if (base < 0)
@@ -1097,7 +1098,7 @@ int rs_cluster_flock_args(int fd, int op, int *cmd, struct flock *fl)
 	if (rs_cfg.scope != RS_SCOPE_CLUSTER)
 		return 0;
 	ok = lock_file(fd, &st, &flock_posix) && flock_posix;
-	acc = ok ? (int)syscall(SYS_fcntl, fd, F_GETFL) : -1;
+	acc = ok ? (int)rs_sys(SYS_fcntl, fd, F_GETFL) : -1;
 	errno = saved;
 	if (acc < 0)
 		return 0;

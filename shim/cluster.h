@@ -1,5 +1,5 @@
 /*
- * Cluster scope in the library (issue 11): which files it covers, and
+ * Cluster scope in the library: which files it covers, and
  * (cluster.c) the cluster grant a node grant must lie inside.
  */
 #ifndef RS_CLUSTER_H

@@ -29,6 +29,7 @@
 #include <sys/types.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include "rawsyscall.h"
 
 #define RS_AG_PIN   1u
 #define RS_AG_UNPIN 2u
@@ -119,7 +120,7 @@ static inline ssize_t rs_ag_recv(int s, struct rs_ag_msg *m, int *fd)
 			memcpy(fd, CMSG_DATA(c), sizeof(int));
 	if (h.msg_flags & MSG_CTRUNC) {
 		if (*fd >= 0)	/* not close(): the library wraps it */
-			syscall(SYS_close, *fd);
+			rs_sys(SYS_close, *fd);
 		*fd = -1;
 		errno = EMFILE;
 		return -1;

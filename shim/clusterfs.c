@@ -1,7 +1,7 @@
 /*
- * Which file systems have cluster-wide locks (issue 11, "Refuse file
- * systems whose locks are not cluster-wide").  The facts are in
- * /work's research page and docs/design.md (i):
+ * Which file systems have cluster-wide locks: cluster scope refuses the
+ * others, whose locks would exclude nothing beyond one node.  The facts
+ * (docs/design.md (i)):
  *
  *   nfs, nfs4      NLM or NFSv4 lock state on the server, unless mounted
  *                  nolock or local_lock=posix|all (then locks are local;
@@ -28,6 +28,8 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include "rawsyscall.h"
 
 /* Copy the next space-separated field of *p into out; 0, or -1 if none. */
 static int field(const char **p, char *out, size_t len)
@@ -213,7 +215,7 @@ int rs_mnt_find(const char *path, unsigned major, unsigned minor, struct rs_mnt 
 	struct rs_mnt cur;
 	size_t have = 0;
 	int found = -1, eof = 0;
-	int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+	int fd = (int)rs_sys(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return -1;
@@ -221,7 +223,7 @@ int rs_mnt_find(const char *path, unsigned major, unsigned minor, struct rs_mnt 
 		char *nl;
 
 		if (!eof && have < sizeof buf - 1) {
-			long r = syscall(SYS_read, fd, buf + have, sizeof buf - 1 - have);
+			long r = rs_sys(SYS_read, fd, buf + have, sizeof buf - 1 - have);
 
 			if (r < 0 && errno == EINTR)
 				continue;
@@ -251,6 +253,6 @@ int rs_mnt_find(const char *path, unsigned major, unsigned minor, struct rs_mnt 
 			memmove(buf, nl + 1, have);
 		}
 	}
-	syscall(SYS_close, fd);
+	rs_sys(SYS_close, fd);
 	return found;
 }

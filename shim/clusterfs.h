@@ -1,5 +1,5 @@
 /*
- * Which files cluster scope may use (issue 11): only those on a file
+ * Which files cluster scope may use: only those on a file
  * system whose byte-range locks reach every node.  Pure parsing and policy
  * here (unit-tested on sample /proc/self/mountinfo lines by
  * tests/test_clusterfs.c); the per-file cache of the decision is cluster.c.

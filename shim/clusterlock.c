@@ -1,5 +1,5 @@
 /*
- * The node's cluster grant cache for one file (issue 11, cluster scope).
+ * The node's cluster grant cache for one file (cluster scope).
  *
  * THEORY
  *
@@ -37,8 +37,8 @@
  * node's intent in the window cuts it the same way, so a node never grabs
  * a range someone is queued for.  When the conflict overlaps [start, end)
  * itself the node waits for exactly [start, end).  So grants grow while
- * nothing conflicts and stop where nodes meet (issue 7's lesson: growing
- * into a neighbour's region makes the two ping-pong).  At most 16 cuts,
+ * nothing conflicts and stop where nodes meet (growing into a
+ * neighbour's region would make the two ping-pong).  At most 16 cuts,
  * then the exact range.
  *
  * Overlaps with the node's own grants.  A request that one grant covers is
@@ -96,9 +96,9 @@
  * managers that grant blocked requests in order (lockd, GlusterFS's locks
  * translator) hand a given-back range to the waiter; a local kernel only
  * wakes its SETLKW waiters, and the node that gave the range back, still
- * running, took it again before the woken waiter ran (simulated nodes on
- * tmpfs: a reader got 1 read in 1 s against a writer in a loop,
- * clusterlock::torn).  So for one hold time after giving back a wanted
+ * running, takes it again before the woken waiter runs (simulated nodes
+ * on tmpfs: a reader gets about 1 read a second against a writer in a
+ * loop, clusterlock::torn).  So for one hold time after giving back a wanted
  * grant, a node defers to other nodes' intent: an acquisition that finds
  * intent over its range (one F_OFD_GETLK) sleeps poll_min_ns and looks
  * again, until the intent is gone or the time is up (courtesy()).  Within the node, requests that find a
@@ -121,7 +121,7 @@
  * cache lost, as below.  An unlock that fails is never transient: the
  * node can no longer say what it holds.
  *
- * Failures fail safe (issue 6's principle).  Any error from a lock call
+ * Failures fail safe (never run without exclusion).  Any error from a lock call
  * other than EINTR, the EAGAIN of a non-blocking try and a request's
  * ENOLCK within a grace period (EIO, ESTALE, EBADF, a failed unlock,
  * ENOLCK beyond it, ...) marks the whole cache lost: which locks the
@@ -413,10 +413,10 @@ static int try_expand(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *lo, uin
  * without the shim (the library keeps the application's below
  * RS_CL_EOF): the intent read lock is refused while it lasts.  It rings
  * every holder's doorbell as intent would, so that is no reason to call
- * the cache lost (on e284bb3 it made this node's calls fail with EIO);
- * but the waiter must not block without intent either.  Once the foreign
- * lock goes, a node that then holds the range and keeps using it is told
- * by nothing to give it back, and a SETLKW made without intent waited
+ * the cache lost (which would fail this node's calls with EIO); but the
+ * waiter must not block without intent either.  Once the foreign lock
+ * goes, a node that then holds the range and keeps using it is told by
+ * nothing to give it back, and a SETLKW made without intent would wait
  * for ever behind it (clusterlock::foreign_lock_then_busy_node).  So
  * without intent the waiter only tries the range, and asks for its
  * intent again one short poll interval later.

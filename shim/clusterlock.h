@@ -1,5 +1,5 @@
 /*
- * The node's cluster grant cache for one file (issue 11): byte ranges held
+ * The node's cluster grant cache for one file: byte ranges held
  * by this node as OFD write locks through one private open file
  * description, cached until another node asks for them.  Theory in
  * clusterlock.c.  Run by the node's agent (shim/cli/agent.c).

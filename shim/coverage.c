@@ -1,6 +1,6 @@
 /*
  * Noticing I/O the shim sees but cannot coordinate, so that users learn
- * what was not protected instead of trusting a silent shim (issue 12).
+ * what was not protected instead of trusting a silent shim.
  *
  * Each kind below is counted in the stats as uncovered_KIND and named on
  * stderr the first time it happens in a process, at RANGESHIM_LOG=info.
@@ -214,7 +214,7 @@ static void say(int kind, int fd)
 
 	if (fd >= 0) {
 		snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-		n = syscall(SYS_readlinkat, AT_FDCWD, link, path, sizeof(path) - 1);
+		n = rs_sys(SYS_readlinkat, AT_FDCWD, link, path, sizeof(path) - 1);
 	}
 	path[n > 0 ? n : 0] = '\0';
 	if (fd >= 0)
@@ -235,11 +235,11 @@ static void name_first(int kind, int fd)
 
 	if (fd < 0 || !atomic_compare_exchange_strong(&named_state[kind], &z, 1))
 		return;
-	if (syscall(SYS_fstat, fd, &st) < 0) {
+	if (rs_sys(SYS_fstat, fd, &st) < 0) {
 		snprintf(first_file[kind], sizeof first_file[kind], "fd %d", fd);
 	} else {
 		snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-		n = syscall(SYS_readlinkat, AT_FDCWD, link, path, sizeof(path) - 1);
+		n = rs_sys(SYS_readlinkat, AT_FDCWD, link, path, sizeof(path) - 1);
 		path[n > 0 ? n : 0] = '\0';
 		rs_file_id(first_file[kind], sizeof first_file[kind], (uint64_t)st.st_dev,
 			   (uint64_t)st.st_ino);
@@ -289,10 +289,10 @@ static int would_coordinate(int fd)
 	struct stat st;
 	long n;
 
-	if (syscall(SYS_fstat, fd, &st) < 0 || !S_ISREG(st.st_mode))
+	if (rs_sys(SYS_fstat, fd, &st) < 0 || !S_ISREG(st.st_mode))
 		return 0;
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-	n = syscall(SYS_readlinkat, AT_FDCWD, link, path, sizeof(path) - 1);
+	n = rs_sys(SYS_readlinkat, AT_FDCWD, link, path, sizeof(path) - 1);
 	if (n <= 0 || path[0] != '/')
 		return 1;
 	path[n] = '\0';
@@ -486,11 +486,11 @@ static int locked_by_program(int fd)
 	long f, n;
 
 	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
-	f = syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+	f = rs_sys(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
 	if (f < 0)
 		return 0;
-	n = syscall(SYS_read, f, buf, sizeof(buf) - 1);
-	syscall(SYS_close, f);
+	n = rs_sys(SYS_read, f, buf, sizeof(buf) - 1);
+	rs_sys(SYS_close, f);
 	if (n <= 0)
 		return 0;
 	buf[n] = '\0';
@@ -619,10 +619,10 @@ static void scan_fds(void)
 	char buf[4096], link[64];
 	long dir, n, k;
 
-	dir = syscall(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	dir = rs_sys(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dir < 0)
 		return;
-	while ((n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
+	while ((n = rs_sys(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
 		for (long at = 0; at < n;) {
 			struct dirent64_ *d = (struct dirent64_ *)(buf + at);
 			int fd = small_atoi(d->name);
@@ -630,13 +630,13 @@ static void scan_fds(void)
 			at += d->reclen;
 			if (fd < 0 || fd == dir)
 				continue;
-			k = syscall(SYS_readlinkat, dir, d->name, link, sizeof(link));
+			k = rs_sys(SYS_readlinkat, dir, d->name, link, sizeof(link));
 			if (k == (long)sizeof(ring) - 1 && memcmp(link, ring, (size_t)k) == 0 &&
 			    !seen(seen_uring, (unsigned long)fd + 1))
 				noticed(COV_io_uring, -1);
 		}
 	}
-	syscall(SYS_close, dir);
+	rs_sys(SYS_close, dir);
 }
 
 /* One line of /proc/self/maps: an AIO ring nobody counted yet? */
@@ -673,10 +673,10 @@ static void scan_maps(void)
 	long fd, n;
 	int cut = 0;	/* inside the rest of a line too long for buf */
 
-	fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	fd = rs_sys(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return;
-	while ((n = syscall(SYS_read, fd, buf + have, sizeof(buf) - have)) > 0) {
+	while ((n = rs_sys(SYS_read, fd, buf + have, sizeof(buf) - have)) > 0) {
 		size_t end = have + (size_t)n, from = 0;
 
 		for (size_t i = 0; i < end; i++)
@@ -697,7 +697,7 @@ static void scan_maps(void)
 		have = end - from;
 		memmove(buf, buf + from, have);
 	}
-	syscall(SYS_close, fd);
+	rs_sys(SYS_close, fd);
 }
 
 /*
@@ -765,7 +765,7 @@ static int exec_target(const char *file, int search, char *out, size_t len)
 		size_t n = strcspn(p, ":");
 
 		snprintf(out, len, "%.*s%s%s", (int)n, p, n ? "/" : "", file);
-		if (syscall(SYS_faccessat, AT_FDCWD, out, X_OK) == 0)
+		if (rs_sys(SYS_faccessat, AT_FDCWD, out, X_OK) == 0)
 			return 0;
 		if (!p[n])
 			return -1;
@@ -803,7 +803,7 @@ void rs_cov_exec(const char *file, char *const argv[], int search, long pid)
 	}
 	/* A vfork child shares rs_pid with its parent: ask the kernel. */
 	if (!pid)
-		pid = syscall(SYS_getpid);
+		pid = rs_sys(SYS_getpid);
 	clock_gettime(CLOCK_REALTIME, &ts);
 #define APPEND_S(s) n = rs_json_str(buf, sizeof buf, n, (s))
 #define APPEND_F(...)                                                           \
@@ -813,7 +813,7 @@ void rs_cov_exec(const char *file, char *const argv[], int search, long pid)
 			n += (unsigned long)k_;                                 \
 	} while (0)
 	APPEND_F("{\"pid\": %ld, \"ppid\": %ld, \"uid\": %lu, \"start_ns\": %llu, \"end_ns\": %llu, "
-		 "\"program\": ", pid, pid == syscall(SYS_getpid) ? (long)syscall(SYS_getppid) : (long)syscall(SYS_getpid), (unsigned long)getuid(),
+		 "\"program\": ", pid, pid == rs_sys(SYS_getpid) ? (long)rs_sys(SYS_getppid) : (long)rs_sys(SYS_getpid), (unsigned long)getuid(),
 		 (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec,
 		 (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
 	APPEND_S(strrchr(target, '/') ? strrchr(target, '/') + 1 : target);

@@ -16,10 +16,11 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include "rawsyscall.h"
 
 static inline int rs_elf_read(int fd, void *buf, long n, uint64_t off)
 {
-	return syscall(SYS_pread64, fd, buf, n, (long)off) == n ? 0 : -1;
+	return rs_sys(SYS_pread64, fd, buf, n, (long)off) == n ? 0 : -1;
 }
 
 /* 1: it has one, 0: it has none (static), -1: not ELF or unreadable. */
@@ -61,13 +62,13 @@ static inline int rs_elf_has_interp(int fd)
 /* The same for the file at path: 0 static, 1 dynamic, -1 neither. */
 static inline int rs_elf_path_has_interp(const char *path)
 {
-	long fd = syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	long fd = rs_sys(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	int r;
 
 	if (fd < 0)
 		return -1;
 	r = rs_elf_has_interp((int)fd);
-	syscall(SYS_close, fd);
+	rs_sys(SYS_close, fd);
 	return r;
 }
 

@@ -15,12 +15,11 @@
 #include <linux/kcmp.h>
 
 #include "config.h"
-#include "filewaits.h"
 #include "futex.h"
-#include "grants.h"
 #include "log.h"
 #include "real.h"
 #include "stats.h"
+#include "rawsyscall.h"
 
 #define MAX_DESCS   (1u << 20)
 #define MAX_FILES   (1u << 20)
@@ -66,13 +65,13 @@ void rs_fd_grow_table(void)
 {
 	int saved = errno;
 	long low = hide_low();
-	long fd = syscall(SYS_eventfd2, 0, EFD_CLOEXEC), nfd;
+	long fd = rs_sys(SYS_eventfd2, 0, EFD_CLOEXEC), nfd;
 
 	if (fd >= 0) {
-		nfd = syscall(SYS_fcntl, (int)fd, F_DUPFD_CLOEXEC, low);
+		nfd = rs_sys(SYS_fcntl, (int)fd, F_DUPFD_CLOEXEC, low);
 		if (nfd >= 0)
-			syscall(SYS_close, nfd);
-		syscall(SYS_close, fd);
+			rs_sys(SYS_close, nfd);
+		rs_sys(SYS_close, fd);
 	}
 	errno = saved;
 }
@@ -82,9 +81,9 @@ int rs_fd_hidden_copy(int fd)
 	long low = hide_low();
 	int saved = errno, nfd;
 
-	nfd = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, low);
+	nfd = (int)rs_sys(SYS_fcntl, fd, F_DUPFD_CLOEXEC, low);
 	if (nfd < 0)
-		nfd = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 3);
+		nfd = (int)rs_sys(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 3);
 	errno = saved;
 	return nfd;
 }
@@ -93,7 +92,7 @@ int rs_fd_hide(int fd)
 {
 	int saved = errno, nfd = rs_fd_hidden_copy(fd);
 
-	syscall(SYS_close, fd);
+	rs_sys(SYS_close, fd);
 	errno = saved;
 	return nfd;
 }
@@ -312,14 +311,14 @@ struct mnt {
 static int read_mounts(struct mnt *m, int max)
 {
 	static char buf[65536];	/* under mnt_mtx */
-	long fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+	long fd = rs_sys(SYS_openat, AT_FDCWD, "/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
 	size_t len = 0;
 	int n = 0;
 
 	if (fd < 0)
 		return -1;
 	for (;;) {
-		long r = syscall(SYS_read, fd, buf + len, sizeof(buf) - 1 - len);
+		long r = rs_sys(SYS_read, fd, buf + len, sizeof(buf) - 1 - len);
 
 		if (r <= 0)
 			break;
@@ -327,7 +326,7 @@ static int read_mounts(struct mnt *m, int max)
 		if (len == sizeof(buf) - 1)
 			break;
 	}
-	syscall(SYS_close, fd);
+	rs_sys(SYS_close, fd);
 	if (len == sizeof(buf) - 1)
 		return -1;	/* too many mounts to read whole: ask by path */
 	buf[len] = '\0';
@@ -444,7 +443,7 @@ static int wanted(int fd, uint64_t *dev, uint64_t *ino)
  * only. */
 static uint64_t shared_desc(int fd, uint32_t file)
 {
-	long pid = syscall(SYS_getpid);
+	long pid = rs_sys(SYS_getpid);
 
 	for (unsigned i = 0; i < fd_high; i++) {
 		uint64_t e = atomic_load_explicit(&rs_fd_entries[i], memory_order_relaxed);
@@ -452,7 +451,7 @@ static uint64_t shared_desc(int fd, uint32_t file)
 		if ((e & 3) != RS_FD_TRACKED || (int)i == fd ||
 		    atomic_load_explicit(&rs_fdt_desc(e)->file, memory_order_relaxed) != file)
 			continue;
-		if (syscall(SYS_kcmp, pid, pid, KCMP_FILE, fd, i) == 0)
+		if (rs_sys(SYS_kcmp, pid, pid, KCMP_FILE, fd, i) == 0)
 			return e;
 	}
 	return RS_FD_UNKNOWN;
@@ -561,7 +560,7 @@ static void beyond_table(int fd)
 {
 	static _Atomic int said;
 	int saved = errno;
-	long open_fd = syscall(SYS_fcntl, fd, F_GETFD);
+	long open_fd = rs_sys(SYS_fcntl, fd, F_GETFD);
 
 	errno = saved;
 	if (open_fd < 0)

@@ -288,4 +288,15 @@ void rs_fdt_fork_prepare(void);
 void rs_fdt_fork_parent(void);
 void rs_fdt_fork_child(void);
 
+/*
+ * What the fd table tells the layers above it.  Declared here, below
+ * them, so that fdtable.c includes neither grants.h nor filewaits.h.
+ */
+/* f just entered the fd table (fd: a descriptor of it, or -1): where its
+ * inline-path counts go.  A record of its own when stats are on and one
+ * is free, else the shared one (filewaits.c). */
+struct rs_fio *rs_fw_file_io(struct rs_file *f, int fd);
+/* Last description of f closed: give its grants back (grants.c). */
+void rs_grant_file_closed(struct rs_file *f);
+
 #endif

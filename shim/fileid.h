@@ -20,6 +20,7 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
+#include "rawsyscall.h"
 
 /* "major:minor:inode" fits in 10 + 1 + 10 + 1 + 20 bytes. */
 #define RS_FILE_ID_LEN 48
@@ -43,10 +44,10 @@ static inline long rs_file_path(uint64_t dev, uint64_t ino, char *out, size_t le
 
 	if (len < 2)
 		return -1;
-	dir = syscall(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	dir = rs_sys(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dir < 0)
 		return -1;
-	while (got < 0 && (n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
+	while (got < 0 && (n = rs_sys(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
 		for (long at = 0; at < n && got < 0;) {
 			struct dent *d = (struct dent *)(buf + at);
 			struct stat st;
@@ -55,17 +56,17 @@ static inline long rs_file_path(uint64_t dev, uint64_t ino, char *out, size_t le
 			if (d->name[0] < '0' || d->name[0] > '9')
 				continue;
 			/* stat follows the link to the open file itself. */
-			if (syscall(SYS_newfstatat, dir, d->name, &st, 0) < 0 ||
+			if (rs_sys(SYS_newfstatat, dir, d->name, &st, 0) < 0 ||
 			    (uint64_t)st.st_dev != dev || (uint64_t)st.st_ino != ino)
 				continue;
-			got = syscall(SYS_readlinkat, dir, d->name, out, len - 1);
+			got = rs_sys(SYS_readlinkat, dir, d->name, out, len - 1);
 			if (got > 0 && out[0] == '/')
 				out[got] = '\0';
 			else
 				got = -1;
 		}
 	}
-	syscall(SYS_close, dir);
+	rs_sys(SYS_close, dir);
 	return got;
 }
 

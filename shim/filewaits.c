@@ -35,6 +35,7 @@
 
 #include "fileid.h"
 #include "futex.h"
+#include "rawsyscall.h"
 
 #define PATH_LEN 256
 
@@ -64,7 +65,7 @@ static uint64_t now_ns(void)
 
 static long link_of(int dir, const char *name, char *out)
 {
-	long n = syscall(SYS_readlinkat, dir, name, out, PATH_LEN - 1);
+	long n = rs_sys(SYS_readlinkat, dir, name, out, PATH_LEN - 1);
 
 	if (n > 0)
 		out[n] = '\0';
@@ -78,10 +79,10 @@ static long name_by_scan(struct rs_file *f, char *out)
 	char buf[2048];
 	long dir, n, got = -1;
 
-	dir = syscall(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	dir = rs_sys(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dir < 0)
 		return -1;
-	while (got < 0 && (n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
+	while (got < 0 && (n = rs_sys(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
 		for (long at = 0; at < n && got < 0;) {
 			struct dent *d = (struct dent *)(buf + at);
 			int fd = 0;
@@ -102,7 +103,7 @@ static long name_by_scan(struct rs_file *f, char *out)
 			got = link_of((int)dir, d->name, out);
 		}
 	}
-	syscall(SYS_close, dir);
+	rs_sys(SYS_close, dir);
 	return got;
 }
 
@@ -126,7 +127,7 @@ static void name_slot(struct slot *s, struct rs_file *f, int fd, const char *pat
 		 * on its number since our lock: the name must be f's. */
 		snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 		n = link_of(AT_FDCWD, link, s->path);
-		if (n > 0 && (syscall(SYS_fstat, fd, &st) < 0 ||
+		if (n > 0 && (rs_sys(SYS_fstat, fd, &st) < 0 ||
 			      (uint64_t)st.st_dev != atomic_load_explicit(&s->dev, memory_order_relaxed) ||
 			      (uint64_t)st.st_ino != atomic_load_explicit(&s->ino, memory_order_relaxed)))
 			n = -1;
@@ -223,7 +224,7 @@ void rs_fw_uncovered(int fd)
 	struct slot *s;
 	int saved = errno;
 
-	if (fd < 0 || syscall(SYS_fstat, fd, &st) < 0) {
+	if (fd < 0 || rs_sys(SYS_fstat, fd, &st) < 0) {
 		errno = saved;
 		return;
 	}

@@ -41,10 +41,7 @@ void rs_fw_node_wait(struct rs_file *f, uint64_t ns);
 			rs_fw_lock_wait((f), (fd), (path), (node));            \
 	} while (0)
 
-/* f just entered the fd table (fd: a descriptor of it, or -1): where its
- * inline-path counts go.  A record of its own when stats are on and one
- * is free, else the shared one. */
-struct rs_fio *rs_fw_file_io(struct rs_file *f, int fd);
+/* rs_fw_file_io: declared in fdtable.h, which calls it. */
 /* A general-path call on f that returned r: one call, and r bytes read
  * (rw 1), written (rw 2) or both (3), when r > 0.  Stats on only. */
 void rs_fw_general(struct rs_file *f, unsigned rw, long long r);

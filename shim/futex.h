@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rawsyscall.h"
+
 #if defined(__SANITIZE_THREAD__)
 #define RS_TSAN 1
 #elif defined(__has_feature)
@@ -50,14 +52,14 @@ static inline void rs_cpu_relax(void)
 static inline void rs_futex_wait(_Atomic uint32_t *addr, uint32_t val)
 {
 	int saved = errno;
-	syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+	rs_sys(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
 	errno = saved;
 }
 
 static inline void rs_futex_wake(_Atomic uint32_t *addr, int n)
 {
 	int saved = errno;
-	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+	rs_sys(SYS_futex, addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
 	errno = saved;
 }
 

@@ -4,11 +4,11 @@
  * leave them per call (the inline part is in grants.h), and give them back
  * when they are wanted, when the file is closed, and at exit.
  *
- * A cache entry is one 64-bit word: the grant's byte offset in the
- * its generation << 32 | the grant's byte offset in the segment (RS_GWORD_*),
- * so readers need no lock: whatever they read is re-validated against the
- * grant's generation in the table after they have counted themselves in.
- * Entries change under grants_mtx of the file.
+ * A cache entry is one 64-bit word, the grant's generation << 32 | its
+ * byte offset in the segment (RS_GWORD_*, grants.h), so readers need no
+ * lock: whatever they read is re-validated against the grant's
+ * generation in the table after they have counted themselves in.
+ * Entries change only under the file's grants_mtx.
  */
 #include "grants.h"
 
@@ -28,12 +28,13 @@
 #include "nodelock.h"
 #include "stats.h"
 #include "stride.h"
+#include "rawsyscall.h"
 
 /* Expansion window for uncontended grants (nodelock.c). */
 #define RS_GRANT_WINDOW (4ull << 20)
 
 /*
- * Adaptive grant policy per file (issue 9).  Expanded, cached grants pay
+ * Adaptive grant policy per file.  Expanded, cached grants pay
  * while processes keep to their own regions; where they meet, every
  * expansion takes bytes another process is about to use, and the grants
  * go back and forth between the processes' caches.  So, per file: when
@@ -779,9 +780,9 @@ void rs_grant_file_closed(struct rs_file *f)
  * memory (clone with CLONE_FILES): from then on our own table descriptor
  * is a number in a table the other process may change.  Its dup2 onto
  * that number moves our description to a number we never learn of
- * (rs_fd_evict, in its memory), and our own closefrom then closed it: we
- * looked dead and a reader reclaimed our grant while we wrote (test_edge,
- * clonefiles_dup2).  So, as such a child does for itself (attach_locked),
+ * (rs_fd_evict, in its memory), and our own closefrom would then close
+ * it: we would look dead and a reader would reclaim our grant while we
+ * write (test_edge, clonefiles_dup2).  So, as such a child does for itself (attach_locked),
  * we map the table through the liveness descriptor: the mapping keeps the
  * description, and its lock, for as long as we live, whatever happens to
  * the number.  Before the clone, so that there is no window; the child
@@ -826,8 +827,8 @@ void rs_grants_fork_parent(void)
  *
  * A child that shares our descriptor table (clone with CLONE_FILES, no
  * CLONE_VM) must not close it: that descriptor is the parent's own, and
- * closing it made the parent look dead to everyone, who then reclaimed
- * its grants while it wrote (test_edge, clone_files).  It keeps the
+ * closing it would make the parent look dead to everyone, who would then
+ * reclaim its grants while it writes (test_edge, clone_files).  It keeps the
  * number among its private ones instead, out of reach of its own close,
  * dup2 and closefrom, and never uses it.  (While the child lives, the
  * shared table keeps the parent's liveness lock even if the parent dies:
@@ -849,7 +850,7 @@ void rs_grants_fork_child(int files_shared)
 		table.map.fd = -1;
 	} else if (parents >= 0) {
 		/* A grandparent's, in a table of our own now: ours to close. */
-		syscall(SYS_close, parents);
+		rs_sys(SYS_close, parents);
 	}
 	shares_files = files_shared;
 	table.map.fd_slot = NULL;

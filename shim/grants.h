@@ -58,8 +58,7 @@ int rs_grant_enter_iov(struct rs_file *f, uint64_t start, uint64_t end, unsigned
 /* A user has just left a wanted grant; old is the word before it left:
  * if it was the last, release the grant. */
 void rs_grant_idle(struct rs_gref *ref, uint64_t old);
-/* Last description of f closed: give its grants back. */
-void rs_grant_file_closed(struct rs_file *f);
+/* rs_grant_file_closed: declared in fdtable.h, which calls it. */
 /* Before a clone with CLONE_FILES and without CLONE_VM (grants.c). */
 void rs_grants_files_shared(void);
 void rs_grants_fork_prepare(void);

@@ -27,6 +27,7 @@
 #include "log.h"
 #include "real.h"
 #include "stats.h"
+#include "rawsyscall.h"
 
 _Atomic int rs_state;
 /* RANGESHIM_STATS=1 writes to a copy of stderr taken at start-up: dd, cat
@@ -70,7 +71,7 @@ void rs_after_clone_child(long flags)
 	rs_stats_reset();
 	rs_cov_fork_child();
 	atomic_store(&reported, 0);
-	rs_pid = syscall(SYS_getpid);
+	rs_pid = rs_sys(SYS_getpid);
 }
 
 void rs_init_slow(void)
@@ -93,7 +94,7 @@ void rs_init_slow(void)
 	rs_stats_on = rs_cfg.stats != RS_STATS_OFF;
 	if (rs_stats_on)
 		rs_stats_init();
-	rs_pid = syscall(SYS_getpid);
+	rs_pid = rs_sys(SYS_getpid);
 	if (rs_cfg.effective == RS_SCOPE_OFF) {
 		final = RS_DISABLED;
 	} else if (rs_fdt_init() < 0) {
@@ -109,7 +110,7 @@ void rs_init_slow(void)
 		/* One copy, never closed: closing a copy of a locked stderr
 		 * file would drop the process's POSIX lock on it. */
 		stats_fd = rs_fd_hidden_copy(2);
-		if (stats_fd >= 0 && fstat(stats_fd, &stats_st) < 0)
+		if (stats_fd >= 0 && rs_fstat(stats_fd, &stats_st) < 0)
 			stats_fd = -1;
 		atomic_store(&rs_private_fd[1], stats_fd);
 	}
@@ -142,14 +143,14 @@ void rs_write_stats_file(const char *tmpl, long pid, const char *text, int len)
 		}
 	}
 	path[n] = '\0';
-	fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = (int)rs_sys(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	/* strerrordesc_np, not strerror: this may run in _exit in a child
 	 * forked from a threaded parent, where gettext's lock may be held. */
 	if (fd < 0 || rs_write_all(fd, text, (unsigned long)len) < 0)
 		rs_log(RS_LOG_ERROR, "RANGESHIM_STATS: cannot write %s: %s", path,
 		       strerrordesc_np(errno) ? strerrordesc_np(errno) : "unknown error");
 	if (fd >= 0)
-		syscall(SYS_close, fd);
+		rs_sys(SYS_close, fd);
 }
 
 /*
@@ -178,7 +179,7 @@ static void write_report(void)
 
 		/* Use our copy only if it is still the same file. */
 		stats_fd = atomic_load(&rs_private_fd[1]);
-		if (stats_fd >= 0 && fstat(stats_fd, &st) == 0 &&
+		if (stats_fd >= 0 && rs_fstat(stats_fd, &st) == 0 &&
 		    st.st_dev == stats_st.st_dev && st.st_ino == stats_st.st_ino)
 			fd = stats_fd;
 		len = rs_stats_text(buf, sizeof(buf), rs_pid);
@@ -205,7 +206,7 @@ void rs_exit_report(void)
 {
 	int s = atomic_load(&rs_state);
 
-	if ((s == RS_READY || s == RS_DISABLED) && syscall(SYS_getpid) == rs_pid)
+	if ((s == RS_READY || s == RS_DISABLED) && rs_sys(SYS_getpid) == rs_pid)
 		write_report();
 }
 
@@ -231,6 +232,6 @@ void rs_exit_resolve(void)
 		if (f)                                                        \
 			f(status);                                            \
 		for (;;)                                                      \
-			syscall(SYS_exit_group, status);                      \
+			rs_sys(SYS_exit_group, status);                      \
 	}
 RS_EXIT_CALLS(RS_EXIT_WRAP)

@@ -453,9 +453,9 @@ RS_FSTATAT(fstatat64, struct stat64)
  * application's close/dup2/closefrom.  Not in a vfork child: it has a
  * copy of our descriptor table, whose numbers are its own to close or
  * to dup2 onto, but our memory, where moving a number away (rs_fd_evict)
- * recorded the child's new number as ours: the parent's later closefrom
- * then closed its real table descriptor and it looked dead to the table
- * (test_edge, vfork_dup2).  The vfork stub's raised rs_depth tells the
+ * would record the child's new number as ours: the parent's later
+ * closefrom would then close its real table descriptor and it would look
+ * dead to the table (test_edge, vfork_dup2).  The vfork stub's raised rs_depth tells the
  * child (iolock.h, RS_DEPTH_VFORK).
  */
 static inline int in_vfork_child(void)
@@ -1038,9 +1038,11 @@ RS_EXPORT FILE *fdopen(int fd, const char *mode)
 
 /*
  * syscall(SYS_fcntl, fd, F_SETFL, O_APPEND) changes O_APPEND as fcntl
- * does, so syscall is wrapped too, for that one case.  Every call the shim
- * makes through syscall() binds here as well (-Bsymbolic-functions), and
- * a call may arrive before dlsym has answered, or from inside it: so the
+ * does, so syscall is wrapped too, for that one case.  The shim's own
+ * system calls use rs_sys (rawsyscall.h) and never come here, except
+ * those that are the application's or stand for its calls (real.c's
+ * stand-ins, rs_write_all: -Bsymbolic-functions binds them here); and a
+ * call may arrive before dlsym has answered, or from inside it: so the
  * system call is made here, with the instruction itself, not through
  * glibc's syscall, and nothing is resolved.  Six arguments are always
  * passed, as glibc's syscall does (sysdeps/unix/sysv/linux/x86_64/
@@ -1056,9 +1058,9 @@ RS_EXPORT FILE *fdopen(int fd, const char *mode)
  * both are wrapped.  The optional arguments are passed on as read; glibc
  * reads each only when flags ask for it.
  * Without CLONE_VM it makes a process, as fork does but without the
- * atfork handlers: its child kept the locks the parent's other threads
- * held, and its first call on such a range waited forever (test_adv_proc,
- * fast_clone_fork).  The child starts in fn, so it is made to start in
+ * atfork handlers: its child keeps the locks the parent's other threads
+ * held, and its first call on such a range would wait forever
+ * (test_adv_proc, fast_clone_fork).  The child starts in fn, so it is made to start in
  * clone_child first, which forgets them as fork's child does; the fn and
  * arg it needs are on our stack, which the child has a copy of. */
 struct clone_start {
@@ -1224,8 +1226,9 @@ RS_EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode)
  * glibc exports these functions under a second name as well, the same
  * code (__write is write): no public header declares them, but programs,
  * language runtimes and other libraries call them, and a call through one
- * went round the shim: unlocked writes and reads (torn: test_adv_proc,
- * fast_alias_*), and a close, dup2 or F_SETFL the fd table never saw.
+ * unwrapped would go round the shim: unlocked writes and reads (torn:
+ * test_adv_proc, fast_alias_*), and a close, dup2 or F_SETFL the fd table
+ * never sees.
  * Each is its first name's wrapper (whose real call is the same function).
  */
 #define RS_ALIAS(ret, second, target, params) \
@@ -1245,8 +1248,8 @@ RS_ALIAS(int, __fcntl, fcntl, (int, int, ...))
  * shared address space nor a new stack) runs no atfork handler: without
  * ours the child would keep the parent's grant cache, and enter the
  * parent's EXSH grants as if it were one of its threads, and the range
- * locks the parent's other threads held (a call on such a range waited
- * forever: test_adv_proc, fast_clone_fork).  clone3 takes its flags and
+ * locks the parent's other threads held (a call on such a range would
+ * wait forever: test_adv_proc, fast_clone_fork).  clone3 takes its flags and
  * stack through a pointer (struct clone_args: flags first, stack the
  * sixth u64), read here without faulting: one that cannot be read is
  * the kernel's EFAULT. */

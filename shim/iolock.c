@@ -47,6 +47,7 @@
 #include "nodelock.h"
 #include "real.h"
 #include "stats.h"
+#include "rawsyscall.h"
 
 __thread int rs_depth __attribute__((tls_model("initial-exec")));
 int rs_fast;
@@ -89,11 +90,11 @@ void rs_cancel_wait(unsigned long t)
 
 	if (!atomic_exchange(&cancel_mode, 1)) {
 		RS_STORE(rs_fast, 0);
-		if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
+		if (rs_sys(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
 			atomic_store(&registered, 1);
 	}
 	if (atomic_load(&registered))
-		syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+		rs_sys(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
 	else
 		usleep(20000);	/* no membarrier: let in-flight checks settle */
 	if (t == (unsigned long)pthread_self())
@@ -386,7 +387,7 @@ int rs_iov_solo(int fd, struct rs_file *f, unsigned mode, unsigned how, int64_t 
 		return -1;
 	rs_grant_enter_iov(f, start, range_end(start, len), mode, ref);
 	/* The cluster lock lost: the general path fails the call. */
-	return !ref->g && RS_LOAD(rs_cl_eio) ? -1 : 1;
+	return rs_grant_lost(ref) ? -1 : 1;
 }
 
 static int file_key_less(struct rs_file *a, struct rs_file *b)
@@ -631,10 +632,9 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 				i = 1 - k;
 			/* Appenders of different processes share the tail
 			 * (RS_G_APPEND); the range lock below stays a write. */
-			if (rs_grant_enter(p[i].file, p[i].start, p[i].end,
-					   p[i].append ? RS_GRANT_APPEND : p[i].mode,
-					   &io->gref[io->ngrefs]) &&
-			    !io->gref[io->ngrefs].g && RS_LOAD(rs_cl_eio)) {
+			if (rs_grant_enter_lost(p[i].file, p[i].start, p[i].end,
+						p[i].append ? RS_GRANT_APPEND : p[i].mode,
+						&io->gref[io->ngrefs])) {
 				release(io);
 				return 2;	/* cluster lock lost: EIO */
 			}
@@ -701,10 +701,10 @@ static void io_clear(struct rs_io *io)
  * vfork children.  A vfork child runs on its parent's thread, in its
  * memory, until it execs or exits: as one of the parent's threads, its
  * calls would raise the parent thread's rs_depth and count themselves into
- * the parent's grants and range locks.  Killed inside a call, it left
- * them so: every later call of the parent passed through unlocked
- * (rs_depth stayed raised), and the grant stayed busy until the parent
- * exited (test_edge, vfork_killed).  So a vfork child never touches the
+ * the parent's grants and range locks.  Killed inside a call, it would
+ * leave them so: every later call of the parent would pass through
+ * unlocked (rs_depth stays raised), and the grant would stay busy until
+ * the parent exits (test_edge, vfork_killed).  So a vfork child never touches the
  * parent's lock state.  The vfork wrapper raises rs_depth by
  * RS_DEPTH_VFORK for the child (interpose.c), which sends every call of
  * the child here, and restores it in the parent, whatever the child did.
@@ -763,7 +763,7 @@ static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
 	/* Not the fd table's word on the descriptor: that table is the
 	 * parent's, and the child's number may name another file by now (a
 	 * redirection, dup2 of a file onto the number of a pipe of the
-	 * parent's, passed its writes through unlocked; test_edge,
+	 * parent's, would pass its writes through unlocked; test_edge,
 	 * vfork_redirect).  So a regular file outside RANGESHIM_PATHS is
 	 * locked here too: more exclusion, never less. */
 	for (int i = 0; i < n && i < 2; i++) {
@@ -803,8 +803,8 @@ static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
 
 			/* No descriptor for the registration: the child's fd
 			 * table changes only by the child, which waits here, and
-			 * its parent is stopped until it exits, so waiting hung
-			 * the program for good (test_edge, vfork_emfile).  The
+			 * its parent is stopped until it exits, so waiting would
+			 * hang the program for good (test_edge, vfork_emfile).  The
 			 * call fails with EMFILE (ENFILE), said once, without
 			 * being made, as a cluster pin's does (limitations.md). */
 			if (errno == EMFILE || errno == ENFILE) {
@@ -1060,8 +1060,7 @@ void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len)
 		if (rs_cfg.lock == RS_LOCK_MUTEX)
 			start = 0;
 		io->hold[0].file = f;
-		if (rs_grant_enter(f, start, RS_RANGE_EOF, RS_RL_WRITE, &io->gref[0]) &&
-		    !io->gref[0].g && RS_LOAD(rs_cl_eio)) {
+		if (rs_grant_enter_lost(f, start, RS_RANGE_EOF, RS_RL_WRITE, &io->gref[0])) {
 			errno = saved;
 			rs_depth_add(-1);
 			io->entered = -1;	/* cluster lock lost: EIO */

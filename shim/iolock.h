@@ -1,6 +1,6 @@
 /*
- * What each intercepted call locks, in one place (BRIEF §2, "What each
- * call locks").  A wrapper describes its call as one or two targets, calls
+ * What each intercepted call locks, in one place (docs/design.md (d),
+ * "What each call locks").  A wrapper describes its call as one or two targets, calls
  * rs_io_begin (or rs_io_at), makes the real call, and calls rs_io_end_fast
  * or rs_io_end_slow.
  */
@@ -23,23 +23,17 @@
 #include "fdtable.h"
 #include "filewaits.h"
 #include "grants.h"
+#include "state.h"
 #include "rangelock_fast.h"
 #include "rawsyscall.h"
 #include "real.h"
 #include "stats.h"
 
-/* The library's own globals, which the inline paths read on every call:
- * declared hidden here, so that each is one PC-relative load rather than
- * a load of its address first (the symbols are hidden anyway:
- * -fvisibility=hidden). */
-#define RS_HIDDEN __attribute__((visibility("hidden")))
 extern _Atomic uint64_t *rs_fd_entries RS_HIDDEN;
 extern struct rs_desc *rs_descs RS_HIDDEN;
 extern struct rs_file *rs_files RS_HIDDEN;
 extern int rs_node_on RS_HIDDEN;
 extern struct rs_segment *rs_node_seg RS_HIDDEN;
-extern struct rs_real rs_real RS_HIDDEN;
-extern struct rs_config rs_cfg RS_HIDDEN;
 
 enum rs_where {
 	RS_AT_OFFSET,   /* [off, off + len) */
@@ -69,11 +63,6 @@ int rs_iov_len(const struct iovec *iov, int cnt, uint64_t *len);
 /* *p read the way the kernel would, or -1 if it faults (the real call
  * then fails with EFAULT, and nothing is locked); 0 for NULL. */
 int64_t rs_read_off(const off_t *p);
-/* n bytes from src to dst, one of them the application's memory (dst if
- * to_user), without faulting: -1 where the kernel would say EFAULT.
- * process_vm_readv/writev on ourselves; where that is refused (seccomp),
- * a plain copy.  errno is left alone. */
-int rs_user_copy(void *dst, const void *src, size_t n, int to_user);
 
 struct rs_hold {
 	struct rs_rl_node node;
@@ -92,19 +81,31 @@ struct rs_io {
 	struct rs_hold hold[2];
 };
 
-enum rs_state { RS_UNINIT = 0, RS_INITIALIZING = 1, RS_READY = 2, RS_DISABLED = 3 };
-extern _Atomic int rs_state RS_HIDDEN;
 /* Ready, coordinating, range mode, no stats: rs_io_at's inline path. */
 extern int rs_fast RS_HIDDEN;
-/* Nesting depth of shim calls on this thread; non-zero means a signal
- * handler interrupted the shim, and its calls pass straight through. */
-extern __thread int rs_depth __attribute__((tls_model("initial-exec")));
 
-/* Plain accesses TSan can see: rs_depth is read by pthread_cancel's
- * caller on another thread, rs_fast and the node globals change while
- * other threads read them.  Relaxed loads and stores cost nothing extra. */
-#define RS_LOAD(x)     __atomic_load_n(&(x), __ATOMIC_RELAXED)
-#define RS_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+/*
+ * A node grant that could not be entered because this node lost the
+ * file's cluster lock: rs_grant_enter's slow path leaves ref->g NULL and
+ * sets rs_cl_eio (cluster.h).  The call must then fail (EIO, the general
+ * path's answer), never run without exclusion.  ref->g NULL alone is
+ * not enough: node scope off enters nothing either, and the call runs.
+ */
+static inline __attribute__((always_inline)) int rs_grant_lost(const struct rs_gref *ref)
+{
+	return !ref->g && RS_LOAD(rs_cl_eio);
+}
+
+/* rs_grant_enter, and 1 if the call must fail because the cluster lock
+ * is lost (nothing entered); 0 with ref entered, or ref->g NULL when
+ * there is nothing to enter.  Only the slow path can lose it. */
+static inline __attribute__((always_inline)) int
+rs_grant_enter_lost(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
+		    struct rs_gref *ref)
+{
+	return __builtin_expect(rs_grant_enter(f, start, end, rlmode, ref), 0) &&
+	       __builtin_expect(rs_grant_lost(ref), 0);
+}
 
 /* rs_depth while a vfork child of this thread runs (interpose.c, vfork):
  * above any nesting, so that the child's calls take the general path,
@@ -115,44 +116,9 @@ extern __thread int rs_depth __attribute__((tls_model("initial-exec")));
  * whatever a child killed inside a call left held.  Returns pid. */
 int rs_vfork_parent(int pid);
 
-static inline void rs_depth_add(int n)
-{
-	RS_STORE(rs_depth, RS_LOAD(rs_depth) + n);
-}
-
-void rs_init_slow(void);
 /* Before pthread_cancel(t): from now on calls keep cancellation out of
  * their locked section, and t is not inside one (iolock.c). */
 void rs_cancel_wait(unsigned long t);
-/* The child side of fork and _Fork: forget every lock of other threads. */
-void rs_after_fork_child(void);
-/* The same for a child of clone (flags: its clone flags; with
- * CLONE_FILES it shares our descriptor table, so it closes nothing). */
-void rs_after_clone_child(long flags);
-void rs_fork_prepare(void);
-void rs_fork_parent(void);
-/* Our pid, refreshed in a forked child; a mismatch means a vfork child. */
-extern long rs_pid;
-
-/*
- * Set for good once a task that shares our memory but is another process
- * may exist: a vfork (vfork(), syscall(SYS_vfork)) or a clone with
- * CLONE_VM made through us (interpose.c).  Such a task sees rs_pid as we
- * left it, so only a system call can tell it from us; until one may
- * exist, rs_pid is our pid in every task that runs this code (forks
- * refresh it in the child: rs_after_fork_child), and the fd bookkeeping
- * asks the kernel nothing.  Set from the start where vfork is not
- * wrapped (not x86-64).  A vfork or clone made by inline assembly is not
- * seen (limitations.md).
- */
-extern char rs_vm_shared RS_HIDDEN;
-
-/* This task is the process rs_pid names, not a vfork child or another
- * process sharing our memory: only they may change the fd table. */
-static inline int rs_own_process(void)
-{
-	return !RS_LOAD(rs_vm_shared) || rs_raw_getpid() == rs_pid;
-}
 
 /* Cleared for good before a thread glibc does not know of is made
  * (clone or syscall(SYS_clone) with CLONE_VM, any clone3: interpose.c). */
@@ -181,17 +147,6 @@ extern char rs_solo_ok RS_HIDDEN;
 static inline __attribute__((always_inline)) int rs_solo(void)
 {
 	return __libc_single_threaded && RS_LOAD(rs_solo_ok);
-}
-
-static inline int rs_ready(void)
-{
-	int s = __atomic_load_n((int *)&rs_state, __ATOMIC_ACQUIRE);
-
-	if (__builtin_expect(s == RS_READY, 1))
-		return 1;
-	if (s != RS_DISABLED)
-		rs_init_slow();
-	return __atomic_load_n((int *)&rs_state, __ATOMIC_ACQUIRE) == RS_READY;
 }
 
 void rs_io_begin(struct rs_io *io, const struct rs_target *t, int n);
@@ -299,9 +254,8 @@ int rs_append_eof(int fd, uint64_t *size);
  * scope by any other process; open(O_TRUNC), truncate(path) without the
  * file open and fopen("w") by any process, this one included) leaves
  * every thread's hint above end of file, for as many appends as it
- * trusted it: each would write below its lock (tests/test_adv_proc.c,
- * append_cut_*: thousands of torn reads per 3 s with a hint trusted for
- * up to 16 appends, 0 with the fstat).  So the append re-reads end of
+ * trusted it: each would write below its lock, and readers would see
+ * torn data (tests/test_adv_proc.c, append_cut_*).  So the append re-reads end of
  * file under its lock (rs_fstat_size: statx, or fstat), which sees every
  * shrink that finished before the lock was granted, and goes the general
  * way when a shrink moved it below L (ZFS's RL_APPEND re-check).
@@ -557,8 +511,7 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 		     : start + ((how & RS_HOW_IOV) || len <= RS_MAX_RW ? len : RS_MAX_RW);
 	/* Other processes first, then the other threads (grants.h). */
 	if (lean ? !__builtin_expect(rs_grant_enter_fast(file, start, end, lmode, &io->gref[0]), 1)
-		 : __builtin_expect(rs_grant_enter(file, start, end, lmode, &io->gref[0]), 0) &&
-		   __builtin_expect(!io->gref[0].g && RS_LOAD(rs_cl_eio), 0)) {
+		 : rs_grant_enter_lost(file, start, end, lmode, &io->gref[0])) {
 		/* Not cached (lean: the full copy enters it), or the cluster
 		 * lock lost (the general path fails the call). */
 		goto unlock_pos;
@@ -830,20 +783,5 @@ static inline void rs_io_iov(struct rs_io *io, int fd, unsigned mode, enum rs_wh
 
 /* truncate(path, len): lock the file if this process has it open. */
 void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len);
-
-/* Slow-path bookkeeping (open, close, dup) must not be re-entered from a
- * signal handler on the same thread: the table mutex is not recursive. */
-static inline int rs_enter_slow(void)
-{
-	if (!rs_ready() || RS_LOAD(rs_depth))
-		return 0;
-	rs_depth_add(1);
-	return 1;
-}
-
-static inline void rs_leave_slow(void)
-{
-	rs_depth_add(-1);
-}
 
 #endif

@@ -6,8 +6,14 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "rawsyscall.h"
+
 int rs_log_level = RS_LOG_WARN;
 
+/* Through syscall(), not rs_sys: inside the library that is the exported
+ * wrapper, which tells the fd table that fd's offset moved.  fd may be
+ * the application's stderr on a regular file, whose description the fast
+ * path would otherwise still take for fresh (offset 0: RS_DESC_FRESH). */
 int rs_write_all(int fd, const char *buf, unsigned long len)
 {
 	while (len > 0) {
@@ -32,7 +38,7 @@ void rs_log(int level, const char *fmt, ...)
 
 	if (level > rs_log_level)
 		return;
-	n = snprintf(line, sizeof(line), "rangeshim[%ld]: ", (long)syscall(SYS_getpid));
+	n = snprintf(line, sizeof(line), "rangeshim[%ld]: ", (long)rs_sys(SYS_getpid));
 	va_start(ap, fmt);
 	n += vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
 	va_end(ap);

@@ -191,6 +191,7 @@
 #include "rangeshim/rangelock.h"
 #include "fileid.h"
 #include "stride.h"
+#include "rawsyscall.h"
 
 #define WAIT_SLICE_NS   (20ull * 1000 * 1000)
 #define LIVENESS_NS     (100ull * 1000 * 1000)
@@ -214,7 +215,8 @@ uint64_t rs_nt_warn_ns = 5ull * 1000 * 1000 * 1000;
  * that a wake, not the timeout, ended a wait. */
 uint64_t rs_nt_slice_ns = WAIT_SLICE_NS;
 /* A starved waiter whose last scan is older than this holds nobody
- * back (segment.h).  Tests raise it to play the old rule as a control. */
+ * back (segment.h).  Tests raise it so that their control runs without
+ * that rule. */
 uint64_t rs_nt_present_ns = RS_PRESENT_NS;
 
 uint64_t rs_nt_now_ns(void)
@@ -246,7 +248,7 @@ static void wake_all(struct rs_segment *s)
 
 	atomic_fetch_add(&s->hdr.change, 1);
 	if (atomic_load(&s->hdr.change_waiters))
-		syscall(SYS_futex, &s->hdr.change, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+		rs_sys(SYS_futex, &s->hdr.change, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 	errno = saved;
 }
 
@@ -257,7 +259,7 @@ static void wait_change(struct rs_segment *s, uint32_t seen, uint64_t ns)
 
 	atomic_fetch_add(&s->hdr.change_waiters, 1);
 	if (atomic_load(&s->hdr.change) == seen)
-		syscall(SYS_futex, &s->hdr.change, FUTEX_WAIT, seen, &ts, NULL, 0);
+		rs_sys(SYS_futex, &s->hdr.change, FUTEX_WAIT, seen, &ts, NULL, 0);
 	atomic_fetch_sub(&s->hdr.change_waiters, 1);
 	errno = saved;
 }
@@ -268,7 +270,7 @@ static void wake_grant(struct rs_seg_grant *g, uint64_t old)
 	if (old & RS_SLEEPERS) {
 		int saved = errno;
 
-		syscall(SYS_futex, RS_GW_FUTEX(g), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+		rs_sys(SYS_futex, RS_GW_FUTEX(g), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 		errno = saved;
 	}
 }
@@ -308,7 +310,7 @@ static void wait_grant(struct rs_seg_grant *g, uint32_t gen, int is_wait, uint64
 		if ((v & RS_SLEEPERS) || atomic_compare_exchange_weak(&g->gw, &v, v | RS_SLEEPERS))
 			break;
 	}
-	syscall(SYS_futex, RS_GW_FUTEX(g), FUTEX_WAIT, (uint32_t)(v | RS_SLEEPERS), &ts, NULL, 0);
+	rs_sys(SYS_futex, RS_GW_FUTEX(g), FUTEX_WAIT, (uint32_t)(v | RS_SLEEPERS), &ts, NULL, 0);
 	errno = saved;
 }
 
@@ -327,10 +329,10 @@ char rs_nt_proc_stat(int32_t pid, char *comm, size_t commlen)
 
 	snprintf(comm, commlen, "?");
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = pid > 0 ? (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC) : -1;
+	fd = pid > 0 ? (int)rs_sys(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC) : -1;
 	if (fd >= 0) {
-		n = syscall(SYS_read, fd, stat, sizeof(stat) - 1);
-		syscall(SYS_close, fd);
+		n = rs_sys(SYS_read, fd, stat, sizeof(stat) - 1);
+		rs_sys(SYS_close, fd);
 	}
 	if (n > 0) {
 		/* The command may hold ')' itself: the last one ends it. */
@@ -644,7 +646,7 @@ static int table_lock(struct rs_nt *t)
 			struct timespec ts = { 0, 10 * 1000 * 1000 };
 			int saved = errno;
 
-			syscall(SYS_futex, &s->hdr.lock, FUTEX_WAIT, v, &ts, NULL, 0);
+			rs_sys(SYS_futex, &s->hdr.lock, FUTEX_WAIT, v, &ts, NULL, 0);
 			errno = saved;
 		}
 		atomic_fetch_sub(&s->hdr.lock_waiters, 1);
@@ -665,7 +667,7 @@ static void table_unlock_as(struct rs_nt *t, uint32_t slot)
 	if (atomic_load(&s->hdr.lock_waiters)) {
 		int saved = errno;
 
-		syscall(SYS_futex, &s->hdr.lock, FUTEX_WAKE, 1, NULL, NULL, 0);
+		rs_sys(SYS_futex, &s->hdr.lock, FUTEX_WAKE, 1, NULL, NULL, 0);
 		errno = saved;
 	}
 	rs_mutex_unlock(&t->local);
@@ -813,7 +815,7 @@ static int still_named(const struct rs_nt *t)
 {
 	struct stat a, b;
 
-	return fstat(t->map.fd, &a) == 0 && stat(t->map.path, &b) == 0 &&
+	return rs_fstat(t->map.fd, &a) == 0 && stat(t->map.path, &b) == 0 &&
 	       a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
@@ -863,7 +865,7 @@ static int register_once(struct rs_nt *t, const char *name, char *why, size_t wh
 	struct rs_segment *s;
 
 	__atomic_store_n(&t->me, UINT32_MAX, __ATOMIC_RELAXED);
-	t->pid = (int32_t)syscall(SYS_getpid);
+	t->pid = (int32_t)rs_sys(SYS_getpid);
 	if (rs_seg_attach(&t->map, name, 1, why, whylen) < 0)
 		return -1;
 	s = t->map.seg;
@@ -983,9 +985,9 @@ void rs_nt_unregister(struct rs_nt *t)
 		int fd = atomic_exchange(t->map.fd_slot, -1);
 
 		if (fd >= 0)
-			syscall(SYS_close, fd);
+			rs_sys(SYS_close, fd);
 	} else if (t->map.fd >= 0) {
-		syscall(SYS_close, t->map.fd);
+		rs_sys(SYS_close, t->map.fd);
 	}
 	t->map.fd = -1;
 }
@@ -995,7 +997,7 @@ void rs_nt_forget(struct rs_nt *t)
 	/* The fd shares the parent's open file description, and with it the
 	 * parent's liveness lock: close ours so the parent's death shows. */
 	if (t->map.fd >= 0)
-		syscall(SYS_close, t->map.fd);
+		rs_sys(SYS_close, t->map.fd);
 	t->map.fd = -1;
 	t->map.seg = NULL;
 	t->me = UINT32_MAX;
@@ -1194,6 +1196,345 @@ static void say_blocked(struct rs_nt *t, const struct rs_nt_req *r, const struct
 	       (unsigned long long)r->end, who);
 }
 
+/* The aligned window around request r: where it would expand to, and
+ * where another process's grant means the file is shared. */
+static inline void acq_window(const struct rs_nt_req *r, uint64_t *ws, uint64_t *we)
+{
+	*ws = r->start;
+	*we = r->end;
+	if (r->window && r->end != RS_RANGE_EOF) {
+		*ws = r->start - r->start % r->window;
+		*we = r->end % r->window ? r->end - r->end % r->window + r->window : r->end;
+		if (*we < r->end)
+			*we = RS_RANGE_EOF;	/* wrapped */
+	}
+}
+
+/* What one walk of the file's chain found, for the grant, queue and wait
+ * steps of rs_nt_acquire.  The sl_* fields and now last for one round
+ * (one table lock), the rest for one walk. */
+struct acq_scan {
+	uint64_t lo, top;       /* room to expand into, between others' grants */
+	uint32_t conflicts;     /* entries in the request's way */
+	int others;             /* another process has a grant on the file */
+	struct blocker blk;     /* the first busy grant in the way */
+	uint32_t via;           /* the first running starved waiter in the way */
+	/* What to sleep on (wait_grant): our nearest predecessor in the
+	 * queue, the earlier WAIT entry with the highest ticket, so that
+	 * each release or hand-over wakes one waiter, not all; with none,
+	 * a busy grant in our way. */
+	uint32_t sl_idx, sl_gen, sl_ticket, sl_owner;
+	uint64_t now, sl_ns;
+	int sl_wait;
+};
+
+/*
+ * Another process's WAIT entry g (slot i) in our request's way.  Only a
+ * starved one ahead of us in the queue counts, and only while its owner
+ * runs: a stopped or unscheduled waiter takes the range when it runs
+ * again, if it is free.  The latest such entry is the one to sleep on.
+ * Pre:  the table lock is held.
+ */
+static inline void acq_meet_waiter(struct rs_nt *t, struct rs_seg_grant *g, uint32_t i,
+				   uint32_t wait_idx, uint32_t ticket,
+				   struct rs_nt_result *res, struct acq_scan *sc)
+{
+	struct rs_segment *s = t->map.seg;
+	uint64_t age;
+
+	if (!(g->flags & RS_WF_STARVED) || (wait_idx != UINT32_MAX && g->ticket >= ticket))
+		return;
+	if (!sc->now)
+		sc->now = rs_nt_now_ns();
+	age = sc->now - g->beat_ns;
+	if (age >= rs_nt_present_ns) {
+		/* Not running, or dead: a dead waiter's entry is freed now
+		 * (one liveness look, only for an entry that stopped
+		 * beating), so that it does not sit in the queue until the
+		 * next reclaim. */
+		if (g->owner < RS_NPROC && !owner_alive(t, g->owner)) {
+			free_grant(s, g);
+			res->reclaimed++;
+			atomic_fetch_add(&s->hdr.reclaims, 1);
+		}
+		return;
+	}
+	sc->conflicts++;
+	if (sc->via == UINT32_MAX)
+		sc->via = i;
+	if (!sc->sl_wait || g->ticket > sc->sl_ticket) {
+		sc->sl_idx = i;
+		sc->sl_owner = g->owner;
+		sc->sl_gen = RS_GW_GEN(atomic_load(&g->gw));
+		sc->sl_ticket = g->ticket;
+		sc->sl_wait = 1;
+		/* Wake when it would stop counting. */
+		if (rs_nt_present_ns - age < sc->sl_ns)
+			sc->sl_ns = rs_nt_present_ns - age + 1000000;
+	}
+}
+
+/*
+ * Another process's grant g (slot i) in our request's way, HELD (or in a
+ * state only a stray write makes): either way it goes only once nobody
+ * is inside it.  Revoked at once if idle; else marked wanted, and a
+ * conflict, the first one to sleep on unless a waiter is.
+ * Pre:  the table lock is held.
+ */
+static inline void acq_meet_held(struct rs_segment *s, struct rs_seg_grant *g, uint32_t i,
+				 struct rs_nt_result *res, struct acq_scan *sc)
+{
+	int newly;
+
+	if (revoke_or_want(s, g, RS_WANTED, &newly)) {
+		res->revoked++;
+		atomic_fetch_add(&s->hdr.revokes, 1);
+		return;
+	}
+	if (newly) {
+		res->wanted++;
+		atomic_fetch_add(&s->hdr.wanted_calls, 1);
+	}
+	if (sc->blk.owner == UINT32_MAX)
+		sc->blk = (struct blocker){ g->owner, g->start, g->end };
+	if (sc->sl_idx == UINT32_MAX) {
+		sc->sl_idx = i;
+		sc->sl_owner = g->owner;
+		sc->sl_gen = RS_GW_GEN(atomic_load(&g->gw));
+		sc->sl_wait = 0;
+	}
+	sc->conflicts++;
+}
+
+#define ACQ_WALKED 0  /* the chain walked in full, consistent */
+#define ACQ_CUT    1  /* a strided request was cut: walk again */
+#define ACQ_BAD    2  /* the chain does not say what the slots say */
+
+/*
+ * One walk of bucket b's chain for request r (ours to cut), counting what
+ * is in its way into sc: wants or revokes busy grants of other processes,
+ * frees our own left-behind exact grants and dead starved waiters.
+ * Pre:  the table lock is held; sc's round fields are set.
+ * Post: ACQ_WALKED with sc filled; ACQ_CUT (walk_at cleared) or ACQ_BAD
+ *       with sc partly filled, to be walked again.  *wait_idx is cleared
+ *       if our queue entry was reclaimed from under us.
+ */
+static inline int acq_walk(struct rs_nt *t, uint32_t b, struct rs_nt_req *r, uint64_t ws,
+			   uint64_t we, uint32_t *wait_idx, uint32_t ticket, int *contended,
+			   struct rs_nt_result *res, struct acq_scan *sc)
+{
+	struct rs_segment *s = t->map.seg;
+	uint32_t walked = 0, count = s->hdr.chains[b].count, prev = UINT32_MAX, n;
+	uint32_t *at = &s->hdr.chains[b].head;
+	int bad = 0;
+
+	sc->lo = 0;
+	sc->top = RS_RANGE_EOF;
+	sc->conflicts = 0;
+	sc->others = 0;
+	sc->blk.owner = UINT32_MAX;
+	sc->via = UINT32_MAX;
+	sc->sl_ns = rs_nt_slice_ns;
+	if (*wait_idx != UINT32_MAX &&
+	    (atomic_load(&s->grants[*wait_idx].state) != RS_G_WAIT ||
+	     s->grants[*wait_idx].owner != t->me))
+		*wait_idx = UINT32_MAX;	/* reclaimed from under us: queue again */
+	if (*wait_idx != UINT32_MAX)	/* we run: our place in the queue counts */
+		s->grants[*wait_idx].beat_ns = sc->now = rs_nt_now_ns();
+	/* Our file's chain: every used slot of the bucket, each once.
+	 * The next link is read before the grant is looked at, since
+	 * freeing it takes it out of the chain. */
+	for (n = s->hdr.chains[b].head; n; ) {
+		uint32_t i = n - 1, st;
+		struct rs_seg_grant *g;
+
+		if (n > RS_NGRANT || walked >= count || walked++ >= RS_NGRANT) {
+			bad = 1;
+			break;
+		}
+		/* The link that names i: the previous grant's, if it
+		 * is still in the chain. */
+		if (prev != UINT32_MAX && *at == prev + 1)
+			at = &s->grants[prev].next;
+		prev = i;
+		walk_at = at;
+		g = &s->grants[i];
+		n = g->next;
+		st = atomic_load(&g->state);
+		if (st == RS_G_FREE || bucket_of(g->dev, g->ino) != b) {
+			bad = 1;
+			break;
+		}
+		if (g->owner == t->me) {
+			/* Our exact grants, left behind by their calls. */
+			if (st == RS_G_HELD)
+				free_if_left(s, g);
+			continue;
+		}
+		if (g->dev != r->dev || g->ino != r->ino)
+			continue;
+		sc->others = 1;
+		/* An owner naming no slot (a stray write) is no reason to
+		 * let anyone in: such a grant goes as any other, once
+		 * nobody is inside (revoke_or_want below). */
+		if (compatible(g->mode, r->mode))
+			continue;
+		if (overlaps(g, ws, we))
+			res->met = 1;
+		if (r->stride) {
+			/* Lookahead takes only blocks nobody holds. */
+			if (stride_cut(g, r) < 0) {
+				walk_at = NULL;
+				return ACQ_CUT;
+			}
+			continue;
+		}
+		if (!in_way(g, r)) {
+			/* Room to expand into stops at others' grants. */
+			if (g->end <= r->start && g->end > sc->lo)
+				sc->lo = g->end;
+			if (g->start >= r->end && g->start < sc->top)
+				sc->top = g->start;
+			continue;
+		}
+		*contended = 1;
+		if (st == RS_G_WAIT)
+			acq_meet_waiter(t, g, i, *wait_idx, ticket, res, sc);
+		else	/* HELD, or a state only a stray write makes */
+			acq_meet_held(s, g, i, res, sc);
+	}
+	return bad || walked != count ? ACQ_BAD : ACQ_WALKED;
+}
+
+/*
+ * Nothing in the way of r: take our queue entry, a free slot or an
+ * evicted idle one, expanded as far as the scan allows, counted in.
+ * Pre:  the table lock is held; sc->conflicts == 0.
+ * Post: 0 with the table unlocked and res filled as rs_nt_acquire's
+ *       Post says; -1 with the lock still held and res->table_full set
+ *       when no slot could be had.
+ */
+static inline int acq_grant(struct rs_nt *t, const struct rs_nt_req *r, uint64_t ws,
+			    uint64_t we, uint32_t wait_idx, int contended, uint64_t t0,
+			    const struct acq_scan *sc, struct rs_nt_result *res)
+{
+	struct rs_segment *s = t->map.seg;
+	uint64_t start = r->start, end = r->end;
+	uint32_t idx;
+
+	idx = wait_idx != UINT32_MAX ? wait_idx : find_free(s);
+	if (idx == UINT32_MAX) {
+		idx = evict_idle(s);
+		res->evicted += idx != UINT32_MAX;
+	}
+	if (idx == UINT32_MAX) {
+		res->table_full = 1;
+		return -1;
+	}
+	if (!contended && !r->exact && r->whole && !sc->others &&
+	    (r->mode == RS_G_SHARED || r->mode == RS_G_EXSH)) {
+		start = 0;
+		end = RS_RANGE_EOF;
+	} else if (!contended && !r->exact && r->window && end != RS_RANGE_EOF) {
+		start = ws > sc->lo ? ws : sc->lo;
+		end = we < sc->top ? we : sc->top;
+	}
+	/* A node grant never leaves its cluster grant. */
+	if (r->bounded) {
+		start = start > r->lo ? start : r->lo;
+		end = end < r->hi ? end : r->hi;
+	}
+	/* Counted in before the table is unlocked: an idle
+	 * grant is revocable, and this one is about to be used. */
+	fill(t, idx, r, start, end, RS_G_HELD, 0, 1);
+	atomic_fetch_add(&s->hdr.acquires, 1);
+	res->others = sc->others;
+	res->gen = RS_GW_GEN(atomic_load(&s->grants[idx].gw));
+	table_unlock(t);
+	/* Requests queued behind ours wait for a WAIT entry,
+	 * which marks nothing wanted; now that it is a grant,
+	 * let them mark it, instead of sleeping out their
+	 * slice while we keep it. */
+	if (wait_idx != UINT32_MAX)
+		wake_all(s);
+	res->idx = idx;
+	res->start = start;
+	res->end = end;
+	res->stride = r->stride;
+	res->blen = r->blen;
+	if (t0)
+		res->wait_ns = rs_nt_now_ns() - t0;
+	return 0;
+}
+
+/*
+ * Something is in r's way: name whom a queue of running waiters waits
+ * for when it is time to say so, and take a place in the queue (a WAIT
+ * entry with the next ticket) if we have none.
+ * Pre:  the table lock is held.
+ * Post: *wait_idx is our WAIT entry, unless the table is full.
+ */
+static inline void acq_queue(struct rs_nt *t, const struct rs_nt_req *r, uint32_t *wait_idx,
+			     uint32_t *ticket, uint64_t t0, int warned, struct acq_scan *sc)
+{
+	struct rs_segment *s = t->map.seg;
+	uint32_t idx;
+
+	/* Queued behind a running waiter only: whom does the queue
+	 * wait for?  Looked up only when it is time to say so. */
+	if (!warned && sc->blk.owner == UINT32_MAX && sc->via != UINT32_MAX && t0 &&
+	    rs_nt_now_ns() - t0 > rs_nt_warn_ns)
+		held_in_way(s, &s->grants[sc->via], &sc->blk);
+	if (*wait_idx == UINT32_MAX && sc->conflicts) {
+		idx = find_free(s);
+		if (idx != UINT32_MAX) {
+			*ticket = ++s->hdr.next_ticket;
+			fill(t, idx, r, r->start, r->end, RS_G_WAIT, *ticket, 0);
+			*wait_idx = idx;
+		}
+	}
+}
+
+/*
+ * Sleep until what keeps r out may have changed (the entry sc chose, or
+ * the table's change counter from seen), then look at the liveness of
+ * whom we wait for, and say whom we are blocked by once it has lasted.
+ * Pre:  the table lock is not held.
+ */
+static inline void acq_wait(struct rs_nt *t, const struct rs_nt_req *r, uint32_t seen,
+			    uint64_t *t0, uint64_t *last_live, int *warned,
+			    const struct acq_scan *sc, struct rs_nt_result *res)
+{
+	struct rs_segment *s = t->map.seg;
+
+	if (!*t0)
+		*t0 = *last_live = rs_nt_now_ns();
+	res->waited = 1;
+	if (sc->sl_idx < RS_NGRANT)
+		wait_grant(&s->grants[sc->sl_idx], sc->sl_gen, sc->sl_wait, sc->sl_ns);
+	else
+		wait_change(s, seen, rs_nt_slice_ns);
+	/* The liveness of what we wait for: the owners of the entry we
+	 * sleep on and of the first grant in our way (one system call
+	 * each); only if one is dead, or we wait for no one in
+	 * particular, every slot's (a full reclaim: with hundreds of
+	 * waiters, each looking at every slot every 100 ms made the
+	 * looks grow with the square of the processes). */
+	if (rs_nt_now_ns() - *last_live > LIVENESS_NS) {
+		if (sc->sl_idx >= RS_NGRANT || !owner_alive(t, sc->sl_owner) ||
+		    (sc->blk.owner != UINT32_MAX && !owner_alive(t, sc->blk.owner)))
+			res->reclaimed += rs_nt_reclaim(t);
+		*last_live = rs_nt_now_ns();
+	}
+	if (!*warned && sc->blk.owner != UINT32_MAX && rs_nt_now_ns() - *t0 > rs_nt_warn_ns) {
+		*warned = 1;
+		say_blocked(t, r, &sc->blk, rs_nt_now_ns() - *t0);
+	}
+}
+
+/* In rounds, each under the table lock: walk the file's chain (acq_walk);
+ * with nothing in the way, take the grant (acq_grant); else queue
+ * (acq_queue), unlock, and wait (acq_wait).  Contract in nodelock.h. */
 int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *req, struct rs_nt_result *res,
 		  char *why, size_t whylen)
 {
@@ -1202,7 +1543,7 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *req, struct rs_nt_res
 	const struct rs_nt_req *r = &rq;
 	struct rs_segment *s = t->map.seg;
 	uint32_t wait_idx = UINT32_MAX, ticket = 0;
-	uint64_t t0 = 0, last_live = 0;
+	uint64_t t0 = 0, last_live = 0, ws, we;
 	int contended = 0, warned = 0;
 
 	memset(res, 0, sizeof(*res));
@@ -1213,29 +1554,12 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *req, struct rs_nt_res
 	if (rq.stride && (!rq.exact || rq.bounded || rq.end == RS_RANGE_EOF ||
 			  !rs_stride_ok(rq.start, rq.end, rq.stride, rq.blen)))
 		rq.stride = rq.blen = 0;
-	/* The aligned window around the request: where it would expand to,
-	 * and where another process's grant means the file is shared. */
-	uint64_t ws = r->start, we = r->end;
-
-	if (r->window && r->end != RS_RANGE_EOF) {
-		ws = r->start - r->start % r->window;
-		we = r->end % r->window ? r->end - r->end % r->window + r->window : r->end;
-		if (we < r->end)
-			we = RS_RANGE_EOF;	/* wrapped */
-	}
+	acq_window(r, &ws, &we);
 	for (;;) {
-		uint64_t lo, top;
-		uint32_t conflicts, seen, idx, b, n, walked, count, prev, *at;
-		int others, bad;
-		struct blocker blk = { UINT32_MAX, 0, 0 };
-		/* What to sleep on (wait_grant): our nearest predecessor in the
-		 * queue, the earlier WAIT entry with the highest ticket, so that
-		 * each release or hand-over wakes one waiter, not all; with none,
-		 * a busy grant in our way. */
-		uint32_t sl_idx = UINT32_MAX, sl_gen = 0, sl_ticket = 0, via = UINT32_MAX;
-		uint32_t sl_owner = UINT32_MAX;
-		uint64_t now = 0, sl_ns = rs_nt_slice_ns;
-		int sl_wait = 0;
+		struct acq_scan sc = { .blk = { UINT32_MAX, 0, 0 }, .sl_idx = UINT32_MAX,
+				       .sl_owner = UINT32_MAX };
+		uint32_t seen, b;
+		int w;
 
 		if (table_lock(t) < 0) {
 			/* Unregistered meanwhile (exit): our queue entry went
@@ -1244,239 +1568,28 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *req, struct rs_nt_res
 			return -1;
 		}
 		b = bucket_of(r->dev, r->ino);
-rescan:
-		walked = 0;
-		bad = 0;
-		count = s->hdr.chains[b].count;
-		prev = UINT32_MAX;
-		at = &s->hdr.chains[b].head;
-		lo = 0;
-		top = RS_RANGE_EOF;
-		conflicts = 0;
-		others = 0;
-		blk.owner = UINT32_MAX;
-		via = UINT32_MAX;
-		sl_ns = rs_nt_slice_ns;
-		if (wait_idx != UINT32_MAX &&
-		    (atomic_load(&s->grants[wait_idx].state) != RS_G_WAIT ||
-		     s->grants[wait_idx].owner != t->me))
-			wait_idx = UINT32_MAX;	/* reclaimed from under us: queue again */
-		if (wait_idx != UINT32_MAX)	/* we run: our place in the queue counts */
-			s->grants[wait_idx].beat_ns = now = rs_nt_now_ns();
-		/* Our file's chain: every used slot of the bucket, each once.
-		 * The next link is read before the grant is looked at, since
-		 * freeing it takes it out of the chain. */
-		for (n = s->hdr.chains[b].head; n; ) {
-			uint32_t i = n - 1, st;
-			struct rs_seg_grant *g;
-			int newly;
-
-			if (n > RS_NGRANT || walked >= count || walked++ >= RS_NGRANT) {
-				bad = 1;
+		for (;;) {
+			w = acq_walk(t, b, &rq, ws, we, &wait_idx, ticket, &contended, res, &sc);
+			if (w == ACQ_CUT)
+				continue;
+			if (wait_idx != UINT32_MAX && !(s->grants[wait_idx].flags & RS_WF_STARVED) &&
+			    rs_nt_now_ns() - t0 >= STARVE_NS)
+				s->grants[wait_idx].flags |= RS_WF_STARVED;
+			walk_at = NULL;
+			if (w == ACQ_WALKED)
 				break;
-			}
-			/* The link that names i: the previous grant's, if it
-			 * is still in the chain. */
-			if (prev != UINT32_MAX && *at == prev + 1)
-				at = &s->grants[prev].next;
-			prev = i;
-			walk_at = at;
-			g = &s->grants[i];
-			n = g->next;
-			st = atomic_load(&g->state);
-			if (st == RS_G_FREE || bucket_of(g->dev, g->ino) != b) {
-				bad = 1;
-				break;
-			}
-			if (g->owner == t->me) {
-				/* Our exact grants, left behind by their calls. */
-				if (st == RS_G_HELD)
-					free_if_left(s, g);
-				continue;
-			}
-			if (g->dev != r->dev || g->ino != r->ino)
-				continue;
-			others = 1;
-			/* An owner naming no slot (a stray write) is no reason to
-			 * let anyone in: such a grant goes as any other, once
-			 * nobody is inside (revoke_or_want below). */
-			if (compatible(g->mode, r->mode))
-				continue;
-			if (overlaps(g, ws, we))
-				res->met = 1;
-			if (rq.stride) {
-				/* Lookahead takes only blocks nobody holds. */
-				if (stride_cut(g, &rq) < 0) {
-					walk_at = NULL;
-					goto rescan;
-				}
-				continue;
-			}
-			if (!in_way(g, r)) {
-				/* Room to expand into stops at others' grants. */
-				if (g->end <= r->start && g->end > lo)
-					lo = g->end;
-				if (g->start >= r->end && g->start < top)
-					top = g->start;
-				continue;
-			}
-			contended = 1;
-			if (st == RS_G_WAIT) {
-				uint64_t age;
-
-				if (!(g->flags & RS_WF_STARVED) ||
-				    (wait_idx != UINT32_MAX && g->ticket >= ticket))
-					continue;
-				/* Its owner must be running to hold anyone back:
-				 * a stopped or unscheduled waiter takes the
-				 * range when it runs again, if it is free. */
-				if (!now)
-					now = rs_nt_now_ns();
-				age = now - g->beat_ns;
-				if (age >= rs_nt_present_ns) {
-					/* Not running, or dead: a dead waiter's
-					 * entry is freed now (one liveness look,
-					 * only for an entry that stopped beating),
-					 * so that it does not sit in the queue
-					 * until the next reclaim. */
-					if (g->owner < RS_NPROC && !owner_alive(t, g->owner)) {
-						free_grant(s, g);
-						res->reclaimed++;
-						atomic_fetch_add(&s->hdr.reclaims, 1);
-					}
-					continue;
-				}
-				conflicts++;
-				if (via == UINT32_MAX)
-					via = i;
-				if (!sl_wait || g->ticket > sl_ticket) {
-					sl_idx = i;
-					sl_owner = g->owner;
-					sl_gen = RS_GW_GEN(atomic_load(&g->gw));
-					sl_ticket = g->ticket;
-					sl_wait = 1;
-					/* Wake when it would stop counting. */
-					if (rs_nt_present_ns - age < sl_ns)
-						sl_ns = rs_nt_present_ns - age + 1000000;
-				}
-				continue;
-			}
-			/* HELD, or a state only a stray write makes: either way
-			 * it goes only once nobody is inside it. */
-			if (revoke_or_want(s, g, RS_WANTED, &newly)) {
-				res->revoked++;
-				atomic_fetch_add(&s->hdr.revokes, 1);
-				continue;
-			}
-			if (newly) {
-				res->wanted++;
-				atomic_fetch_add(&s->hdr.wanted_calls, 1);
-			}
-			if (blk.owner == UINT32_MAX)
-				blk = (struct blocker){ g->owner, g->start, g->end };
-			if (sl_idx == UINT32_MAX) {
-				sl_idx = i;
-				sl_owner = g->owner;
-				sl_gen = RS_GW_GEN(atomic_load(&g->gw));
-				sl_wait = 0;
-			}
-			conflicts++;
-		}
-		if (wait_idx != UINT32_MAX && !(s->grants[wait_idx].flags & RS_WF_STARVED) &&
-		    rs_nt_now_ns() - t0 >= STARVE_NS)
-			s->grants[wait_idx].flags |= RS_WF_STARVED;
-		walk_at = NULL;
-		if (bad || walked != count) {
 			/* The chain does not say what the slots say (a stray
 			 * write: a death inside is scrubbed by the next holder of
 			 * the lock): rebuild every chain from the slots, look again. */
 			recount(s);
-			goto rescan;
 		}
-		if (conflicts == 0) {
-			uint64_t start = r->start, end = r->end;
-
-			idx = wait_idx != UINT32_MAX ? wait_idx : find_free(s);
-			if (idx == UINT32_MAX) {
-				idx = evict_idle(s);
-				res->evicted += idx != UINT32_MAX;
-			}
-			if (idx != UINT32_MAX) {
-				if (!contended && !r->exact && r->whole && !others &&
-				    (r->mode == RS_G_SHARED || r->mode == RS_G_EXSH)) {
-					start = 0;
-					end = RS_RANGE_EOF;
-				} else if (!contended && !r->exact && r->window && end != RS_RANGE_EOF) {
-					start = ws > lo ? ws : lo;
-					end = we < top ? we : top;
-				}
-				/* A node grant never leaves its cluster grant. */
-				if (r->bounded) {
-					start = start > r->lo ? start : r->lo;
-					end = end < r->hi ? end : r->hi;
-				}
-				/* Counted in before the table is unlocked: an idle
-				 * grant is revocable, and this one is about to be used. */
-				fill(t, idx, r, start, end, RS_G_HELD, 0, 1);
-				atomic_fetch_add(&s->hdr.acquires, 1);
-				res->others = others;
-				res->gen = RS_GW_GEN(atomic_load(&s->grants[idx].gw));
-				table_unlock(t);
-				/* Requests queued behind ours wait for a WAIT entry,
-				 * which marks nothing wanted; now that it is a grant,
-				 * let them mark it, instead of sleeping out their
-				 * slice while we keep it. */
-				if (wait_idx != UINT32_MAX)
-					wake_all(s);
-				res->idx = idx;
-				res->start = start;
-				res->end = end;
-				res->stride = rq.stride;
-				res->blen = rq.blen;
-				if (t0)
-					res->wait_ns = rs_nt_now_ns() - t0;
-				return 0;
-			}
-			res->table_full = 1;
-		}
-		/* Queued behind a running waiter only: whom does the queue
-		 * wait for?  Looked up only when it is time to say so. */
-		if (!warned && blk.owner == UINT32_MAX && via != UINT32_MAX && t0 &&
-		    rs_nt_now_ns() - t0 > rs_nt_warn_ns)
-			held_in_way(s, &s->grants[via], &blk);
-		if (wait_idx == UINT32_MAX && conflicts) {
-			idx = find_free(s);
-			if (idx != UINT32_MAX) {
-				ticket = ++s->hdr.next_ticket;
-				fill(t, idx, r, r->start, r->end, RS_G_WAIT, ticket, 0);
-				wait_idx = idx;
-			}
-		}
+		if (sc.conflicts == 0 &&
+		    acq_grant(t, r, ws, we, wait_idx, contended, t0, &sc, res) == 0)
+			return 0;
+		acq_queue(t, r, &wait_idx, &ticket, t0, warned, &sc);
 		seen = atomic_load(&s->hdr.change);
 		table_unlock(t);
-		if (!t0)
-			t0 = last_live = rs_nt_now_ns();
-		res->waited = 1;
-		if (sl_idx < RS_NGRANT)
-			wait_grant(&s->grants[sl_idx], sl_gen, sl_wait, sl_ns);
-		else
-			wait_change(s, seen, rs_nt_slice_ns);
-		/* The liveness of what we wait for: the owners of the entry we
-		 * sleep on and of the first grant in our way (one system call
-		 * each); only if one is dead, or we wait for no one in
-		 * particular, every slot's (a full reclaim: with hundreds of
-		 * waiters, each looking at every slot every 100 ms made the
-		 * looks grow with the square of the processes). */
-		if (rs_nt_now_ns() - last_live > LIVENESS_NS) {
-			if (sl_idx >= RS_NGRANT || !owner_alive(t, sl_owner) ||
-			    (blk.owner != UINT32_MAX && !owner_alive(t, blk.owner)))
-				res->reclaimed += rs_nt_reclaim(t);
-			last_live = rs_nt_now_ns();
-		}
-		if (!warned && blk.owner != UINT32_MAX && rs_nt_now_ns() - t0 > rs_nt_warn_ns) {
-			warned = 1;
-			say_blocked(t, r, &blk, rs_nt_now_ns() - t0);
-		}
+		acq_wait(t, r, seen, &t0, &last_live, &warned, &sc, res);
 	}
 }
 

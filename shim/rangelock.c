@@ -7,8 +7,8 @@
  * half-open byte range [start, end) of one file for reading or writing;
  * end == RS_RANGE_EOF stands for "to infinity" (appends, truncation).
  * The caller supplies the queue node, normally on its stack, so locking
- * never allocates (OpenZFS learnt in issue #142 what a malloc on this path
- * costs).  rs_rangelock_unlock(rl, node) releases it.  The API and its
+ * never allocates (a malloc on this path would add its own locks and
+ * costs to every call, and could fail).  rs_rangelock_unlock(rl, node) releases it.  The API and its
  * Pre:/Post: contracts follow Lustre's obdclass/range_lock.c.  The lock
  * knows nothing about files or interposition, so it is tested on its own.
  *
@@ -46,12 +46,12 @@
  * keeps one, with sequence numbers for the order; we keep the order in
  * the list).
  *
- * Succession.  Until issue 9 a release handed the range to the oldest
- * conflicting waiter, FIFO, as Lustre does.  Under contention that is a
- * convoy: the new owner is asleep, so every hand-off costs a wake-up and
- * a context switch while the threads that are running, and want the
- * range, wait behind it (4 threads on one 4 KiB block: 6-25x the time of
- * unlocked pwrite).  Now succession is competitive, as in the Linux
+ * Succession.  Handing a released range to the oldest conflicting
+ * waiter, FIFO, as Lustre does, makes a convoy under contention: the new
+ * owner is asleep, so every hand-off costs a wake-up and a context switch
+ * while the threads that are running, and want the range, wait behind it
+ * (4 threads on one 4 KiB block: 6-25x the time of unlocked pwrite).  So
+ * succession is competitive, as in the Linux
  * mutex and Go's sync.Mutex: a release only wakes a waiter, and whoever
  * reaches the queue mutex first while the range is free takes it, a
  * running thread ("barging") or the woken one.  The range stays with
@@ -123,7 +123,7 @@
  * CAS until the first conflict.  It wins when many cores hammer one lock
  * with tiny critical sections (page faults on an address space).  Here
  * every critical section is a read or write syscall of a microsecond or
- * more.  Measured (issue 9): threads on disjoint ranges pay 100-600 ns a
+ * more.  Measured: threads on disjoint ranges pay 100-600 ns a
  * pair in the microbenchmark against pthread_mutex's 50-190, depending
  * on whether the threads share a CPU; that gap is the queue's cache line
  * moving between CPUs, which a lock-free list's head CAS moves as well.
@@ -137,8 +137,8 @@
  * inode lock and writes at the size it finds there: generic_write_checks
  * and the file system's write_iter), so appenders need to exclude only
  * readers, writers and truncaters of the tail, not each other; with a
- * write lock four appending threads took turns in user space on top of
- * the kernel's turns, at 1.7-2.5x the time of unlocked appends (issue 9).
+ * write lock four appending threads would take turns in user space on
+ * top of the kernel's turns, at 1.7-2.5x the time of unlocked appends.
  * Sharing is sound for any lower bound L of end of file taken while no
  * shrink can intervene (iolock.h, rs_ap_hint): the kernel writes at
  * end of file >= L, so every byte an appender writes lies in its
@@ -160,6 +160,7 @@
 
 #include "futex.h"
 #include "rangelock_fast.h"
+#include "rawsyscall.h"
 
 /* The head of a queue that is not empty (it holds a waiter, or the
  * caller's node), read under the mutex: stable then, since the inline
@@ -238,7 +239,7 @@ static void futex_wait_for(_Atomic uint32_t *addr, uint32_t val, uint64_t ns)
 	struct timespec ts = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) };
 	int saved = errno;
 
-	syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+	rs_sys(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
 	errno = saved;
 }
 

@@ -9,6 +9,8 @@
 #ifndef RS_RAWSYSCALL_H
 #define RS_RAWSYSCALL_H
 
+#include <errno.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -68,6 +70,45 @@ rs_raw_syscall6(long nr, long a, long b, long c, long d, long e, long f)
 #endif
 }
 #endif
+
+/*
+ * The library's own system calls: syscall()'s contract (the result, or -1
+ * with errno set), made with the instruction.  Never through syscall()
+ * itself: inside the library that name binds to the exported wrapper
+ * (-Bsymbolic-functions), whose checks are for the application's calls
+ * (the exit report, fork and thread detection, the F_SETFL quiesce, the
+ * file offset marks, coverage).  Arguments are widened to long, as the
+ * kernel reads them; missing ones are 0.
+ */
+static inline __attribute__((always_inline)) long
+rs_sys6(long nr, long a, long b, long c, long d, long e, long f)
+{
+#if defined(RS_HAVE_RAW_SYSCALL)
+	long r = rs_raw_syscall6(nr, a, b, c, d, e, f);
+
+	if (__builtin_expect((unsigned long)r > -4096UL, 0)) {
+		errno = (int)-r;
+		return -1;
+	}
+	return r;
+#else
+	return syscall(nr, a, b, c, d, e, f);
+#endif
+}
+#define RS_SYS_(nr, a, b, c, d, e, f, ...) \
+	rs_sys6((long)(nr), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f))
+#define rs_sys(...) RS_SYS_(__VA_ARGS__, 0, 0, 0, 0, 0, 0, 0)
+
+/* fstat for the library's own descriptors: not through the exported
+ * fstat wrapper, which classifies the application's. */
+static inline int rs_fstat(int fd, struct stat *st)
+{
+#if defined(RS_HAVE_RAW_SYSCALL)
+	return (int)rs_sys(SYS_fstat, fd, st);
+#else
+	return fstat(fd, st);
+#endif
+}
 
 /* getpid, without errno or a libc call (it cannot fail). */
 static inline __attribute__((always_inline)) long rs_raw_getpid(void)

@@ -14,6 +14,8 @@
  * allocator, a tracer) may do I/O from inside our dlsym call; those calls
  * land here and must neither recurse into dlsym nor fail.  The calls such
  * code makes are the plain syscalls below; the rest report ENOSYS.
+ * They are the application's calls, so they go through syscall(), our
+ * wrapper, which follows what they do to file offsets and F_SETFL.
  */
 static mode_t va_mode(int flags, va_list ap)
 {

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "rangeshim/rangelock.h"
+#include "rawsyscall.h"
 
 #define WHY(...) snprintf(why, whylen, __VA_ARGS__)
 
@@ -37,13 +38,13 @@ static int has_live_processes(const char *path)
 			    .l_start = (off_t)RS_LIVE_BASE, .l_len = RS_NPROC };
 	struct stat st;
 	int saved = errno, live = 0;
-	int fd = (int)syscall(SYS_openat, AT_FDCWD, path,
+	int fd = (int)rs_sys(SYS_openat, AT_FDCWD, path,
 			      O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 
 	if (fd >= 0) {
-		live = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-		       syscall(SYS_fcntl, fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
-		syscall(SYS_close, fd);
+		live = rs_fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+		       rs_sys(SYS_fcntl, fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+		rs_sys(SYS_close, fd);
 	}
 	errno = saved;
 	return live;
@@ -169,7 +170,7 @@ static int back(int fd, size_t size, int fresh)
 	static const char zeros[4096];
 	int err;
 
-	if (syscall(SYS_fallocate, fd, 0, 0L, (long)size) == 0)
+	if (rs_sys(SYS_fallocate, fd, 0, 0L, (long)size) == 0)
 		return 0;
 	err = errno;
 	if (err != EOPNOTSUPP && err != ENOSYS)
@@ -180,7 +181,7 @@ static int back(int fd, size_t size, int fresh)
 		size_t n = size - off < sizeof(zeros) ? size - off : sizeof(zeros);
 
 		errno = 0;
-		if (syscall(SYS_pwrite64, fd, zeros, (long)n, (long)off) != (long)n) {
+		if (rs_sys(SYS_pwrite64, fd, zeros, (long)n, (long)off) != (long)n) {
 			err = errno ? errno : ENOSPC;
 			goto fail;
 		}
@@ -188,7 +189,7 @@ static int back(int fd, size_t size, int fresh)
 	return 0;
 fail:
 	if (fresh)
-		syscall(SYS_ftruncate, fd, 0L);
+		rs_sys(SYS_ftruncate, fd, 0L);
 	errno = err;
 	return -1;
 }
@@ -197,7 +198,7 @@ static int open_file(const char *path, int create)
 {
 	int flags = O_RDWR | O_NOFOLLOW | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0);
 
-	return (int)syscall(SYS_openat, AT_FDCWD, path, flags, 0600);
+	return (int)rs_sys(SYS_openat, AT_FDCWD, path, flags, 0600);
 }
 
 /*
@@ -205,8 +206,8 @@ static int open_file(const char *path, int create)
  * a regular file, long after start-up, so wherever the kernel would put
  * it is free now but may be space the program has set aside: LTP's
  * mmap18 unmaps a reservation below a MAP_GROWSDOWN stack for the stack
- * to grow into, the table took the hole, and the stack's growth was a
- * SIGSEGV (test_edge, growsdown_hole).  The kernel fills the main mapping
+ * to grow into; were the table to take the hole, the stack's growth
+ * would be a SIGSEGV (test_edge, growsdown_hole).  The kernel fills the main mapping
  * area from the top down, below the stack, and the heap grows up from
  * the executable (0x55.. for PIE, near 4 MiB without), so the table goes
  * between them, in a 64 TiB region programs leave alone: RS_MAP_LO, plus
@@ -224,7 +225,7 @@ static int open_file(const char *path, int create)
 static void *map_away(int fd, size_t len)
 {
 	const unsigned char *rnd = (const unsigned char *)getauxval(AT_RANDOM);
-	uint64_t r = (uint64_t)syscall(SYS_getpid) * 0x9e3779b97f4a7c15ull;
+	uint64_t r = (uint64_t)rs_sys(SYS_getpid) * 0x9e3779b97f4a7c15ull;
 	void *p;
 
 #if defined(__SANITIZE_THREAD__)
@@ -272,14 +273,14 @@ static struct rs_segment *map_separately(const char *path, const struct stat *wa
 		*err = errno;
 		return NULL;
 	}
-	if (fstat(mfd, &st) < 0 || st.st_dev != want->st_dev || st.st_ino != want->st_ino) {
+	if (rs_fstat(mfd, &st) < 0 || st.st_dev != want->st_dev || st.st_ino != want->st_ino) {
 		*err = ESTALE;	/* the name leads to another file by now */
-		syscall(SYS_close, mfd);
+		rs_sys(SYS_close, mfd);
 		return NULL;
 	}
 	s = map_away(mfd, sizeof(struct rs_segment));
 	*err = errno;
-	syscall(SYS_close, mfd);
+	rs_sys(SYS_close, mfd);
 	return s == MAP_FAILED ? NULL : s;
 }
 
@@ -294,7 +295,7 @@ static int finish(struct rs_seg_map *m, int fd, struct rs_segment *s, char *why,
 		snprintf(reason, sizeof(reason), "%s", why);
 		WHY("%s: %s", m->path, reason);
 		munmap(s, sizeof(*s));
-		syscall(SYS_close, fd);
+		rs_sys(SYS_close, fd);
 		m->dev = m->ino = 0;
 		return -1;
 	}
@@ -320,14 +321,14 @@ static int attach_ready(struct rs_seg_map *m, int fd, char *why, size_t whylen,
 	int err;
 
 	*sp = NULL;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	if (rs_fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
 	    (st.st_mode & 07777) != 0600 || st.st_size != (off_t)sizeof(*s))
 		return 1;	/* the locked path says why, or sizes it */
 	/* A file whose blocks cover its size has no hole to fill: fallocate
 	 * would walk its 579 pages for nothing, in every process. */
 	if ((uint64_t)st.st_blocks * 512 < sizeof(*s) && back(fd, sizeof(*s), 0) < 0) {
 		err = errno;
-		syscall(SYS_close, fd);
+		rs_sys(SYS_close, fd);
 		if (err == ENOSPC)
 			WHY("no space for the %zu bytes of %s: its file system is full",
 			    sizeof(*s), m->path);
@@ -377,35 +378,35 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 	}
 	/* Initialisation takes microseconds; a lock held for seconds is a
 	 * stuck or hostile holder, and we do not wait on it. */
-	for (int tries = 0; flock(fd, LOCK_EX | LOCK_NB) < 0; tries++) {
+	for (int tries = 0; rs_sys(SYS_flock, fd, LOCK_EX | LOCK_NB) < 0; tries++) {
 		struct timespec ts = { 0, 10 * 1000 * 1000 };
 
 		err = errno;
 		if ((err != EWOULDBLOCK && err != EINTR) || tries == 200) {
-			syscall(SYS_close, fd);
+			rs_sys(SYS_close, fd);
 			return WHY("cannot lock %s: %s", m->path,
 				   err == EWOULDBLOCK ? "held by another process for 2 s" : strerror(err)), -1;
 		}
 		nanosleep(&ts, NULL);
 	}
-	if (fstat(fd, &st) < 0) {
+	if (rs_fstat(fd, &st) < 0) {
 		err = errno;
-		syscall(SYS_close, fd);
+		rs_sys(SYS_close, fd);
 		return WHY("cannot stat %s: %s", m->path, strerror(err)), -1;
 	}
 	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 07777) != 0600) {
-		syscall(SYS_close, fd);
+		rs_sys(SYS_close, fd);
 		return WHY("%s is not a regular file of mode 0600 owned by uid %u",
 			   m->path, (unsigned)geteuid()), -1;
 	}
 	if (st.st_size != 0 && st.st_size != (off_t)sizeof(*s)) {
-		syscall(SYS_close, fd);
+		rs_sys(SYS_close, fd);
 		return WHY("%s has size %lld, expected %zu", m->path, (long long)st.st_size,
 			   sizeof(*s)), -1;
 	}
 	if (back(fd, sizeof(*s), st.st_size == 0) < 0) {
 		err = errno;
-		syscall(SYS_close, fd);
+		rs_sys(SYS_close, fd);
 		if (err == ENOSPC)
 			return WHY("no space for the %zu bytes of %s: its file system is full",
 				   sizeof(*s), m->path), -1;
@@ -413,7 +414,7 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 	}
 	s = map_separately(m->path, &st, &err);
 	if (!s) {
-		syscall(SYS_close, fd);
+		rs_sys(SYS_close, fd);
 		return WHY("cannot map %s: %s", m->path, strerror(err)), -1;
 	}
 	if (st.st_size == 0 || __atomic_load_n(&s->hdr.magic, __ATOMIC_ACQUIRE) == 0) {
@@ -425,7 +426,7 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 		if (zero)
 			rs_seg_init(s);
 	}
-	flock(fd, LOCK_UN);
+	rs_sys(SYS_flock, fd, LOCK_UN);
 	m->dev = (uint64_t)st.st_dev;
 	m->ino = (uint64_t)st.st_ino;
 	return finish(m, fd, s, why, whylen);
@@ -441,7 +442,7 @@ void rs_seg_detach(struct rs_seg_map *m)
 	if (m->seg)
 		munmap(m->seg, sizeof(*m->seg));
 	if (map_fd(m) >= 0)
-		syscall(SYS_close, map_fd(m));
+		rs_sys(SYS_close, map_fd(m));
 	m->seg = NULL;
 	m->fd = -1;
 	m->fd_slot = NULL;
@@ -454,7 +455,7 @@ static int ofd_lock(int fd, int cmd, struct flock *fl, uint32_t slot)
 	fl->l_whence = SEEK_SET;
 	fl->l_start = (off_t)(RS_LIVE_BASE + slot);
 	fl->l_len = 1;
-	return (int)syscall(SYS_fcntl, fd, cmd, fl);
+	return (int)rs_sys(SYS_fcntl, fd, cmd, fl);
 }
 
 /* Is fd still the file we attached to?  A descriptor table shared with
@@ -466,7 +467,7 @@ static int still_ours(const struct rs_seg_map *m, int fd)
 
 	if (!m->dev && !m->ino)
 		return 1;
-	return fstat(fd, &a) == 0 && (uint64_t)a.st_dev == m->dev && (uint64_t)a.st_ino == m->ino;
+	return rs_fstat(fd, &a) == 0 && (uint64_t)a.st_dev == m->dev && (uint64_t)a.st_ino == m->ino;
 }
 
 int rs_seg_alive(const struct rs_seg_map *m, uint32_t slot)

@@ -20,6 +20,7 @@
 
 #include "config.h"
 #include "utf8.h"
+#include "rawsyscall.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -167,13 +168,13 @@ unsigned long rs_json_str(char *buf, unsigned long size, unsigned long n, const 
  * system calls, no allocation: this runs at exit, also from _exit). */
 static void cmdline(char *out, size_t len)
 {
-	long fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/cmdline", O_RDONLY | O_CLOEXEC), got = 0;
+	long fd = rs_sys(SYS_openat, AT_FDCWD, "/proc/self/cmdline", O_RDONLY | O_CLOEXEC), got = 0;
 
 	out[0] = '\0';
 	if (fd < 0)
 		return;
-	got = syscall(SYS_read, fd, out, len - 1);
-	syscall(SYS_close, fd);
+	got = rs_sys(SYS_read, fd, out, len - 1);
+	rs_sys(SYS_close, fd);
 	if (got <= 0)
 		return;
 	while (got > 0 && out[got - 1] == '\0')

@@ -43,7 +43,7 @@
 /*
  * Counting is per thread: each thread adds to a block of its own, so a
  * counter costs a load, an add and a store on a line no other thread
- * writes (no atomic read-modify-write, no shared cache line: issue 10).
+ * writes (no atomic read-modify-write, no shared cache line).
  * (The inline path's io_calls and bytes go to the file's record instead,
  * filewaits.h: atomic adds on a line the file's users share.)
  * A thread's first count claims a block (rs_count_slow); when the thread

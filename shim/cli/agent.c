@@ -1,5 +1,5 @@
 /*
- * rangeshim agent: the node's owner of cluster grants (issue 11; theory
+ * rangeshim agent: the node's owner of cluster grants (theory
  * in docs/design.md (i) and shim/clusterlock.c).
  *
  * One agent per user and per node table (RANGESHIM_SHM): the abstract
@@ -240,9 +240,10 @@ static int node_busy(const struct afile *f);
  * in flight, never received.  Closing any fd of a file drops the closing
  * process's own POSIX locks on that file (fs/locks.c: filp_flush calls
  * locks_remove_posix for every close), so a process that kept, and later
- * closed, a copy of ours lost the application's fcntl locks (SQLite's):
- * every pin reply used to bring a copy that the process closed as a
- * duplicate (cluster_adv::own_locks_two_processes).  Closing the socket
+ * closed, a copy of ours would lose the application's fcntl locks
+ * (SQLite's), as it would if every pin reply brought a copy that the
+ * process closed as a duplicate (cluster_adv::own_locks_two_processes).
+ * Closing the socket
  * only lets the reference in flight go.  One carrier per description,
  * shared by every process.  Returns the socket, or -1.
  */

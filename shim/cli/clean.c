@@ -89,7 +89,7 @@ static void take_census(int fd, struct rs_segment *seg, struct census *c)
  * The refusal: who is alive, in what state, and what to do.  A table is
  * never removed under a live process, --force or not: the process would
  * keep the old table, processes started later would make a new one, and
- * the two groups would not exclude each other (issue 8).
+ * the two groups would not exclude each other.
  */
 static void refuse_live(const char *path, const struct stat *st, struct census *c)
 {

@@ -465,8 +465,8 @@ static void describe_slot(char *buf, size_t len, const struct table *t, uint32_t
 
 /*
  * One line per WAIT entry, after the table: who waits, how long, for
- * what, and whom for.  The explanation issue 8 asks for: a reader stuck
- * behind a `dd` stopped with Ctrl-Z is told so, with the way out.
+ * what, and whom for, so that a stuck waiter can be explained: a reader
+ * stuck behind a `dd` stopped with Ctrl-Z is told so, with the way out.
  */
 static void print_waiters(const struct table *t, const struct row *rows, size_t n, uint64_t now)
 {
