@@ -12,8 +12,8 @@
  * cache (the node's agent, shim/cli/agent.c), gives grants back to other nodes that
  * ask.  The module knows nothing about the node table or interposition
  * (like rangelock.c, it is tested on its own); in cluster scope the node
- * table's grants will nest inside these, and the process range locks
- * inside those (docs/design.md, "Cluster scope").
+ * table's grants nest inside these, and the process range locks inside
+ * those (docs/design.md, "Cluster scope").
  *
  * Why one description per node and file.  An OFD lock belongs to an open
  * file description, everywhere from the local kernel to NFSv4, Lustre,

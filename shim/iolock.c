@@ -10,10 +10,12 @@
  *
  * Order, to stay deadlock-free: a call first takes the offset locks of
  * the descriptions it uses at their file offset (lowest address first),
- * then its range locks (lowest file address first).  Two ranges of one
- * file are merged into one lock on their hull: with FIFO queues, taking
- * two ranges of the same file one after the other can deadlock against a
- * request queued between them.
+ * then its node grants (in (st_dev, st_ino) order), then its range locks
+ * (lowest file address first); docs/design.md (h) lists every lock of
+ * the library in that order.  Two ranges of one file are merged into one
+ * lock on their hull: a starved waiter makes later arrivals queue behind
+ * it, so taking two ranges of the same file one after the other can
+ * deadlock against a request queued between them.
  *
  * fd reuse: the entry read at the start may be stale by the time the lock
  * is granted (another thread closed the fd and maybe opened another file

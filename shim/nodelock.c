@@ -3,7 +3,7 @@
  *
  * THEORY
  *
- * This is GFS2's EXSH glock (seed 004) moved one level up: a process plays
+ * This is GFS2's EXSH glock (seed 004) moved one level down: a process plays
  * the node, its threads play the node's processes, the table plays the
  * DLM.  A process holds a grant on a byte range of a file in one of three
  * modes: SHARED (readers of several processes), EXSH, exclusive towards

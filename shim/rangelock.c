@@ -12,12 +12,12 @@
  * Pre:/Post: contracts follow Lustre's obdclass/range_lock.c.  The lock
  * knows nothing about files or interposition, so it is tested on its own.
  *
- * Common case.  One thread, or threads working on disjoint regions: lock
+ * Common case: a lone holder, two atomic read-modify-writes per
+ * lock/unlock pair (below).  Threads working on disjoint regions: lock
  * takes the queue mutex (one uncontended CAS), finds no conflicting
  * request in a queue of a few entries, appends its node and drops the
  * mutex.  Unlock takes the mutex, unlinks the node and finds nobody
- * waiting.  Four atomic read-modify-writes per lock/unlock pair, no
- * syscall.
+ * waiting.  Four atomic read-modify-writes per pair, no syscall.
  *
  * A lone holder.  When nobody else holds or wants any range of the file,
  * the inline path (rangelock_fast.h) takes the lock with one CAS of head
