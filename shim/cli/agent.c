@@ -820,20 +820,18 @@ static int table_users(uint64_t now)
 	return users;
 }
 
-/* Polls the files that have no poller of their own; forgets idle files;
- * says when to exit. */
-static int tick(void)
+/* Polls the files that have no poller of their own; forgets idle files. */
+static void tick(void)
 {
 	uint64_t now = now_ns();
-	int nfiles = 0;
 
 	for (int i = 0; i < MAX_FILES; i++) {
 		struct afile *f = &files[i];
+		uint64_t t;
 		int poll_it;
 
 		/* used is written under files_mu (get_file, make_room). */
 		pthread_mutex_lock(&files_mu);
-		nfiles += f->used;
 		poll_it = f->used && !f->evicting && !f->has_poller && now >= f->next_poll_ns;
 		pthread_mutex_unlock(&files_mu);
 		/* Unlocked: a poll may drain.  Only tick frees a file without
@@ -845,11 +843,14 @@ static int tick(void)
 			pthread_mutex_unlock(&files_mu);
 			continue;
 		}
+		/* The time now, not at the tick's start: a poll above, or a
+		 * loaded machine, may have held this thread for seconds. */
+		t = now_ns();
 		if (f->pins || node_busy(f)) {
 			f->idle_since_ns = 0;
 		} else if (!f->idle_since_ns) {
-			f->idle_since_ns = now;
-		} else if (now - f->idle_since_ns > IDLE_FILE_NS && !f->listers) {
+			f->idle_since_ns = t;
+		} else if (t - f->idle_since_ns > IDLE_FILE_NS && !f->listers) {
 			/* Nobody on the node uses it: give everything back
 			 * (drained, as always) and forget it.  Its poller
 			 * cannot be stuck in a drain: no process holds a node
@@ -861,20 +862,49 @@ static int tick(void)
 		}
 		pthread_mutex_unlock(&files_mu);
 	}
-	table_check(now);
-	return nfiles == 0 && atomic_load(&conns) == 0 &&
-	       now - atomic_load(&last_activity_ns) > IDLE_EXIT_NS &&
-	       !(table_gone && table_users(now));
+	table_check(now_ns());
+}
+
+/*
+ * Time to exit: no file held, no connection, nothing served for
+ * IDLE_EXIT_NS.  Pre: files_mu held, and the caller exits holding it.
+ * Every file is opened under files_mu (get_file), so none can be opened
+ * between this look and the exit: an agent never exits holding a file,
+ * whose cluster locks would stay behind in the carriers of the node's
+ * processes (make_carrier) with no agent left to give them back, and
+ * other nodes would wait for them for ever.  Everything is read here,
+ * not taken from the tick: a tick's count and clock may be seconds old
+ * on a loaded machine, and a pin served meanwhile (its file opened in a
+ * slot the tick had passed, its connection closed, its activity later
+ * than the tick's clock) would look like "no file, idle for ages"
+ * (cluster_adv::agent_idle_exit_race).  conns before last_activity_ns: a
+ * connection's thread marks the activity before it counts itself out.
+ */
+static int idle_exit(void)
+{
+	uint64_t last, now;
+
+	for (int i = 0; i < MAX_FILES; i++)
+		if (files[i].used)
+			return 0;
+	if (atomic_load(&conns) != 0)
+		return 0;
+	last = atomic_load(&last_activity_ns);
+	now = now_ns();
+	return now > last && now - last > IDLE_EXIT_NS && !(table_gone && table_users(now));
 }
 
 static void *poller(void *arg)
 {
 	(void)arg;
 	for (;;) {
-		if (tick()) {
+		tick();
+		pthread_mutex_lock(&files_mu);
+		if (idle_exit()) {
 			say("idle: exiting");
-			exit(0);
+			exit(0);	/* files_mu held: see idle_exit */
 		}
+		pthread_mutex_unlock(&files_mu);
 		usleep(2000);
 	}
 	return NULL;
