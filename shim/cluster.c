@@ -482,25 +482,51 @@ static int find_fd(uint64_t dev, uint64_t ino)
  * when it is this process or its lock reaches up from the data space
  * (cluster_adv::own_high_lock_says_why).  Another node's grant lies wholly
  * in the grant space, and over FUSE or NFS its pid may be a remote one:
- * that wait ends, and is not named.  Once per process: a hint, not a log.
+ * it is not named.  Such a wait ends when that node's agent gives the
+ * range back; if that agent is gone, the copies of its description that
+ * the node's processes keep hold the lock until one of them pins the
+ * file again (a call its cached grants do not cover), or they close the
+ * file or exit (limitations.md), which may be never.  Nothing on
+ * this node can tell which, so after PIN_OTHER_SAY_MS the process says
+ * that another node holds the range, and what to look at there
+ * (cluster_adv::agent_killed_says_why).  Once per process each: a hint,
+ * not a log.
  */
 #define PIN_SAY_MS 5000
+#define PIN_OTHER_SAY_MS 10000
 
 static void await_reply(int s, const struct rs_ag_msg *sent)
 {
-	static _Atomic int said;
+	static _Atomic int said, said_other;
 	struct pollfd p = { .fd = s, .events = POLLIN };
 	struct flock q = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
 			   .l_start = (off_t)(RS_CL_GRANTS + sent->start),
 			   .l_len = (off_t)(sent->end - sent->start) };
 	int fd;
 
-	if (atomic_load_explicit(&said, memory_order_relaxed) || poll(&p, 1, PIN_SAY_MS) != 0)
+	if ((atomic_load_explicit(&said, memory_order_relaxed) &&
+	     atomic_load_explicit(&said_other, memory_order_relaxed)) ||
+	    poll(&p, 1, PIN_SAY_MS) != 0)
 		return;
 	fd = find_fd(sent->dev, sent->ino);
-	if (fd < 0 || syscall(SYS_fcntl, fd, F_OFD_GETLK, &q) < 0 || q.l_type == F_UNLCK ||
-	    q.l_pid <= 0 || (q.l_pid != getpid() && (uint64_t)q.l_start >= RS_CL_GRANTS) ||
-	    atomic_exchange(&said, 1))
+	if (fd < 0 || syscall(SYS_fcntl, fd, F_OFD_GETLK, &q) < 0 || q.l_type == F_UNLCK)
+		return;
+	if (q.l_pid <= 0 || (q.l_pid != getpid() && (uint64_t)q.l_start >= RS_CL_GRANTS)) {
+		if (atomic_load_explicit(&said_other, memory_order_relaxed) ||
+		    poll(&p, 1, PIN_OTHER_SAY_MS - PIN_SAY_MS) != 0 || atomic_exchange(&said_other, 1))
+			return;
+		rs_log(RS_LOG_WARN, "cluster scope: a call on bytes [%llu, %llu) of file %llu:%llu "
+		       "has waited %d s for its cluster lock, which another node holds; it goes on "
+		       "when that node's agent gives the range back.  If that agent is gone "
+		       "(killed; `rangeshim locks` on that node names no agent), the range stays "
+		       "held by the copies of its description that the node's processes keep, "
+		       "until one of them needs a new grant on the file, or they close it or exit",
+		       (unsigned long long)sent->start, (unsigned long long)sent->end,
+		       (unsigned long long)sent->dev, (unsigned long long)sent->ino,
+		       PIN_OTHER_SAY_MS / 1000);
+		return;
+	}
+	if (atomic_exchange(&said, 1))
 		return;
 	rs_log(RS_LOG_ERROR, "cluster scope: a call on bytes [%llu, %llu) of file %llu:%llu has "
 	       "waited %d s for its cluster lock, which a lock of process %d%s holds: that lock "

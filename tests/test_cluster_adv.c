@@ -29,6 +29,11 @@
  *              keeps it, does not exit idle when the tick goes on: node
  *              B's write of the file returns (the tick's stale count and
  *              clock made it exit holding the grant, and B waited for ever).
+ *  agent_killed_says_why  node A's agent SIGKILLed while a process of A
+ *              holds a cached grant: node B's write waits (the process's
+ *              copy keeps the lock) and says in one line that another
+ *              node holds the range and why it may stay held (it was
+ *              silent); once A's process exits, B's write returns.
  *  own_unlock_all      an unlock "to the end" also drops a lock the
  *              process placed past 2^61 (it was cut at 2^61 and left it,
  *              and the next write deadlocked with the agent).
@@ -840,6 +845,69 @@ Test(cluster_adv, agent_idle_exit_race, .timeout = 120)
 	unlink(until);
 	rs_rm_rf(dir);
 	unlink_tables("ie");
+}
+
+/*
+ * A node whose agent is gone keeps other nodes waiting, and they say why.
+ * A process of node A holds a whole-file lock and writes (its pin brings
+ * a copy of the agent's description; its node grant stays cached); A's
+ * agent is SIGKILLed.  The copy keeps the cluster lock (so a call still
+ * inside it would stay excluded), and no agent of A is left to give it
+ * back: node B's write waits, as fail safe wants, but it must say so
+ * within 30 s, in one line that another node holds the range and that a
+ * gone agent's lock stays with its node's processes until one of them
+ * needs a new grant, or they close the file or exit (it was silent).
+ * The holder's second write needs no pin (its cached grant covers it),
+ * so the lock stays; once the holder exits, its copy goes with it, and
+ * B's write returns.
+ */
+Test(cluster_adv, agent_killed_says_why, .timeout = 120)
+{
+	char path[PATH_MAX], go[PATH_MAX + 8], stop[PATH_MAX + 8];
+	struct rs_bg hold, b;
+	struct cenv ca, cb;
+	pid_t ag[8];
+	int n, said;
+
+	snprintf(path, sizeof path, "/dev/shm/rs-cadv-ak.%d", (int)getpid());
+	snprintf(go, sizeof go, "%s.go", path);
+	snprintf(stop, sizeof stop, "%s.stop", path);
+	unlink(go);
+	unlink(stop);
+	make_file(path, 1 << 21);
+	cenv(&ca, "ak", 'a', "cluster");
+	cenv(&cb, "ak", 'b', "cluster");
+	start(&hold, ca.env, (char *[]){ PROBE, "ownlock", path, "whole", "90", NULL });
+	cr_assert(rs_bg_wait_for(&hold, "held", RETURN_S * 1000),
+		  "the holder's write did not return: %s", hold.out);
+	n = rs_node_agents("cadv", "ak", 'a', ag, 8);
+	cr_assert_eq(n, 1, "node A's agents after the holder's write: %d", n);
+	cr_assert_eq(kill(ag[0], SIGKILL), 0);
+	for (int i = 0; i < 500 && kill(ag[0], 0) == 0; i++)
+		usleep(10000);
+
+	start(&b, cb.env, (char *[]){ PROBE, "pwrite", path, "1048576", "100", NULL });
+	said = rs_bg_wait_for(&b, "another node holds", RETURN_S * 1000);
+	cr_log_info("agent_killed_says_why: node B's write while A has no agent: %s", b.out);
+	cr_expect(said, "node B's write waited without saying why: %s", b.out);
+	cr_expect(!strstr(b.out, "verdict="), "rig: node B's write returned while node A's "
+		  "dead agent's lock was kept: %s", b.out);
+
+	/* The holder writes inside its cached grant and exits: its copy
+	 * goes, and the lock with it. */
+	touch(path, ".go");
+	touch(path, ".stop");
+	cr_expect_eq(rs_bg_finish(&hold, RETURN_S * 1000), 0, "holder: %s", hold.out);
+	cr_expect_eq(rs_field(hold.out, "again"), 100, "holder: %s", hold.out);
+	cr_expect(rs_bg_wait_for(&b, "verdict=", RETURN_S * 1000),
+		  "node B's write did not return after node A's holder exited: %s", b.out);
+	cr_expect_eq(rs_field(b.out, "rc"), 100, "node B's write: %s", b.out);
+	rs_bg_finish(&b, 10000);
+	kill_agents("ak");
+	unlink(go);
+	unlink(stop);
+	unlink(path);
+	unlink_tables("ak");
 }
 
 #define SQLITE3 "/usr/bin/sqlite3"
