@@ -64,10 +64,13 @@ $(BUILD)/tests/helpers/%: tests/helpers/%.c $(wildcard tests/helpers/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lpthread
 
-# A lock manager that fails on demand, preloaded into a test's agent
-# (tests/test_cluster.c, lost_lock); no sanitizer: it is only a shim.
+# Shims preloaded into a test's agent (tests/helpers/lib/): a lock manager
+# that fails on demand (libfault_fcntl.so, tests/test_cluster.c lost_lock),
+# a poller stopped mid-tick (libstall_stat.so, tests/test_cluster_adv.c
+# agent_idle_exit_race); no sanitizer: they are only shims.
 FAULTLIB = $(BUILD)/tests/helpers/libfault_fcntl.so
-$(FAULTLIB): tests/helpers/lib/fault_fcntl.c
+PRELOADLIBS = $(patsubst tests/helpers/lib/%.c,$(BUILD)/tests/helpers/lib%.so,$(wildcard tests/helpers/lib/*.c))
+$(BUILD)/tests/helpers/lib%.so: tests/helpers/lib/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) -fPIC -shared -o $@ $< -ldl
 
@@ -80,7 +83,7 @@ deps:
 	@sh tests/deps.sh
 
 test: deps
-	@$(MAKE) --no-print-directory all $(HELPERS) $(FAULTLIB) $(TESTS)
+	@$(MAKE) --no-print-directory all $(HELPERS) $(PRELOADLIBS) $(TESTS)
 	@sh tests/run.sh $(BUILD) $(SAN)
 
 test-asan:

@@ -51,6 +51,7 @@
 #include "clusteragent.h"
 #include "clusterfs.h"
 #include "clusterlock.h"
+#include "fileid.h"
 #include "fdtable.h"
 #include "state.h"
 #include "real.h"
@@ -483,33 +484,58 @@ static int find_fd(uint64_t dev, uint64_t ino)
  * when it is this process or its lock reaches up from the data space
  * (cluster_adv::own_high_lock_says_why).  Another node's grant lies wholly
  * in the grant space, and over FUSE or NFS its pid may be a remote one:
- * that wait ends, and is not named.  Once per process: a hint, not a log.
+ * it is not named.  Such a wait ends when that node's agent gives the
+ * range back; if that agent is gone, the copies of its description that
+ * the node's processes keep hold the lock until one of them pins the
+ * file again (a call its cached grants do not cover), or they close the
+ * file or exit (limitations.md), which may be never.  Nothing on
+ * this node can tell which, so after PIN_OTHER_SAY_MS the process says
+ * that another node holds the range, and what to look at there
+ * (cluster_adv::agent_killed_says_why).  Once per process each: a hint,
+ * not a log.
  */
 #define PIN_SAY_MS 5000
+#define PIN_OTHER_SAY_MS 10000
 
 static void await_reply(int s, const struct rs_ag_msg *sent)
 {
-	static _Atomic int said;
+	static _Atomic int said, said_other;
 	struct pollfd p = { .fd = s, .events = POLLIN };
 	struct flock q = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
 			   .l_start = (off_t)(RS_CL_GRANTS + sent->start),
 			   .l_len = (off_t)(sent->end - sent->start) };
 	int fd;
 
-	if (atomic_load_explicit(&said, memory_order_relaxed) || poll(&p, 1, PIN_SAY_MS) != 0)
+	if ((atomic_load_explicit(&said, memory_order_relaxed) &&
+	     atomic_load_explicit(&said_other, memory_order_relaxed)) ||
+	    poll(&p, 1, PIN_SAY_MS) != 0)
 		return;
 	fd = find_fd(sent->dev, sent->ino);
-	if (fd < 0 || rs_sys(SYS_fcntl, fd, F_OFD_GETLK, &q) < 0 || q.l_type == F_UNLCK ||
-	    q.l_pid <= 0 || (q.l_pid != getpid() && (uint64_t)q.l_start >= RS_CL_GRANTS) ||
-	    atomic_exchange(&said, 1))
+	if (fd < 0 || rs_sys(SYS_fcntl, fd, F_OFD_GETLK, &q) < 0 || q.l_type == F_UNLCK)
 		return;
-	rs_log(RS_LOG_ERROR, "cluster scope: a call on bytes [%llu, %llu) of file %llu:%llu has "
+	if (q.l_pid <= 0 || (q.l_pid != getpid() && (uint64_t)q.l_start >= RS_CL_GRANTS)) {
+		if (atomic_load_explicit(&said_other, memory_order_relaxed) ||
+		    poll(&p, 1, PIN_OTHER_SAY_MS - PIN_SAY_MS) != 0 || atomic_exchange(&said_other, 1))
+			return;
+		rs_log(RS_LOG_WARN, "cluster scope: a call on bytes [%llu, %llu) of file %s "
+		       "has waited %d s for its cluster lock, which another node holds; it goes on "
+		       "when that node's agent gives the range back.  If that agent is gone "
+		       "(killed; `rangeshim locks` on that node names no agent), the range stays "
+		       "held by the copies of its description that the node's processes keep, "
+		       "until one of them needs a new grant on the file, or they close it or exit",
+		       (unsigned long long)sent->start, (unsigned long long)sent->end,
+		       RS_FILE_ID(sent->dev, sent->ino),
+		       PIN_OTHER_SAY_MS / 1000);
+		return;
+	}
+	if (atomic_exchange(&said, 1))
+		return;
+	rs_log(RS_LOG_ERROR, "cluster scope: a call on bytes [%llu, %llu) of file %s has "
 	       "waited %d s for its cluster lock, which a lock of process %d%s holds: that lock "
 	       "reaches above 2^61, where cluster scope keeps its own locks (a whole-file lock of "
 	       "a program without the shim, a lock wholly past 2^61, or a flock the library could "
 	       "not move); the call goes on when it goes", (unsigned long long)sent->start,
-	       (unsigned long long)sent->end, (unsigned long long)sent->dev,
-	       (unsigned long long)sent->ino, PIN_SAY_MS / 1000, (int)q.l_pid,
+	       (unsigned long long)sent->end, RS_FILE_ID(sent->dev, sent->ino), PIN_SAY_MS / 1000, (int)q.l_pid,
 	       q.l_pid == getpid() ? " (this process: it waits for itself)" : "");
 }
 
@@ -542,10 +568,10 @@ static int fd_limit(int err, uint64_t dev, uint64_t ino)
 	static _Atomic int said;
 
 	if (!atomic_exchange(&said, 1))
-		rs_log(RS_LOG_ERROR, "cluster scope: a call on file %llu:%llu fails with %s: no "
+		rs_log(RS_LOG_ERROR, "cluster scope: a call on file %s fails with %s: no "
 		       "descriptor is free for its cluster lock (a connection to the node's agent, "
 		       "or a copy of its description); close some files or raise `ulimit -n`",
-		       (unsigned long long)dev, (unsigned long long)ino,
+		       RS_FILE_ID(dev, ino),
 		       err == ENFILE ? "ENFILE" : "EMFILE");
 	return -err;
 }
@@ -679,10 +705,10 @@ static int table_removed(uint64_t dev, uint64_t ino)
 	static _Atomic int said;
 
 	if (!atomic_exchange(&said, 1))
-		rs_log(RS_LOG_ERROR, "cluster scope: calls on file %llu:%llu fail with EIO: this "
+		rs_log(RS_LOG_ERROR, "cluster scope: calls on file %s fail with EIO: this "
 		       "process's node table was removed and its agent is gone, and no agent can "
 		       "attach to a removed table (restart the program to use the new one)",
-		       (unsigned long long)dev, (unsigned long long)ino);
+		       RS_FILE_ID(dev, ino));
 	return -EIO;
 }
 
@@ -787,9 +813,9 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 			/* Only the user can change this (a chmod), so waiting
 			 * would hang: fail the call, never run it unlocked. */
 			if (!atomic_exchange(&said, 1))
-				rs_log(RS_LOG_ERROR, "cluster scope: %s file %llu:%llu fail with "
+				rs_log(RS_LOG_ERROR, "cluster scope: %s file %s fail with "
 				       "EIO: the node's agent %s", r.rc == -EROFS ? "writes to" :
-				       "calls on", (unsigned long long)dev, (unsigned long long)ino,
+				       "calls on", RS_FILE_ID(dev, ino),
 				       r.rc == -EROFS ? "holds it read-only (the user may not write "
 				       "it), so it cannot lock it for writing" :
 				       "cannot open it (the user may neither read nor write it)");
@@ -806,9 +832,8 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 		if (r.rc == -EACCES && !warned) {
 			warned = 1;
 			rs_log(RS_LOG_ERROR, "cluster scope: the node's agent cannot open file "
-			       "%llu:%llu, which cluster locks need; waiting (this user needs "
-			       "permission to open it)", (unsigned long long)dev,
-			       (unsigned long long)ino);
+			       "%s, which cluster locks need; waiting (this user needs "
+			       "permission to open it)", RS_FILE_ID(dev, ino));
 		}
 		if (r.rc == -EBUSY && !busy++) {
 			warned = 1;
@@ -833,17 +858,15 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 			 * under our calls: refuse the pin (and say so) instead. */
 			if (!nomem++)
 				rs_log(RS_LOG_ERROR, "cluster scope: no memory to keep the agent's "
-				       "description of file %llu:%llu (it keeps the locks if the agent "
-				       "dies); waiting", (unsigned long long)dev,
-				       (unsigned long long)ino);
+				       "description of file %s (it keeps the locks if the agent "
+				       "dies); waiting", RS_FILE_ID(dev, ino));
 			warned = 1;
 			goto retry;
 		}
 		if (r.flags & RS_AG_GRACE)
 			rs_log(RS_LOG_WARN, "cluster scope: the lock manager refused lock requests on "
-			       "file %llu:%llu for a while (ENOLCK: a grace period after a server "
-			       "restart?); this call waited it out", (unsigned long long)dev,
-			       (unsigned long long)ino);
+			       "file %s for a while (ENOLCK: a grace period after a server "
+			       "restart?); this call waited it out", RS_FILE_ID(dev, ino));
 		RS_COUNT(cluster_locks, r.locks);
 		RS_COUNT(cluster_wait_ns, r.wait_ns);
 		RS_COUNT(cluster_revokes, r.revokes);

@@ -34,6 +34,10 @@ static inline const char *rs_file_id(char *buf, size_t len, uint64_t dev, uint64
 	return buf;
 }
 
+/* The id as an argument of a message: its buffer lives until the end of
+ * the enclosing block. */
+#define RS_FILE_ID(dev, ino) rs_file_id((char[RS_FILE_ID_LEN]){ 0 }, RS_FILE_ID_LEN, (dev), (ino))
+
 /* A path of (dev, ino) through one of our own descriptors: its length,
  * or -1 when none of them is that file. */
 static inline long rs_file_path(uint64_t dev, uint64_t ino, char *out, size_t len)

@@ -24,6 +24,16 @@
  *  own_locks_shared    a whole-file lock keeps its meaning: F_GETLK says
  *              len 0, other processes of the node and of another node
  *              are refused, other nodes' I/O runs, a second pin keeps it.
+ *  agent_idle_exit_race  node A's agent, its poller stopped mid-tick
+ *              (libstall_stat.so) while a process of A pins a file and
+ *              keeps it, does not exit idle when the tick goes on: node
+ *              B's write of the file returns (the tick's stale count and
+ *              clock made it exit holding the grant, and B waited for ever).
+ *  agent_killed_says_why  node A's agent SIGKILLed while a process of A
+ *              holds a cached grant: node B's write waits (the process's
+ *              copy keeps the lock) and says in one line that another
+ *              node holds the range and why it may stay held (it was
+ *              silent); once A's process exits, B's write returns.
  *  own_unlock_all      an unlock "to the end" also drops a lock the
  *              process placed past 2^61 (it was cut at 2^61 and left it,
  *              and the next write deadlocked with the agent).
@@ -745,6 +755,159 @@ Test(cluster_adv, own_locks_shared, .timeout = 120)
 	unlink(stop);
 	unlink(path);
 	unlink_tables("ol");
+}
+
+/* How many threads pid runs (/proc/PID/status), or -1. */
+static int threads_of(pid_t pid)
+{
+	char p[64], line[256];
+	int n = -1;
+	FILE *f;
+
+	snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
+	f = fopen(p, "r");
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "Threads: %d", &n) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/*
+ * A node's agent never exits idle while it holds a file.  Node A's agent
+ * runs in the foreground with libstall_stat.so, which stops its poller in
+ * the middle of its first tick (after the tick has counted the agent's
+ * files: none yet), as a loaded machine does at random; meanwhile a
+ * process of A writes a file (its pin opens the file in the agent, takes
+ * the cluster grant, and ends: the connection is closed) and keeps it
+ * open, its node grant cached.  Then the tick goes on.  Node B's write of
+ * the file must return: A's agent gives the grant back.  Before, the
+ * tick went on from its stale count ("no file") and its stale clock, read
+ * before the pin (now - last activity wrapped round: "idle for ages"),
+ * and the agent exited holding the grant; the holder's copy of the
+ * agent's description kept the lock, no agent of A was left to give it
+ * back, and B waited for ever (own_locks_shared failed so, 3 runs in 10
+ * beside a second `make test`).  Control: the rig checks that the tick
+ * was stopped before the pin and let go only after the pin's connection
+ * was gone; run on the agent before the fix, B's write never returns.
+ */
+Test(cluster_adv, agent_idle_exit_race, .timeout = 120)
+{
+	char dir[PATH_MAX], f0[PATH_MAX + 8], until[PATH_MAX + 8], shm[96];
+	static char pre[PATH_MAX + 16], spath[PATH_MAX + 16], suntil[PATH_MAX + 24];
+	static struct rs_run r;
+	struct rs_bg ag, hold;
+	struct cenv ca, cb;
+	int n = -1;
+
+	snprintf(dir, sizeof dir, "/dev/shm/rs-cadv-ie.%d", (int)getpid());
+	snprintf(f0, sizeof f0, "%s/f0", dir);
+	snprintf(until, sizeof until, "%s.go", dir);
+	snprintf(shm, sizeof shm, "/rs-cadv-ie-a.%d", (int)getpid());
+	snprintf(pre, sizeof pre, "LD_PRELOAD=%s", RS_BUILD_DIR "/tests/helpers/libstall_stat.so");
+	snprintf(spath, sizeof spath, "RS_STALL_PATH=/dev/shm%s", shm);
+	snprintf(suntil, sizeof suntil, "RS_STALL_UNTIL=%s", until);
+	unlink(until);
+	cr_assert_eq(mkdir(dir, 0700), 0, "%s: %s", dir, strerror(errno));
+	cenv(&ca, "ie", 'a', "cluster");
+	cenv(&cb, "ie", 'b', "cluster");
+	rs_bg_start_env(&ag, (const char *const[]){ pre, spath, suntil, NULL }, 0,
+			(char *[]){ RS_BUILD_DIR "/rangeshim", "agent", "--shm", shm, "--foreground",
+				    NULL });
+	cr_assert(rs_bg_wait_for(&ag, "stall: begin", 10000),
+		  "rig: node A's agent's poller was not stopped in its tick: %s", ag.out);
+	start(&hold, ca.env, (char *[]){ PROBE, "many", dir, "1", "60", NULL });
+	cr_assert(rs_bg_wait_for(&hold, "verdict=", RETURN_S * 1000),
+		  "node A's write did not return: %s / agent: %s", hold.out, ag.out);
+	cr_expect_eq(rs_field(hold.out, "rc"), 0, "node A's write: %s", hold.out);
+	/* The pin's connection gone (its thread ended): left are the main
+	 * thread, the poller (stopped) and the file's poller. */
+	for (int i = 0; i < 1000 && (n = threads_of(ag.pid)) > 3; i++)
+		usleep(10000);
+	cr_log_info("agent_idle_exit_race: agent threads %d before the tick goes on", n);
+	touch(dir, ".go");
+	cr_assert(rs_bg_wait_for(&ag, "stall: end", 10000), "rig: the tick was not let go: %s",
+		  ag.out);
+
+	rs_run(&r, (char *[]){ PROBE, "pwrite", f0, "0", "100", NULL }, cb.env, 1, RETURN_S);
+	rs_bg_wait_for(&ag, "\n\n", 200);	/* what the agent said meanwhile */
+	cr_log_info("agent_idle_exit_race: node B's write: %d %s; node A's agent: %s", r.status,
+		    r.out, ag.out);
+	cr_expect(r.status == 0 && rs_field(r.out, "rc") == 100,
+		  "node B's write did not return while node A's process held the file "
+		  "(status %d: %s); node A's agent said: %s", r.status, r.out, ag.out);
+
+	kill(hold.pid, SIGKILL);
+	rs_bg_finish(&hold, 0);
+	rs_bg_finish(&ag, 0);	/* never prints a verdict: killed */
+	kill_agents("ie");
+	unlink(until);
+	rs_rm_rf(dir);
+	unlink_tables("ie");
+}
+
+/*
+ * A node whose agent is gone keeps other nodes waiting, and they say why.
+ * A process of node A holds a whole-file lock and writes (its pin brings
+ * a copy of the agent's description; its node grant stays cached); A's
+ * agent is SIGKILLed.  The copy keeps the cluster lock (so a call still
+ * inside it would stay excluded), and no agent of A is left to give it
+ * back: node B's write waits, as fail safe wants, but it must say so
+ * within 30 s, in one line that another node holds the range and that a
+ * gone agent's lock stays with its node's processes until one of them
+ * needs a new grant, or they close the file or exit (it was silent).
+ * The holder's second write needs no pin (its cached grant covers it),
+ * so the lock stays; once the holder exits, its copy goes with it, and
+ * B's write returns.
+ */
+Test(cluster_adv, agent_killed_says_why, .timeout = 120)
+{
+	char path[PATH_MAX], go[PATH_MAX + 8], stop[PATH_MAX + 8];
+	struct rs_bg hold, b;
+	struct cenv ca, cb;
+	pid_t ag[8];
+	int n, said;
+
+	snprintf(path, sizeof path, "/dev/shm/rs-cadv-ak.%d", (int)getpid());
+	snprintf(go, sizeof go, "%s.go", path);
+	snprintf(stop, sizeof stop, "%s.stop", path);
+	unlink(go);
+	unlink(stop);
+	make_file(path, 1 << 21);
+	cenv(&ca, "ak", 'a', "cluster");
+	cenv(&cb, "ak", 'b', "cluster");
+	start(&hold, ca.env, (char *[]){ PROBE, "ownlock", path, "whole", "90", NULL });
+	cr_assert(rs_bg_wait_for(&hold, "held", RETURN_S * 1000),
+		  "the holder's write did not return: %s", hold.out);
+	n = rs_node_agents("cadv", "ak", 'a', ag, 8);
+	cr_assert_eq(n, 1, "node A's agents after the holder's write: %d", n);
+	cr_assert_eq(kill(ag[0], SIGKILL), 0);
+	for (int i = 0; i < 500 && kill(ag[0], 0) == 0; i++)
+		usleep(10000);
+
+	start(&b, cb.env, (char *[]){ PROBE, "pwrite", path, "1048576", "100", NULL });
+	said = rs_bg_wait_for(&b, "another node holds", RETURN_S * 1000);
+	cr_log_info("agent_killed_says_why: node B's write while A has no agent: %s", b.out);
+	cr_expect(said, "node B's write waited without saying why: %s", b.out);
+	cr_expect(!strstr(b.out, "verdict="), "rig: node B's write returned while node A's "
+		  "dead agent's lock was kept: %s", b.out);
+
+	/* The holder writes inside its cached grant and exits: its copy
+	 * goes, and the lock with it. */
+	touch(path, ".go");
+	touch(path, ".stop");
+	cr_expect_eq(rs_bg_finish(&hold, RETURN_S * 1000), 0, "holder: %s", hold.out);
+	cr_expect_eq(rs_field(hold.out, "again"), 100, "holder: %s", hold.out);
+	cr_expect(rs_bg_wait_for(&b, "verdict=", RETURN_S * 1000),
+		  "node B's write did not return after node A's holder exited: %s", b.out);
+	cr_expect_eq(rs_field(b.out, "rc"), 100, "node B's write: %s", b.out);
+	rs_bg_finish(&b, 10000);
+	kill_agents("ak");
+	unlink(go);
+	unlink(stop);
+	unlink(path);
+	unlink_tables("ak");
 }
 
 #define SQLITE3 "/usr/bin/sqlite3"

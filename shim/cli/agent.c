@@ -105,7 +105,6 @@ static int verbose;
  * lines: finding it scans our descriptors, and the --foreground lines are
  * printed on the paths that serve pins, where that scan's time changed
  * what the cluster tests' rigs observe. */
-#define FILE_ID(d, i) rs_file_id((char[RS_FILE_ID_LEN]){ 0 }, RS_FILE_ID_LEN, (d), (i))
 #define FILE_NAME(d, i) rs_file_name((char[RS_FILE_NAME_LEN]){ 0 }, RS_FILE_NAME_LEN, (d), (i))
 static uint32_t openings;   /* files_mu */
 static uint64_t table_dev, table_ino;   /* the node table we serve */
@@ -298,7 +297,7 @@ static void grace_warn(void *arg)
 	fprintf(stderr, "rangeshim agent[%d]: the lock manager refuses lock requests on file "
 		"%s%s%s for now (ENOLCK: a grace period after a server restart?); "
 		"waiting it out for up to %llu s before its calls fail with EIO\n", (int)getpid(),
-		FILE_ID(f->dev, f->ino), n > 0 ? " " : "", n > 0 ? name : "",
+		RS_FILE_ID(f->dev, f->ino), n > 0 ? " " : "", n > 0 ? name : "",
 		(unsigned long long)(f->cl.p.grace_max_ns / 1000000000ULL));
 }
 
@@ -349,7 +348,7 @@ static int make_room(void)
 	v->evicting = 1;
 	pthread_mutex_unlock(&files_mu);
 	forget(v);
-	say("file %s given back (room for another)", FILE_ID(v->dev, v->ino));
+	say("file %s given back (room for another)", RS_FILE_ID(v->dev, v->ino));
 	pthread_mutex_lock(&files_mu);
 	v->used = 0;
 	v->evicting = 0;
@@ -426,14 +425,14 @@ again:
 			p.warn_fn = grace_warn;
 			rs_cl_init(&f->cl, own, &p);
 			f->has_poller = pthread_create(&f->poller, NULL, file_poller, f) == 0;
-			say("file %s opened%s", FILE_ID(dev, ino),
+			say("file %s opened%s", RS_FILE_ID(dev, ino),
 			    ro ? " read-only (read locks only)" : "");
 		} else if (own >= 0) {
 			close(own);
 		} else {
-			fprintf(stderr, "rangeshim agent[%d]: cannot open file %llu:%llu (%s): "
+			fprintf(stderr, "rangeshim agent[%d]: cannot open file %s (%s): "
 				"calls on it fail with EIO\n", (int)getpid(),
-				(unsigned long long)dev, (unsigned long long)ino, strerror(errno));
+				RS_FILE_ID(dev, ino), strerror(errno));
 			*err = -EPERM;
 		}
 	}
@@ -475,7 +474,7 @@ static void adopt(struct afile *f, int old)
 			"%s\n", (int)getpid(), strerror(errno));
 	undrain(f);
 	pthread_mutex_unlock(&f->cl.mu);
-	say("file %s: took over a dead agent's description", FILE_ID(f->dev, f->ino));
+	say("file %s: took over a dead agent's description", RS_FILE_ID(f->dev, f->ino));
 }
 
 /* How long one listing waits for the caches of all files together. */
@@ -821,20 +820,18 @@ static int table_users(uint64_t now)
 	return users;
 }
 
-/* Polls the files that have no poller of their own; forgets idle files;
- * says when to exit. */
-static int tick(void)
+/* Polls the files that have no poller of their own; forgets idle files. */
+static void tick(void)
 {
 	uint64_t now = now_ns();
-	int nfiles = 0;
 
 	for (int i = 0; i < MAX_FILES; i++) {
 		struct afile *f = &files[i];
+		uint64_t t;
 		int poll_it;
 
 		/* used is written under files_mu (get_file, make_room). */
 		pthread_mutex_lock(&files_mu);
-		nfiles += f->used;
 		poll_it = f->used && !f->evicting && !f->has_poller && now >= f->next_poll_ns;
 		pthread_mutex_unlock(&files_mu);
 		/* Unlocked: a poll may drain.  Only tick frees a file without
@@ -846,11 +843,14 @@ static int tick(void)
 			pthread_mutex_unlock(&files_mu);
 			continue;
 		}
+		/* The time now, not at the tick's start: a poll above, or a
+		 * loaded machine, may have held this thread for seconds. */
+		t = now_ns();
 		if (f->pins || node_busy(f)) {
 			f->idle_since_ns = 0;
 		} else if (!f->idle_since_ns) {
-			f->idle_since_ns = now;
-		} else if (now - f->idle_since_ns > IDLE_FILE_NS && !f->listers) {
+			f->idle_since_ns = t;
+		} else if (t - f->idle_since_ns > IDLE_FILE_NS && !f->listers) {
 			/* Nobody on the node uses it: give everything back
 			 * (drained, as always) and forget it.  Its poller
 			 * cannot be stuck in a drain: no process holds a node
@@ -858,16 +858,44 @@ static int tick(void)
 			 * files_mu). */
 			forget(f);
 			f->used = 0;
-			say("file %s given back (idle)", FILE_ID(f->dev, f->ino));
+			say("file %s given back (idle)", RS_FILE_ID(f->dev, f->ino));
 		}
 		pthread_mutex_unlock(&files_mu);
 	}
-	table_check(now, 0);
-	if (nfiles || atomic_load(&conns) || now - atomic_load(&last_activity_ns) <= IDLE_EXIT_NS)
+	table_check(now_ns(), 0);
+}
+
+/*
+ * Time to exit: no file held, no connection, nothing served for
+ * IDLE_EXIT_NS.  Pre: files_mu held, and the caller exits holding it.
+ * Every file is opened under files_mu (get_file), so none can be opened
+ * between this look and the exit: an agent never exits holding a file,
+ * whose cluster locks would stay behind in the carriers of the node's
+ * processes (make_carrier) with no agent left to give them back, and
+ * other nodes would wait for them for ever.  Everything is read here,
+ * not taken from the tick: a tick's count and clock may be seconds old
+ * on a loaded machine, and a pin served meanwhile (its file opened in a
+ * slot the tick had passed, its connection closed, its activity later
+ * than the tick's clock) would look like "no file, idle for ages"
+ * (cluster_adv::agent_idle_exit_race).  conns before last_activity_ns: a
+ * connection's thread marks the activity before it counts itself out.
+ */
+static int idle_exit(void)
+{
+	uint64_t last, now;
+
+	for (int i = 0; i < MAX_FILES; i++)
+		if (files[i].used)
+			return 0;
+	if (atomic_load(&conns) != 0)
 		return 0;
-	/* Leaving: a table removed in the last second would keep no agent
-	 * for the processes still attached to it (their calls fail with
-	 * EIO), so look again now. */
+	last = atomic_load(&last_activity_ns);
+	now = now_ns();
+	if (now <= last || now - last <= IDLE_EXIT_NS)
+		return 0;
+	/* A table removed in the last second would keep no agent for the
+	 * processes still attached to it (their calls fail with EIO), so
+	 * look at it now, not a second ago. */
 	table_check(now, 1);
 	return !(table_gone && table_users(now));
 }
@@ -876,10 +904,13 @@ static void *poller(void *arg)
 {
 	(void)arg;
 	for (;;) {
-		if (tick()) {
+		tick();
+		pthread_mutex_lock(&files_mu);
+		if (idle_exit()) {
 			say("idle: exiting");
-			exit(0);
+			exit(0);	/* files_mu held: see idle_exit */
 		}
+		pthread_mutex_unlock(&files_mu);
 		usleep(2000);
 	}
 	return NULL;
