@@ -298,8 +298,8 @@ Test(cluster, agent_killed, .timeout = 120)
 	/* A alone first, so that its agent surely holds the range when it
 	 * dies; then B, which needs it. */
 	start(&w, &na, (char *[]){ PROBE, "write", path, "3", "reopen", NULL });
-	usleep(500000);
-	n = agents_of("agent_killed", 'a', ag, 8);
+	for (int i = 0; i < 200 && (n = agents_of("agent_killed", 'a', ag, 8)) < 1; i++)
+		usleep(100000);
 	cr_assert_eq(n, 1, "node A has %d agents", n);
 	cr_assert_eq(kill(ag[0], SIGKILL), 0);
 	start(&r, &nb, (char *[]){ PROBE, "read", path, "2", NULL });
