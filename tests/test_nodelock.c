@@ -1991,13 +1991,23 @@ static void wait_starved(struct agent *v);
  * behind it.  Before its waiter marks itself starved (1 ms of waiting,
  * seen by the waiter while it runs: nodelock.c), a newcomer may take the
  * free range: that is the competitive phase, so the test waits for the
- * mark (a loaded machine once let C in first while B had not run). */
+ * mark (a loaded machine once let C in first while B had not run).  And
+ * a starved waiter that has not scanned for RS_PRESENT_NS counts as not
+ * running and holds nobody back (stopped_waiter_* test that rule): under
+ * TSan on a loaded machine B went 50 ms unscheduled and C rightly went
+ * first, so here B counts as running however long it sleeps.
+ */
 Test(nodelock, fifo_newcomer_behind_waiter)
 {
-	struct agent *a = agent_start(), *b = agent_start(), *c = agent_start();
+	struct agent *a, *b, *c;
 	struct cmd qb = acq_cmd(0, 128 * KIB, RS_G_EXSH, 0, 1);
 	struct cmd qc = acq_cmd(96 * KIB, 112 * KIB, RS_G_EXSH, 0, 1);
 	struct rep ra, rb, rc;
+
+	rs_nt_present_ns = 1000ull * 1000 * 1000 * 1000;	/* agents inherit it */
+	a = agent_start();
+	b = agent_start();
+	c = agent_start();
 
 	agent_register(a);
 	agent_register(b);
