@@ -344,11 +344,6 @@ static bool cut(uint64_t s, uint64_t e, uint64_t a, uint64_t b, uint64_t *lo, ui
 }
 
 /*
- * Pre: c->mu not held; [s, e) inside [*lo, *hi), which holds no grant of
- * this node.  Post: 1 with [*lo, *hi) locked, 0 when [s, e) itself is
- * contended (nothing locked), or -errno.
- */
-/*
  * Fairness (see the theory): wait while another node's intent lies over
  * [s, e), for as long as the courtesy window after our last give-back of
  * a wanted grant lasts (until; 0 when there was none: no GETLK at all).
@@ -368,6 +363,11 @@ static void courtesy(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t until)
 		nanosleep(&ts, NULL);
 }
 
+/*
+ * Pre: c->mu not held; [s, e) inside [*lo, *hi), which holds no grant of
+ * this node.  Post: 1 with [*lo, *hi) locked, 0 when [s, e) itself is
+ * contended (nothing locked), or -errno.
+ */
 static int try_expand(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *lo, uint64_t *hi,
 		      uint64_t *locks, uint64_t *polls)
 {
@@ -457,40 +457,46 @@ int rs_cl_acquire(struct rs_cl *c, uint64_t s, uint64_t e)
 	return rs_cl_acquire_ex(c, s, e, NULL, NULL, NULL, NULL);
 }
 
-int rs_cl_acquire_ex(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, uint64_t *ge,
-		     uint64_t *locks_out, uint64_t *wait_out)
+/* The acquisition's report to the caller: any out pointer may be NULL. */
+static void acquired(uint64_t *gs, uint64_t *ge, uint64_t *locks_out, uint64_t *wait_out,
+		     uint64_t lo, uint64_t hi, uint64_t locks, uint64_t waited)
 {
-	struct rs_cl_grant *g, *p;
-	uint64_t lo, hi, now, t0, until, waited = 0, locks = 0, polls = 0;
-	int rc;
+	if (gs)
+		*gs = lo;
+	if (ge)
+		*ge = hi;
+	if (locks_out)
+		*locks_out = locks;
+	if (wait_out)
+		*wait_out = waited;
+}
 
-	if (s >= e)
-		return -EINVAL;
-	if (e > RS_CL_EOF)
-		return -EOVERFLOW;
-	pthread_mutex_lock(&c->mu);
+/*
+ * Either a grant of this node already covers [s, e), and we join it as
+ * one more user, or every grant overlapping [s, e) is given back first
+ * (waiting for those pending or in use), so that a new one can be asked.
+ * Pre: c->mu held.  Post: c->mu held; 1 with the covering grant's users
+ * counted up and its bounds in [*gs, *ge); 0 with no grant of this node
+ * overlapping [s, e); or -EIO with the cache lost.
+ */
+static int join_or_clear(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, uint64_t *ge)
+{
+	struct rs_cl_grant *g;
+	uint64_t now;
+
 	for (;;) {
 		bool busy = false, gave = false;
 
-		if (c->lost) {
-			pthread_mutex_unlock(&c->mu);
+		if (c->lost)
 			return -EIO;
-		}
 		now = now_ns();
 		for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++) {
 			if (g->state == RS_CL_HELD && g->start <= s && e <= g->end &&
 			    !draining(c, g, now)) {
 				g->users++;
-				if (gs)
-					*gs = g->start;
-				if (ge)
-					*ge = g->end;
-				if (locks_out)
-					*locks_out = 0;
-				if (wait_out)
-					*wait_out = 0;
-				pthread_mutex_unlock(&c->mu);
-				return 0;
+				*gs = g->start;
+				*ge = g->end;
+				return 1;
 			}
 		}
 		for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++) {
@@ -512,44 +518,52 @@ int rs_cl_acquire_ex(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, uint
 		else if (!gave)
 			break;
 	}
-	if (c->lost) {
-		pthread_mutex_unlock(&c->mu);
-		return -EIO;
-	}
-	/* The window: the gap between this node's neighbouring grants. */
-	lo = 0;
-	hi = RS_CL_EOF;
+	return c->lost ? -EIO : 0;
+}
+
+/* The window: the gap between this node's neighbouring grants around
+ * [s, e), which a new grant may take.  Pre: c->mu held. */
+static void window(const struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *lo, uint64_t *hi)
+{
+	const struct rs_cl_grant *g;
+
+	*lo = 0;
+	*hi = RS_CL_EOF;
 	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++) {
 		if (g->state == RS_CL_FREE)
 			continue;
-		if (g->end <= s && g->end > lo)
-			lo = g->end;
-		if (g->start >= e && g->start < hi)
-			hi = g->start;
+		if (g->end <= s && g->end > *lo)
+			*lo = g->end;
+		if (g->start >= e && g->start < *hi)
+			*hi = g->start;
 	}
-	p = free_slot(c);
-	if (!p) {
-		pthread_mutex_unlock(&c->mu);
-		return c->lost ? -EIO : -ENOLCK;
-	}
-	/* A pending grant reserves its whole window: two requests of this
-	 * node expanding into one region would both succeed (one owner), and
-	 * giving one back would then unlock the other. */
-	*p = (struct rs_cl_grant){ .start = lo, .end = hi, .state = RS_CL_PENDING };
-	until = c->courtesy_until;
-	pthread_mutex_unlock(&c->mu);
-	courtesy(c, s, e, until);
+}
 
-	for (uint64_t wlo = lo, whi = hi;;) {
+/*
+ * The lock manager's part: as much of the window [*lo, *hi) as is free,
+ * else [s, e) alone, waited for; a refusal in a grace period is asked
+ * again after a back-off, from the whole window.  Counts what it costs in
+ * *locks, *polls, *waited.
+ * Pre: c->mu not held; this node's PENDING grant reserves [*lo, *hi).
+ * Post: c->mu not held; >= 0 with [*lo, *hi) (inside the window, around
+ * [s, e)) write-locked, or -errno.
+ */
+static int lock_window(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *lo, uint64_t *hi,
+		       uint64_t *locks, uint64_t *polls, uint64_t *waited)
+{
+	uint64_t t0;
+	int rc;
+
+	for (uint64_t wlo = *lo, whi = *hi;;) {
 		uint64_t pause;
 
-		rc = try_expand(c, s, e, &lo, &hi, &locks, &polls);
+		rc = try_expand(c, s, e, lo, hi, locks, polls);
 		if (rc == 0) {
 			t0 = now_ns();
-			lo = s;
-			hi = e;
-			rc = wait_exact(c, s, e, &locks);
-			waited += now_ns() - t0;
+			*lo = s;
+			*hi = e;
+			rc = wait_exact(c, s, e, locks);
+			*waited += now_ns() - t0;
 		}
 		if (rc != -ENOLCK)
 			break;
@@ -563,10 +577,22 @@ int rs_cl_acquire_ex(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, uint
 		c->grace_ns = pause * 2 > 2000 * MS ? 2000 * MS : pause * 2;
 		pthread_mutex_unlock(&c->mu);
 		usleep((useconds_t)(pause / 1000));
-		lo = wlo;
-		hi = whi;
+		*lo = wlo;
+		*hi = whi;
 	}
+	return rc;
+}
 
+/*
+ * The outcome of lock_window (rc) in the cache: the pending grant p
+ * becomes the held grant [lo, hi) with us as its one user, or on failure
+ * is freed and the cache lost; the counters are added to the stats.
+ * Pre: c->mu not held; p this acquisition's PENDING grant.  Post: c->mu
+ * not held; 0 with p HELD, or -EIO.
+ */
+static int admit(struct rs_cl *c, struct rs_cl_grant *p, int rc, uint64_t lo, uint64_t hi,
+		 uint64_t locks, uint64_t polls, uint64_t waited)
+{
 	pthread_mutex_lock(&c->mu);
 	c->st.locks += locks;
 	c->st.polls += polls;
@@ -588,14 +614,48 @@ int rs_cl_acquire_ex(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, uint
 	c->poll_ns = c->p.poll_min_ns;
 	pthread_cond_broadcast(&c->cv);
 	pthread_mutex_unlock(&c->mu);
-	if (gs)
-		*gs = lo;
-	if (ge)
-		*ge = hi;
-	if (locks_out)
-		*locks_out = locks;
-	if (wait_out)
-		*wait_out = waited;
+	return 0;
+}
+
+int rs_cl_acquire_ex(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, uint64_t *ge,
+		     uint64_t *locks_out, uint64_t *wait_out)
+{
+	struct rs_cl_grant *p;
+	uint64_t lo, hi, until, waited = 0, locks = 0, polls = 0;
+	int rc;
+
+	if (s >= e)
+		return -EINVAL;
+	if (e > RS_CL_EOF)
+		return -EOVERFLOW;
+	pthread_mutex_lock(&c->mu);
+	rc = join_or_clear(c, s, e, &lo, &hi);
+	if (rc != 0) {
+		pthread_mutex_unlock(&c->mu);
+		if (rc < 0)
+			return rc;
+		acquired(gs, ge, locks_out, wait_out, lo, hi, 0, 0);
+		return 0;
+	}
+	window(c, s, e, &lo, &hi);
+	p = free_slot(c);
+	if (!p) {
+		pthread_mutex_unlock(&c->mu);
+		return c->lost ? -EIO : -ENOLCK;
+	}
+	/* A pending grant reserves its whole window: two requests of this
+	 * node expanding into one region would both succeed (one owner), and
+	 * giving one back would then unlock the other. */
+	*p = (struct rs_cl_grant){ .start = lo, .end = hi, .state = RS_CL_PENDING };
+	until = c->courtesy_until;
+	pthread_mutex_unlock(&c->mu);
+	courtesy(c, s, e, until);
+
+	rc = lock_window(c, s, e, &lo, &hi, &locks, &polls, &waited);
+	rc = admit(c, p, rc, lo, hi, locks, polls, waited);
+	if (rc < 0)
+		return rc;
+	acquired(gs, ge, locks_out, wait_out, lo, hi, locks, waited);
 	return 0;
 }
 

@@ -629,12 +629,16 @@ static int print_grants(const char *shm)
 	return 0;
 }
 
-static void *serve(void *arg)
+/* Reads requests on s until a PIN names a file we hold or can open (it may
+ * take a second PIN, with the descriptor); answers or drops the others.
+ * Returns the file, counted in (get_file), with *mp its PIN and *pfd_oldp
+ * the process's old description (-1 if none); NULL: the connection is
+ * done. */
+static struct afile *serve_get(int s, struct rs_ag_msg *mp, int *pfd_oldp)
 {
-	int s = (int)(intptr_t)arg, pfd, pfd_old = -1;
+	int pfd, pfd_old = -1;
 	struct rs_ag_msg m, r;
 	struct afile *f = NULL;
-	uint64_t graces;
 	int err;
 
 	for (;;) {
@@ -642,14 +646,14 @@ static void *serve(void *arg)
 
 		if (got == (ssize_t)sizeof m && m.op == RS_AG_LIST) {
 			list_grants(s);
-			goto out;
+			return NULL;
 		}
 		if (got != (ssize_t)sizeof m || m.op != RS_AG_PIN) {
 			if (pfd >= 0)
 				close(pfd);
 			if (pfd_old >= 0)
 				close(pfd_old);
-			goto out;
+			return NULL;
 		}
 		if (m.tdev != table_dev || m.tino != table_ino) {
 			/* Another table's process: our drains would not see
@@ -662,7 +666,7 @@ static void *serve(void *arg)
 			r.op = RS_AG_REPLY;
 			r.rc = -ESTALE;
 			rs_ag_send(s, &r, -1);
-			goto out;
+			return NULL;
 		}
 		/* A carrier: the description it holds serves get_file too. */
 		if (pfd >= 0 && (m.flags & RS_AG_OLD_FD))
@@ -681,14 +685,22 @@ static void *serve(void *arg)
 				pfd_old = -1;
 			}
 			if (rs_ag_send(s, &r, -1) < 0 || r.rc != -ENOENT)
-				goto out;
+				return NULL;
 			continue;	/* it sends the fd */
 		}
 		break;
 	}
-	memset(&r, 0, sizeof r);
-	r.op = RS_AG_REPLY;
-	if ((m.flags & RS_AG_OLD_FD) && pfd_old >= 0) {
+	*mp = m;
+	*pfd_oldp = pfd_old;
+	return f;
+}
+
+/* Whether the old description the process sent (pfd_old, closed here) is
+ * ours (RS_AG_CURRENT in r) or a dead agent's, taken over (RS_AG_ADOPTED). */
+static void serve_adopt(struct afile *f, const struct rs_ag_msg *m, int pfd_old,
+			struct rs_ag_msg *r)
+{
+	if ((m->flags & RS_AG_OLD_FD) && pfd_old >= 0) {
 		/* Ours (the process cannot tell): nothing to take over.
 		 * kcmp compares descriptions; where it is missing, only a
 		 * description of another agent could be adopted wrongly,
@@ -696,14 +708,71 @@ static void *serve(void *arg)
 		long same = syscall(SYS_kcmp, getpid(), getpid(), KCMP_FILE, f->fd, pfd_old);
 
 		if (same == 0)
-			r.flags |= RS_AG_CURRENT;
+			r->flags |= RS_AG_CURRENT;
 		else if (same > 0) {
 			adopt(f, pfd_old);
-			r.flags |= RS_AG_ADOPTED;
+			r->flags |= RS_AG_ADOPTED;
 		}
 	}
 	if (pfd_old >= 0)
 		close(pfd_old);
+}
+
+/*
+ * The pin itself: the cluster grant over [m->start, m->end), the REPLY
+ * (with the carrier if the process has no copy), held until UNPIN or the
+ * connection's end, then released.  Takes f->cl.mu only around reading
+ * the counters, never across the acquire or the wait.
+ * Pre: f counted in (get_file), f->cl.mu not held.  Post: no grant of
+ * this pin held (the caller still puts f).
+ */
+static void serve_grant(int s, struct afile *f, const struct rs_ag_msg *m, struct rs_ag_msg *r)
+{
+	uint64_t graces;
+	int pfd;
+
+	pthread_mutex_lock(&f->cl.mu);
+	graces = f->cl.st.graces;
+	pthread_mutex_unlock(&f->cl.mu);
+	r->rc = rs_cl_acquire_ex(&f->cl, m->start, m->end, &r->gs, &r->ge, &r->locks, &r->wait_ns);
+	pthread_mutex_lock(&f->cl.mu);
+	if (f->cl.st.graces != graces && r->rc == 0)
+		r->flags |= RS_AG_GRACE;
+	r->revokes = f->cl.st.revokes - f->reported_revokes;
+	f->reported_revokes = f->cl.st.revokes;
+	pthread_mutex_unlock(&f->cl.mu);
+	if (r->rc == -EIO) {
+		pthread_mutex_lock(&f->cl.mu);
+		lost(f);
+		pthread_mutex_unlock(&f->cl.mu);
+	}
+	r->desc_id = f->desc_id;
+	/* The carrier goes only to a process without a copy of it: a pin
+	 * then needs no descriptor but its connection. */
+	if (rs_ag_send(s, r, r->rc == 0 && m->desc_id != f->desc_id ? f->carrier : -1) == 0 &&
+	    r->rc == 0) {
+		/* Held until UNPIN, or until the process goes away. */
+		struct rs_ag_msg u;
+
+		if (rs_ag_recv(s, &u, &pfd) == (ssize_t)sizeof u && pfd >= 0)
+			close(pfd);
+	}
+	if (r->rc == 0)
+		rs_cl_release(&f->cl, m->start, m->end);
+}
+
+/* One connection: a listing, or one pin from REQUEST to UNPIN. */
+static void *serve(void *arg)
+{
+	int s = (int)(intptr_t)arg, pfd_old = -1;
+	struct rs_ag_msg m, r;
+	struct afile *f = serve_get(s, &m, &pfd_old);
+
+	if (!f)
+		goto out;
+	memset(&r, 0, sizeof r);
+	r.op = RS_AG_REPLY;
+	serve_adopt(f, &m, pfd_old, &r);
 	atomic_store(&last_activity_ns, now_ns());
 	if ((m.flags & RS_AG_WRITE) && f->ro) {
 		/* Only read locks on it: a write would run unexcluded from
@@ -713,34 +782,7 @@ static void *serve(void *arg)
 		put_file(f);
 		goto out;
 	}
-	pthread_mutex_lock(&f->cl.mu);
-	graces = f->cl.st.graces;
-	pthread_mutex_unlock(&f->cl.mu);
-	r.rc = rs_cl_acquire_ex(&f->cl, m.start, m.end, &r.gs, &r.ge, &r.locks, &r.wait_ns);
-	pthread_mutex_lock(&f->cl.mu);
-	if (f->cl.st.graces != graces && r.rc == 0)
-		r.flags |= RS_AG_GRACE;
-	r.revokes = f->cl.st.revokes - f->reported_revokes;
-	f->reported_revokes = f->cl.st.revokes;
-	pthread_mutex_unlock(&f->cl.mu);
-	if (r.rc == -EIO) {
-		pthread_mutex_lock(&f->cl.mu);
-		lost(f);
-		pthread_mutex_unlock(&f->cl.mu);
-	}
-	r.desc_id = f->desc_id;
-	/* The carrier goes only to a process without a copy of it: a pin
-	 * then needs no descriptor but its connection. */
-	if (rs_ag_send(s, &r, r.rc == 0 && m.desc_id != f->desc_id ? f->carrier : -1) == 0 &&
-	    r.rc == 0) {
-		/* Held until UNPIN, or until the process goes away. */
-		struct rs_ag_msg u;
-
-		if (rs_ag_recv(s, &u, &pfd) == (ssize_t)sizeof u && pfd >= 0)
-			close(pfd);
-	}
-	if (r.rc == 0)
-		rs_cl_release(&f->cl, m.start, m.end);
+	serve_grant(s, f, &m, &r);
 	put_file(f);
 out:
 	close(s);
@@ -916,27 +958,23 @@ static void *poller(void *arg)
 	return NULL;
 }
 
-int cmd_agent(const struct command *cmd, int argc, char **argv)
+/* The options: -1 to go on, or the exit status (help, a bad option). */
+static int agent_options(const struct command *cmd, int argc, char **argv, const char **shm,
+			 int *fg, int *grants)
 {
-	const char *shm = getenv("RANGESHIM_SHM");
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	char why[256];
-	int fg = 0, grants = 0, c, ls, len;
-	pthread_t th;
+	int c;
 
-	/* Nothing of the process that started us: its pipes, its files. */
-	syscall(SYS_close_range, 3U, ~0U, 0);
 	optind = 1;
 	while ((c = iface_getopt(cmd->name, argc, argv)) != -1) {
 		switch (c) {
 		case 'f':
-			fg = 1;
+			*fg = 1;
 			break;
 		case 'g':
-			grants = 1;
+			*grants = 1;
 			break;
 		case OPT_SHM:
-			shm = optarg;
+			*shm = optarg;
 			break;
 		case 'h':
 			iface_help(cmd->name, stdout);
@@ -945,45 +983,55 @@ int cmd_agent(const struct command *cmd, int argc, char **argv)
 			return getopt_error(c, argv);
 		}
 	}
-	if (!shm)
-		shm = "";
-	if (grants)
-		return print_grants(shm);
-	verbose = fg;
-	table_name = shm;
-	/* Every file we serve costs a descriptor, and our starter's soft
-	 * limit (a shell's `ulimit -n 32`) is no limit of the node's: ours is
-	 * the hard one. */
-	{
-		struct rlimit rl;
+	return -1;
+}
 
-		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-			rl.rlim_cur = rl.rlim_max;
-			if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
-				fprintf(stderr, "rangeshim agent: cannot raise the descriptor limit "
-					"to %llu: %s\n", (unsigned long long)rl.rlim_max,
-					strerror(errno));
-		}
+/* Every file we serve costs a descriptor, and our starter's soft limit (a
+ * shell's `ulimit -n 32`) is no limit of the node's: ours is the hard one. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			fprintf(stderr, "rangeshim agent: cannot raise the descriptor limit "
+				"to %llu: %s\n", (unsigned long long)rl.rlim_max,
+				strerror(errno));
 	}
-	/* The table we will serve, made if need be: its identity names the
-	 * socket.  Checked again once registered (below). */
-	{
-		struct rs_seg_map m;
-		struct stat st;
+}
 
-		memset(&m, 0, sizeof m);
-		if (rs_seg_attach(&m, shm, 1, why, sizeof why) < 0) {
-			fprintf(stderr, "rangeshim agent: cannot attach to the node table: %s\n", why);
-			return 1;
-		}
-		if (fstat(m.fd, &st) < 0) {
-			rs_seg_detach(&m);
-			return 1;
-		}
-		table_dev = (uint64_t)st.st_dev;
-		table_ino = (uint64_t)st.st_ino;
+/* The table we will serve, made if need be: its identity (table_dev,
+ * table_ino) names the socket.  Checked again once registered
+ * (table_still_ours).  0, or -1 having said why. */
+static int table_identity(const char *shm)
+{
+	struct rs_seg_map m;
+	struct stat st;
+	char why[256];
+
+	memset(&m, 0, sizeof m);
+	if (rs_seg_attach(&m, shm, 1, why, sizeof why) < 0) {
+		fprintf(stderr, "rangeshim agent: cannot attach to the node table: %s\n", why);
+		return -1;
+	}
+	if (fstat(m.fd, &st) < 0) {
 		rs_seg_detach(&m);
+		return -1;
 	}
+	table_dev = (uint64_t)st.st_dev;
+	table_ino = (uint64_t)st.st_ino;
+	rs_seg_detach(&m);
+	return 0;
+}
+
+/* The listening socket, whose bound name is the singleton lock.  -1 with
+ * *rc the exit status: 0 when another agent already serves the table. */
+static int agent_socket(const char *shm, int fg, int *rc)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int ls, len;
+
 	len = rs_ag_name(a.sun_path, sizeof a.sun_path, (unsigned)getuid(), shm, table_dev,
 			 table_ino);
 	ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -991,55 +1039,70 @@ int cmd_agent(const struct command *cmd, int argc, char **argv)
 		if (errno == EADDRINUSE) {
 			if (fg)
 				fprintf(stderr, "rangeshim agent: an agent already serves this node table\n");
-			return 0;
+			*rc = 0;
+			return -1;
 		}
 		fprintf(stderr, "rangeshim agent: socket: %s\n", strerror(errno));
-		return 1;
+		*rc = 1;
+		return -1;
 	}
 	if (listen(ls, 64) < 0) {
 		fprintf(stderr, "rangeshim agent: listen: %s\n", strerror(errno));
-		return 1;
+		*rc = 1;
+		return -1;
 	}
-	if (!fg) {
-		/* The starter waits for us (the socket is bound already), so
-		 * the real agent is our child, in a session of its own. */
-		pid_t p = fork();
-		int dn;
+	return ls;
+}
 
-		if (p < 0)
-			return 1;
-		if (p > 0)
-			_exit(0);
-		setsid();
-		dn = open("/dev/null", O_RDWR);
-		if (dn >= 0) {
-			dup2(dn, 0);
-			dup2(dn, 1);
-			dup2(dn, 2);
-			if (dn > 2)
-				close(dn);
-		}
+/* The starter waits for us (the socket is bound already), so the real
+ * agent is our child, in a session of its own.  -1: no child. */
+static int daemonize(void)
+{
+	pid_t p = fork();
+	int dn;
+
+	if (p < 0)
+		return -1;
+	if (p > 0)
+		_exit(0);
+	setsid();
+	dn = open("/dev/null", O_RDWR);
+	if (dn >= 0) {
+		dup2(dn, 0);
+		dup2(dn, 1);
+		dup2(dn, 2);
+		if (dn > 2)
+			close(dn);
 	}
+	return 0;
+}
+
+/* Registered in the table, and is it still the one that names our socket
+ * (replaced between the two looks: our name is not its name)?  0, or -1
+ * having said why. */
+static int table_register(const char *shm)
+{
+	char why[256];
+	struct stat st;
+
 	if (rs_nt_register(&nt, shm, why, sizeof why) < 0) {
 		fprintf(stderr, "rangeshim agent: cannot attach to the node table: %s\n", why);
-		return 1;
+		return -1;
 	}
-	{
-		struct stat st;
+	if (fstat(nt.map.fd, &st) < 0 || (uint64_t)st.st_dev != table_dev ||
+	    (uint64_t)st.st_ino != table_ino) {
+		fprintf(stderr, "rangeshim agent: the node table was replaced while the "
+			"agent started; exiting (the next call starts another)\n");
+		return -1;
+	}
+	return 0;
+}
 
-		/* Replaced between the two looks: our name is not its name. */
-		if (fstat(nt.map.fd, &st) < 0 || (uint64_t)st.st_dev != table_dev ||
-		    (uint64_t)st.st_ino != table_ino) {
-			fprintf(stderr, "rangeshim agent: the node table was replaced while the "
-				"agent started; exiting (the next call starts another)\n");
-			return 1;
-		}
-	}
-	signal(SIGPIPE, SIG_IGN);
-	atomic_store(&last_activity_ns, now_ns());
-	say("serving node table '%s'", shm[0] ? shm : "(default)");
-	if (pthread_create(&th, NULL, poller, NULL) != 0)
-		return 1;
+/* Serves each connection of our own user's processes in a thread. */
+static void accept_loop(int ls)
+{
+	pthread_t th;
+
 	for (;;) {
 		int s = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
 		struct ucred cr;
@@ -1060,4 +1123,40 @@ int cmd_agent(const struct command *cmd, int argc, char **argv)
 		}
 		pthread_detach(th);
 	}
+}
+
+int cmd_agent(const struct command *cmd, int argc, char **argv)
+{
+	const char *shm = getenv("RANGESHIM_SHM");
+	int fg = 0, grants = 0, ls, rc;
+	pthread_t th;
+
+	/* Nothing of the process that started us: its pipes, its files. */
+	syscall(SYS_close_range, 3U, ~0U, 0);
+	rc = agent_options(cmd, argc, argv, &shm, &fg, &grants);
+	if (rc >= 0)
+		return rc;
+	if (!shm)
+		shm = "";
+	if (grants)
+		return print_grants(shm);
+	verbose = fg;
+	table_name = shm;
+	raise_fd_limit();
+	if (table_identity(shm) < 0)
+		return 1;
+	ls = agent_socket(shm, fg, &rc);
+	if (ls < 0)
+		return rc;
+	if (!fg && daemonize() < 0)
+		return 1;
+	if (table_register(shm) < 0)
+		return 1;
+	signal(SIGPIPE, SIG_IGN);
+	atomic_store(&last_activity_ns, now_ns());
+	say("serving node table '%s'", shm[0] ? shm : "(default)");
+	if (pthread_create(&th, NULL, poller, NULL) != 0)
+		return 1;
+	accept_loop(ls);
+	return 0;
 }

@@ -839,24 +839,25 @@ static void print_json(const char *dir, const char *fs, const char *preload, siz
 	printf(", \"exit\": %d}\n", rc);
 }
 
-int cmd_check(const struct command *cmd, int argc, char **argv)
-{
-	struct settings s = { 0 };
-	struct leg ctl, with, actl, awith;
-	struct verdict v;
-	bool json = false;
-	double seconds = 2.0;
-	size_t block = 1u << 20;
-	unsigned readers = 1;
-	bool direct = false, procs = false;
-	const char *dir = ".";
-	char *preload, *end, fsbuf[32];
-	int c, rc, timeout_s;
+/* What `rangeshim check` was asked to do (its options). */
+struct check_opts {
+	struct settings s;
+	bool json;
+	double seconds;
+	size_t block;
+	unsigned readers;
+	bool direct, procs;
+	const char *dir;
+};
 
-	if (argc == 8 && !strcmp(argv[1], "--worker"))
-		return worker(argv + 2);
-	if ((argc == 7 || argc == 8) && !strcmp(argv[1], "--append-worker"))
-		return append_worker(argv + 2);
+/* The options and the PATH: -1 to go on, or the exit status (help, a bad
+ * option). */
+static int check_options(const struct command *cmd, int argc, char **argv,
+			 struct check_opts *o)
+{
+	char *end;
+	int c;
+
 	optind = 1;
 	while ((c = iface_getopt(cmd->name, argc, argv)) != -1) {
 		switch (c) {
@@ -865,93 +866,129 @@ int cmd_check(const struct command *cmd, int argc, char **argv)
 			return 0;
 		case OPT_SECONDS:
 			errno = 0;
-			seconds = strtod(optarg, &end);
-			if (errno || end == optarg || *end || !(seconds >= 0.1 && seconds <= 600))
+			o->seconds = strtod(optarg, &end);
+			if (errno || end == optarg || *end ||
+			    !(o->seconds >= 0.1 && o->seconds <= 600))
 				return usage_error("check: --seconds '%s' is not from 0.1 to 600",
 						   optarg);
 			break;
 		case OPT_BLOCK:
-			if (!parse_block(optarg, &block))
+			if (!parse_block(optarg, &o->block))
 				return usage_error("check: --block '%s' is not a size from 2 to 64M",
 						   optarg);
 			break;
 		case OPT_READERS:
-			readers = (unsigned)strtoul(optarg, &end, 10);
-			if (*end || !*optarg || readers < 1 || readers > MAX_READERS)
+			o->readers = (unsigned)strtoul(optarg, &end, 10);
+			if (*end || !*optarg || o->readers < 1 || o->readers > MAX_READERS)
 				return usage_error("check: --readers '%s' is not from 1 to 64", optarg);
 			break;
 		case OPT_DIRECT:
-			direct = true;
+			o->direct = true;
 			break;
 		case OPT_PROCS:
-			procs = true;
+			o->procs = true;
 			break;
 		case OPT_CHECK_JSON:
-			json = true;
+			o->json = true;
 			break;
 		case OPT_LIB:
 			if (!*optarg)
 				return usage_error("%s", "--lib needs a path");
-			s.lib = optarg;
+			o->s.lib = optarg;
 			break;
 		default:
 			return getopt_error(c, argv);
 		}
 	}
 	if (optind < argc)
-		dir = argv[optind++];
+		o->dir = argv[optind++];
 	if (optind < argc)
 		return usage_error("check: one PATH only, not also '%s'", argv[optind]);
-	if (direct && block % ALIGN)
+	if (o->direct && o->block % ALIGN)
 		return usage_error("check: --direct needs a --block that is a multiple of %s",
 				   "4096");
+	return -1;
+}
+
+/* The LD_PRELOAD of the legs with the shim: ours alone, not the user's
+ * others.  NULL: no library (said why). */
+static char *check_preload(const struct settings *s)
+{
+	const char *old = getenv("LD_PRELOAD");
+	char *saved = old ? strdup(old) : NULL;
+	char *preload;
+
+	unsetenv("LD_PRELOAD");
+	preload = build_preload(s);
+	if (saved)
+		setenv("LD_PRELOAD", saved, 1);
+	free(saved);
+	return preload;
+}
+
+/* The append legs' bytes a run: at most APPEND_CAP and a quarter of the
+ * free space, at least 8 records. */
+static uint64_t append_cap(const char *dir, size_t record)
+{
+	struct statvfs sv;
+	uint64_t cap = APPEND_CAP;
+
+	if (statvfs(dir, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize / 4 < cap)
+		cap = (uint64_t)sv.f_bavail * sv.f_frsize / 4;
+	if (cap < 8 * record)
+		cap = 8 * record;
+	return cap;
+}
+
+int cmd_check(const struct command *cmd, int argc, char **argv)
+{
+	struct check_opts o = { .seconds = 2.0, .block = 1u << 20, .readers = 1, .dir = "." };
+	struct leg ctl, with, actl, awith;
+	struct verdict v;
+	char *preload, fsbuf[32];
+	int rc, timeout_s;
+
+	if (argc == 8 && !strcmp(argv[1], "--worker"))
+		return worker(argv + 2);
+	if ((argc == 7 || argc == 8) && !strcmp(argv[1], "--append-worker"))
+		return append_worker(argv + 2);
+	rc = check_options(cmd, argc, argv, &o);
+	if (rc >= 0)
+		return rc;
 
 	/* The library first: without it there is nothing to check. */
-	{
-		const char *old = getenv("LD_PRELOAD");
-		char *saved = old ? strdup(old) : NULL;
-
-		unsetenv("LD_PRELOAD");   /* ours alone, not the user's others */
-		preload = build_preload(&s);
-		if (saved)
-			setenv("LD_PRELOAD", saved, 1);
-		free(saved);
-	}
+	preload = check_preload(&o.s);
 	if (!preload)
 		return EXIT_USAGE;
-	rc = make_test_file(dir, block, direct);
+	rc = make_test_file(o.dir, o.block, o.direct);
 	if (rc) {
 		free(preload);
 		return rc;
 	}
 	atexit(remove_test_file);
 
-	timeout_s = (int)(seconds * 3) + 30;
-	run_leg(&ctl, NULL, block, readers, seconds, direct, procs, timeout_s, 0);
-	run_leg(&with, preload, block, readers, seconds, direct, procs, timeout_s, 0);
-	if (!direct) {
+	timeout_s = (int)(o.seconds * 3) + 30;
+	run_leg(&ctl, NULL, o.block, o.readers, o.seconds, o.direct, o.procs, timeout_s, 0);
+	run_leg(&with, preload, o.block, o.readers, o.seconds, o.direct, o.procs, timeout_s, 0);
+	if (!o.direct) {
 		/* The append race: APPENDERS processes, records of the block
-		 * size (at most 1 MiB), at most APPEND_CAP bytes a run. */
-		size_t record = block < (1u << 20) ? block : (1u << 20);
-		struct statvfs sv;
-		uint64_t cap = APPEND_CAP;
+		 * size (at most 1 MiB). */
+		size_t record = o.block < (1u << 20) ? o.block : (1u << 20);
+		uint64_t cap = append_cap(o.dir, record);
 
-		if (statvfs(dir, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize / 4 < cap)
-			cap = (uint64_t)sv.f_bavail * sv.f_frsize / 4;
-		if (cap < 8 * record)
-			cap = 8 * record;
-		run_leg(&actl, NULL, record, APPENDERS, seconds, false, true, timeout_s, cap);
-		run_leg(&awith, preload, record, APPENDERS, seconds, false, true, timeout_s, cap);
+		run_leg(&actl, NULL, record, APPENDERS, o.seconds, false, true, timeout_s, cap);
+		run_leg(&awith, preload, record, APPENDERS, o.seconds, false, true, timeout_s, cap);
 	}
-	rc = verdict(&ctl, &with, direct ? NULL : &actl, direct ? NULL : &awith, procs, dir, &v);
-	if (json)
-		print_json(dir, fs_type(dir, fsbuf, sizeof(fsbuf)), preload, block, readers, seconds,
-			   direct, procs, &ctl, &with, direct ? NULL : &actl, direct ? NULL : &awith,
-			   &v, rc);
+	rc = verdict(&ctl, &with, o.direct ? NULL : &actl, o.direct ? NULL : &awith, o.procs,
+		     o.dir, &v);
+	if (o.json)
+		print_json(o.dir, fs_type(o.dir, fsbuf, sizeof(fsbuf)), preload, o.block, o.readers,
+			   o.seconds, o.direct, o.procs, &ctl, &with, o.direct ? NULL : &actl,
+			   o.direct ? NULL : &awith, &v, rc);
 	else
-		print_text(dir, fs_type(dir, fsbuf, sizeof(fsbuf)), preload, block, readers, seconds,
-			   direct, procs, &ctl, &with, direct ? NULL : &actl, direct ? NULL : &awith,
-			   &v);
+		print_text(o.dir, fs_type(o.dir, fsbuf, sizeof(fsbuf)), preload, o.block, o.readers,
+			   o.seconds, o.direct, o.procs, &ctl, &with, o.direct ? NULL : &actl,
+			   o.direct ? NULL : &awith, &v);
 	free(preload);
 	return rc;
 }

@@ -143,16 +143,104 @@ static void put_back(const char *aside, const char *path)
 	unlink(aside);
 }
 
+/* May the table (open at fd, *st its stat) be removed, as seen from here:
+ * ours, not being set up, no live process, no other lock unless --force?
+ * Leaves *seg allocated for the second census, *c and *foreign filled.
+ * 0, or 1 having said why not. */
+static int may_remove(const struct table_opts *o, int fd, struct stat *st,
+		      struct rs_segment **seg, struct census *c, bool *foreign)
+{
+	if (fstat(fd, st) < 0 || !ours(st)) {
+		fprintf(stderr, "rangeshim: %s is not a regular file owned by uid %u; "
+			"not removing\n", o->path, (unsigned)geteuid());
+		return 1;
+	}
+	if (lock_setup(fd) < 0) {
+		fprintf(stderr, "rangeshim: %s stays locked by a process setting it up; "
+			"not removing\n", o->path);
+		return 1;
+	}
+	*seg = aligned_alloc(_Alignof(struct rs_segment), sizeof(**seg));
+	take_census(fd, *seg, c);
+	if (c->nlive) {
+		refuse_live(o->path, st, c);
+		return 1;
+	}
+	/* Some other lock, on no slot's liveness byte: not a process attached
+	 * to this table (a foreign lock, or another layout's).  --force
+	 * removes the table anyway. */
+	*foreign = file_locked(fd);
+	if (*foreign && !o->force) {
+		fprintf(stderr, "rangeshim: %s is locked by another process, though no process "
+			"is attached to it as a table; not removing (--force removes it)\n", o->path);
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * A process may be attaching right now: it claims a slot, then checks
+ * that the name still leads to its file (rs_nt_register).  So move the
+ * file aside first, look again, and only then unlink: a process that
+ * claimed before the move is seen now, and one that claims after it
+ * finds its file unnamed and attaches again, to a new table.
+ * The exit status; *removed when we unlinked it.
+ */
+static int remove_aside(const struct table_opts *o, int fd, const struct stat *st,
+			struct rs_segment *seg, struct census *c, bool *removed)
+{
+	char aside[sizeof(o->path) + 64];
+	const char *slash;
+	struct stat now;
+
+	*removed = false;
+	slash = strrchr(o->path, '/');
+	snprintf(aside, sizeof(aside), "%.*s/.rangeshim-clean.%d.%llx",
+		 (int)(slash ? slash - o->path : 0), o->path, (int)getpid(),
+		 (unsigned long long)realtime_now_ns());
+	if (renameat2(AT_FDCWD, o->path, AT_FDCWD, aside, RENAME_NOREPLACE) < 0) {
+		if (errno == ENOENT) {
+			printf("nothing to clean: %s was removed meanwhile\n", o->path);
+			return 0;
+		}
+		fprintf(stderr, "rangeshim: cannot move %s aside to remove it: %s; "
+			"not removing\n", o->path, strerror(errno));
+		return 1;
+	}
+	/* Remove the file we examined, not one created under its name since. */
+	if (lstat(aside, &now) < 0 || now.st_dev != st->st_dev || now.st_ino != st->st_ino) {
+		put_back(aside, o->path);
+		fprintf(stderr, "rangeshim: %s was replaced while we looked at it; "
+			"not removing\n", o->path);
+		return 1;
+	}
+	take_census(fd, seg, c);
+	if (c->nlive || (file_locked(fd) && !o->force)) {
+		put_back(aside, o->path);
+		if (c->nlive)
+			refuse_live(o->path, st, c);
+		else
+			fprintf(stderr, "rangeshim: %s was locked by another process meanwhile; "
+				"not removing\n", o->path);
+		return 1;
+	}
+	if (unlink(aside) < 0) {
+		fprintf(stderr, "rangeshim: cannot remove %s (moved aside from %s): %s\n",
+			aside, o->path, strerror(errno));
+		return 1;
+	}
+	*removed = true;
+	return 0;
+}
+
 int cmd_clean(const struct command *cmd, int argc, char **argv)
 {
 	struct table_opts o;
-	struct stat st, now;
+	struct stat st;
 	struct census c;
 	int fd = -1;
 	struct rs_segment *seg = NULL;
-	char aside[sizeof(o.path) + 64];
-	const char *slash;
-	bool foreign;
+	bool foreign, removed;
 	int rc = parse_table_opts(cmd, argc, argv, &o);
 
 	if (rc >= 0)
@@ -164,76 +252,12 @@ int cmd_clean(const struct command *cmd, int argc, char **argv)
 	}
 	if (rc < 0)
 		return 1;
-	rc = 1;
-	if (fstat(fd, &st) < 0 || !ours(&st)) {
-		fprintf(stderr, "rangeshim: %s is not a regular file owned by uid %u; "
-			"not removing\n", o.path, (unsigned)geteuid());
+	rc = may_remove(&o, fd, &st, &seg, &c, &foreign);
+	if (rc)
 		goto out;
-	}
-	if (lock_setup(fd) < 0) {
-		fprintf(stderr, "rangeshim: %s stays locked by a process setting it up; "
-			"not removing\n", o.path);
+	rc = remove_aside(&o, fd, &st, seg, &c, &removed);
+	if (!removed)
 		goto out;
-	}
-	seg = aligned_alloc(_Alignof(struct rs_segment), sizeof(*seg));
-	take_census(fd, seg, &c);
-	if (c.nlive) {
-		refuse_live(o.path, &st, &c);
-		goto out;
-	}
-	/* Some other lock, on no slot's liveness byte: not a process attached
-	 * to this table (a foreign lock, or another layout's).  --force
-	 * removes the table anyway. */
-	foreign = file_locked(fd);
-	if (foreign && !o.force) {
-		fprintf(stderr, "rangeshim: %s is locked by another process, though no process "
-			"is attached to it as a table; not removing (--force removes it)\n", o.path);
-		goto out;
-	}
-	/*
-	 * A process may be attaching right now: it claims a slot, then checks
-	 * that the name still leads to its file (rs_nt_register).  So move the
-	 * file aside first, look again, and only then unlink: a process that
-	 * claimed before the move is seen now, and one that claims after it
-	 * finds its file unnamed and attaches again, to a new table.
-	 */
-	slash = strrchr(o.path, '/');
-	snprintf(aside, sizeof(aside), "%.*s/.rangeshim-clean.%d.%llx",
-		 (int)(slash ? slash - o.path : 0), o.path, (int)getpid(),
-		 (unsigned long long)realtime_now_ns());
-	if (renameat2(AT_FDCWD, o.path, AT_FDCWD, aside, RENAME_NOREPLACE) < 0) {
-		if (errno == ENOENT) {
-			printf("nothing to clean: %s was removed meanwhile\n", o.path);
-			rc = 0;
-		} else {
-			fprintf(stderr, "rangeshim: cannot move %s aside to remove it: %s; "
-				"not removing\n", o.path, strerror(errno));
-		}
-		goto out;
-	}
-	/* Remove the file we examined, not one created under its name since. */
-	if (lstat(aside, &now) < 0 || now.st_dev != st.st_dev || now.st_ino != st.st_ino) {
-		put_back(aside, o.path);
-		fprintf(stderr, "rangeshim: %s was replaced while we looked at it; "
-			"not removing\n", o.path);
-		goto out;
-	}
-	take_census(fd, seg, &c);
-	if (c.nlive || (file_locked(fd) && !o.force)) {
-		put_back(aside, o.path);
-		if (c.nlive)
-			refuse_live(o.path, &st, &c);
-		else
-			fprintf(stderr, "rangeshim: %s was locked by another process meanwhile; "
-				"not removing\n", o.path);
-		goto out;
-	}
-	if (unlink(aside) < 0) {
-		fprintf(stderr, "rangeshim: cannot remove %s (moved aside from %s): %s\n",
-			aside, o.path, strerror(errno));
-		goto out;
-	}
-	rc = 0;
 	if (!c.readable)
 		printf("removed %s: an unusable table (%s), and no process was attached%s\n",
 		       o.path, c.why, foreign ? " (another lock on it was overridden by --force)" : "");
