@@ -949,7 +949,10 @@ Test(cli, check_clean_control_says_less)
 {
 	struct rs_run r;
 	char *base = rs_make_base("/dev/shm", "rs-cli-check.");
-	char *argv[] = { RS_CLI, "check", "--block", "2", "--seconds", "0.5", base, NULL };
+	/* Long enough for every leg to write under TSan on a loaded
+	 * machine (0.5 s once gave the append leg none: "proves nothing"). */
+	char *argv[] = { RS_CLI, "check", "--block", "2", "--seconds", RS_SLOW > 1 ? "2" : "0.5",
+			 base, NULL };
 	const char *env[] = { shm_env, NULL };
 	const char *ctl;
 
