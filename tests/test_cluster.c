@@ -280,8 +280,8 @@ static void kill_agents(const char *test)
  * SIGKILL of node A's agent during A's write stream (the writer reopens
  * the file every 20 writes, so it keeps needing new grants: a new agent
  * must start and take the dead one's locks over).  B's reader stays
- * torn-free; it finishes within 1 s of A's writer; afterwards no lock is
- * left on the file.
+ * torn-free; it finishes within 1 s of A's writer (3 s sanitized: TSan
+ * took 1.3 s at load 10); afterwards no lock is left on the file.
  */
 Test(cluster, agent_killed, .timeout = 120)
 {
@@ -311,7 +311,7 @@ Test(cluster, agent_killed, .timeout = 120)
 		    (double)(tr - tw) / 1e6);
 	cr_expect_eq(rs_field(r.out, "torn"), 0, "torn reads after the agent died: %s", r.out);
 	cr_expect_geq(rs_field(r.out, "reads"), 5, "%s", r.out);
-	cr_expect_leq(tr - tw, 1000000000ull, "the reader ended %.0f ms after the writer",
+	cr_expect_leq(tr - tw, RS_SLOW * 1000000000ull, "the reader ended %.0f ms after the writer",
 		      (double)(tr - tw) / 1e6);
 	/* Every process of both nodes gone (agents too): nothing holds a lock. */
 	kill_agents("agent_killed");
