@@ -8,7 +8,16 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 
 WARN     = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
-BASEFLAGS = -std=gnu11 -O2 -g -D_GNU_SOURCE -Iinclude -Ishim $(WARN)
+# The library's layers, lowest first (docs/design.md, "The map"): a file
+# sees the headers of its own folder and of the folders below it, so an
+# include that points upward does not compile.  Everything else (the
+# command, tests, examples) sees them all.
+LAYER_I_core    = -Ishim/core
+LAYER_I_node    = $(LAYER_I_core) -Ishim/node
+LAYER_I_cluster = $(LAYER_I_node) -Ishim/cluster
+LAYER_I_preload = $(LAYER_I_cluster) -Ishim/preload
+SHIM_I    = $(LAYER_I_preload) -Ishim
+BASEFLAGS = -std=gnu11 -O2 -g -D_GNU_SOURCE -Iinclude $(SHIM_I) $(WARN)
 
 ifeq ($(SAN),asan)
 SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -18,13 +27,19 @@ else
 SANFLAGS =
 endif
 
-CFLAGS  += $(BASEFLAGS) $(SANFLAGS)
+# RS_ASSERT (shim/core/invariant.h) is compiled into debug and sanitizer
+# builds, out of release ones.
+DEBUG ?=
+ifneq ($(SAN)$(DEBUG),)
+DEBUGFLAGS = -DRS_DEBUG
+endif
+
+CFLAGS  += $(BASEFLAGS) $(SANFLAGS) $(DEBUGFLAGS)
 LDFLAGS += $(SANFLAGS)
 
-SHIM_SRCS = shim/init.c shim/interpose.c shim/iolock.c shim/fdtable.c shim/rangelock.c \
-            shim/grants.c shim/nodelock.c shim/segment.c \
-            shim/config.c shim/stats.c shim/log.c shim/real.c \
-            shim/coverage.c shim/filewaits.c shim/cluster.c shim/clusterfs.c
+SHIM_SRCS = $(wildcard shim/core/*.c shim/node/*.c) shim/cluster/clusterfs.c \
+            $(wildcard shim/preload/*.c)
+SHIM_HDRS = $(wildcard shim/*/*.h)
 SHIM_OBJS = $(SHIM_SRCS:shim/%.c=$(BUILD)/obj/%.o)
 LIB       = $(BUILD)/librangeshim.so
 CLI       = $(BUILD)/rangeshim
@@ -34,25 +49,27 @@ HELPERS   = $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(wildcard tes
 TESTS     = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 
 # Unit tests link these modules directly, without interposition.
-UNIT_SRCS = shim/rangelock.c shim/nodelock.c shim/segment.c shim/config.c shim/log.c \
-            shim/real.c shim/stats.c shim/clusterfs.c
+UNIT_SRCS = shim/core/rangelock.c shim/node/nodelock.c shim/node/segment.c \
+            shim/preload/config.c shim/core/log.c shim/preload/real.c shim/preload/stats.c \
+            shim/cluster/clusterfs.c
 
 .PHONY: all clean test test-asan test-tsan demo deps install uninstall install-manifest check-callgrind FORCE
 
 all: $(LIB) $(CLI) $(EXAMPLES)
 
-$(BUILD)/obj/%.o: shim/%.c $(wildcard shim/*.h) include/rangeshim/rangelock.h
+$(BUILD)/obj/%.o: shim/%.c $(SHIM_HDRS) include/rangeshim/rangelock.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -U_FORTIFY_SOURCE -c $< -o $@
+	$(CC) $(filter-out $(SHIM_I),$(CFLAGS)) $(LAYER_I_$(firstword $(subst /, ,$*))) -fPIC -fvisibility=hidden -U_FORTIFY_SOURCE -c $< -o $@
 
 $(LIB): $(SHIM_OBJS)
 	$(CC) -shared -o $@ $^ $(LDFLAGS) -Wl,-z,now -Wl,-Bsymbolic-functions -ldl -lpthread
 
 # The command (shim/cli/, one file per subcommand) reads the node table
 # with the same code the library uses.
-CLI_SRCS = $(wildcard shim/cli/*.c) shim/nodelock.c shim/segment.c shim/log.c shim/clusterlock.c
+CLI_SRCS = $(wildcard shim/cli/*.c) shim/node/nodelock.c shim/node/segment.c shim/core/log.c \
+           shim/cluster/clusterlock.c
 
-$(CLI): $(CLI_SRCS) $(wildcard shim/*.h shim/cli/*.h)
+$(CLI): $(CLI_SRCS) $(SHIM_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $(CLI_SRCS) $(LDFLAGS) -lpthread
 
@@ -74,7 +91,7 @@ $(BUILD)/tests/helpers/lib%.so: tests/helpers/lib/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(BASEFLAGS) -fPIC -shared -o $@ $< -ldl
 
-$(BUILD)/tests/test_%: tests/test_%.c $(UNIT_SRCS) $(wildcard tests/*.h) $(wildcard shim/*.h) $(wildcard shim/cli/iface.*)
+$(BUILD)/tests/test_%: tests/test_%.c $(UNIT_SRCS) $(wildcard tests/*.h) $(SHIM_HDRS) $(wildcard shim/cli/iface.*)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DRS_BUILD_DIR='"$(abspath $(BUILD))"' -DRS_SAN='"$(SAN)"' -DRS_SRC_DIR='"$(abspath .)"' \
 	    -o $@ $< $(UNIT_SRCS) $(LDFLAGS) -lcriterion -lpthread -ldl
@@ -126,7 +143,7 @@ OWN_DIRS    = $(DOCDIR)/img $(DOCDIR) $(INCLUDEDIR)/rangeshim
 # The installed command is built with LIBDIR compiled in, so that it finds
 # the library wherever LIBDIR puts it (not only in ../lib).
 INST_CLI = $(BUILD)/install/rangeshim
-$(INST_CLI): $(CLI_SRCS) $(wildcard shim/*.h shim/cli/*.h) FORCE
+$(INST_CLI): $(CLI_SRCS) $(SHIM_HDRS) FORCE
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DRS_LIBDIR='"$(LIBDIR)"' -o $@.tmp $(CLI_SRCS) $(LDFLAGS) -lpthread
 	mv $@.tmp $@

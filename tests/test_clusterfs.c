@@ -1,7 +1,7 @@
 /*
- * Criterion suite for cluster scope's choice of files (shim/clusterfs.c,
- * shim/cluster.c, RANGESHIM_SCOPE=cluster and RANGESHIM_CLUSTER_FS in
- * shim/config.c).
+ * Criterion suite for cluster scope's choice of files (shim/cluster/clusterfs.c,
+ * shim/preload/cluster.c, RANGESHIM_SCOPE=cluster and RANGESHIM_CLUSTER_FS in
+ * shim/preload/config.c).
  *
  *  parse_*     rs_mnt_parse on sample /proc/self/mountinfo lines: optional
  *              fields, super options, a line without the "-" separator.

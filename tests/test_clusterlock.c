@@ -1,5 +1,5 @@
 /*
- * Criterion suite for the node's cluster grant cache (shim/clusterlock.c),
+ * Criterion suite for the node's cluster grant cache (shim/cluster/clusterlock.c),
  * linked directly, without interposition.  Two "nodes" are two instances
  * over two open file descriptions of one file: on tmpfs the kernel's OFD
  * locks are the lock manager (suite clusterlock, part of make test); with

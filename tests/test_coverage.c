@@ -1,6 +1,6 @@
 /*
  * What the shim cannot coordinate is counted and named, never silent
- * (issue 12; shim/coverage.c, docs/limitations.md).
+ * (issue 12; shim/preload/coverage.c, docs/limitations.md).
  *
  * build/tests/helpers/cov_probe does one kind of uncoordinated I/O per
  * subcommand, with the shim preloaded and RANGESHIM_STATS writing one

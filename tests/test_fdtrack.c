@@ -1,6 +1,6 @@
 /*
  * fd bookkeeping under the shim, checked through results and through the
- * RANGESHIM_STATS JSON (counters in shim/stats.h).  The scenarios run in
+ * RANGESHIM_STATS JSON (counters in shim/preload/stats.h).  The scenarios run in
  * build/tests/helpers/fd_probe; the shim is preloaded there only.
  *
  *  passthrough  (a) record writes to a regular file are locked one call

@@ -1,5 +1,5 @@
 /*
- * Criterion suite for the node lock table (shim/nodelock.c, shim/segment.c),
+ * Criterion suite for the node lock table (shim/node/nodelock.c, shim/node/segment.c),
  * linked directly: no interposition.
  *
  * Several "processes" are simulated with fork(): each agent is a child of

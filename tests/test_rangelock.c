@@ -1,5 +1,5 @@
 /*
- * Criterion suite for the process-wide byte-range lock (shim/rangelock.c,
+ * Criterion suite for the process-wide byte-range lock (shim/core/rangelock.c,
  * API in include/rangeshim/rangelock.h).
  *
  * What it covers:
@@ -59,7 +59,7 @@
  *  trylock     A failed trylock does not queue: it blocks nobody afterwards,
  *              its node may be scribbled on or reused at once, and once the
  *              holder unlocks the same range is granted immediately.
- *  fast path   rs_rangelock_lock_fast/unlock_fast (shim/rangelock_fast.h)
+ *  fast path   rs_rangelock_lock_fast/unlock_fast (shim/core/rangelock_fast.h)
  *              mixed with the general calls: empty-queue grants, falling
  *              back when the queue is not empty or the caller not alone,
  *              waking waiters; and the shadow stress run over them, and

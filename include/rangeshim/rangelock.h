@@ -1,6 +1,6 @@
 /*
  * rangeshim range lock: reader/writer byte-range lock for the threads of
- * one process.  Usable without the preload library; see shim/rangelock.c
+ * one process.  Usable without the preload library; see shim/core/rangelock.c
  * for the theory.
  *
  * Ranges are half-open, [start, end), and end == RS_RANGE_EOF means "to
@@ -48,7 +48,7 @@ struct rs_rangelock {
 	_Atomic uint32_t mtx;      /* guards the queue below; see futex.h */
 	uint32_t nwait;            /* queued requests not yet granted */
 	/* In arrival order; or tagged with bit 0, the lone holder the
-	 * shim's inline path took (shim/rangelock_fast.h). */
+	 * shim's inline path took (shim/core/rangelock_fast.h). */
 	struct rs_rl_node *head;
 	struct rs_rl_node *tail;
 };

@@ -1,6 +1,6 @@
 /*
  * rangeshim agent: the node's owner of cluster grants (theory
- * in docs/design.md (i) and shim/clusterlock.c).
+ * in docs/design.md (i) and shim/cluster/clusterlock.c).
  *
  * One agent per user and per node table (RANGESHIM_SHM): the abstract
  * socket name is the singleton lock (a second agent's bind fails and it

@@ -1,7 +1,7 @@
 /*
  * Asking the node's agent (shim/cli/agent.c) for its cluster grants, for
  * `rangeshim locks` and `rangeshim agent --grants`.  The rendezvous is the
- * library's (shim/cluster.c): the abstract socket named after our uid and
+ * library's (shim/preload/cluster.c): the abstract socket named after our uid and
  * the node table's name.  Like the rest of `locks`, this must not hang on
  * a stuck node: every receive has a timeout, and an agent that does not
  * answer in time is said to, not waited for.

@@ -12,7 +12,7 @@
  * summary ends with "N calls coordinated; not coordinated: ..." and the
  * programs that could not be instrumented: CMD itself (its report is
  * written here) and any static program the job started (the library
- * writes theirs at the exec: shim/coverage.c).
+ * writes theirs at the exec: shim/preload/coverage.c).
  */
 #include <signal.h>
 #include <sys/wait.h>
@@ -125,7 +125,7 @@ static void warn_uncoverable(const char *cmd, struct uncovered *u)
 }
 
 /* The report the library would write for a static program it starts
- * (shim/coverage.c, rs_cov_exec): the one we start gets it from us. */
+ * (shim/preload/coverage.c, rs_cov_exec): the one we start gets it from us. */
 static void write_uncovered(const char *dir, pid_t pid, const struct uncovered *u, char **argv)
 {
 	char *fn;

@@ -1,13 +1,13 @@
 /*
  * rangeshim stats FILE...|DIR: merge the per-process JSON reports of one job
- * (RANGESHIM_STATS=PATH, shim/stats.c rs_stats_json) into one summary, as
+ * (RANGESHIM_STATS=PATH, shim/preload/stats.c rs_stats_json) into one summary, as
  * Darshan's job summary does for its counters.  `run --stats` prints the
  * same summary for the processes it started.
  *
  * The report is one object: "pid", "program", one unsigned number per
  * counter, "files", the files the process used most (path, dev, ino,
  * lock_waits, node_waits, wait_ns, calls, bytes_read, bytes_written,
- * uncovered; shim/filewaits.c), and "files_other", the sums of its other
+ * uncovered; shim/preload/filewaits.c), and "files_other", the sums of its other
  * files.  Counters are
  * read generically, by name, so a library with more counters (the
  * uncovered_* ones) needs no change here; a string value is kept only

@@ -10,7 +10,7 @@
  *   mixed    readers with writers on other regions, and on their own
  *   small    512-byte pwrite: nanoseconds per call in each mode
  *   lock     the range lock alone against pthread_mutex, pthread_rwlock
- *            and OFD locks (links shim/rangelock.c; no shim, no I/O)
+ *            and OFD locks (links shim/core/rangelock.c; no shim, no I/O)
  *   contended threads of one process on the same bytes: one 4 KiB block,
  *            random 4 KiB blocks of a shared region, O_APPEND lines
  *            (issue 9), with torn-read and line checks
@@ -1945,8 +1945,8 @@ static void cmd_lock(const struct opts *o)
 	track_file(path);
 	printf("\n== Lock microbenchmark: lock + unlock pairs, no I/O (OFD on %s %s) ==\n",
 	       o->dir, fs_name(o->dir));
-	printf("  rangelock: rs_rangelock_lock/unlock (shim/rangelock.c); rangelock-fast: the "
-	       "inline path\n  the shim's pread/pwrite take (shim/rangelock_fast.h); %.2f s per "
+	printf("  rangelock: rs_rangelock_lock/unlock (shim/core/rangelock.c); rangelock-fast: the "
+	       "inline path\n  the shim's pread/pwrite take (shim/core/rangelock_fast.h); %.2f s per "
 	       "cell, median of %u rounds (not the best: a lucky\n  round in which the threads "
 	       "seldom met would flatter a slow contended path).\n  ns = one thread's time per pair (threads x wall / "
 	       "pairs); M/s = million pairs per second, all threads;\n  rangelock/ofd = "

@@ -43,8 +43,8 @@ bench-ceph:
 # test_clusterlock links the cluster grant cache (the agent runs it; the
 # library does not link it); an explicit rule wins over the Makefile's
 # pattern rule for tests.
-$(BUILD)/tests/test_clusterlock: tests/test_clusterlock.c shim/clusterlock.c shim/clusterlock.h \
+$(BUILD)/tests/test_clusterlock: tests/test_clusterlock.c shim/cluster/clusterlock.c shim/cluster/clusterlock.h \
 		tests/common.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DRS_BUILD_DIR='"$(abspath $(BUILD))"' -DRS_SAN='"$(SAN)"' \
-	    -o $@ $< shim/clusterlock.c $(LDFLAGS) -lcriterion -lpthread
+	    -o $@ $< shim/cluster/clusterlock.c $(LDFLAGS) -lcriterion -lpthread

@@ -55,16 +55,16 @@ $(COMPAT_DIR)/rw_basic.fortify64: tests/compat/rw_basic.c tests/compat/compat.h
 	    -o $@ $< $(LDFLAGS) -lpthread
 
 # libFuzzer harnesses link the modules under test directly (no preload).
-FUZZ_FLAGS = -std=gnu11 -g -O1 -D_GNU_SOURCE -Iinclude -Ishim \
+FUZZ_FLAGS = -std=gnu11 -g -O1 -D_GNU_SOURCE -Iinclude $(SHIM_I) \
              -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 
-$(FUZZ_DIR)/fuzz_segment: tests/fuzz/fuzz_segment.c shim/segment.c shim/log.c $(wildcard shim/*.h) | fuzz-deps
+$(FUZZ_DIR)/fuzz_segment: tests/fuzz/fuzz_segment.c shim/node/segment.c shim/core/log.c $(SHIM_HDRS) | fuzz-deps
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ tests/fuzz/fuzz_segment.c shim/segment.c shim/log.c -lpthread
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ tests/fuzz/fuzz_segment.c shim/node/segment.c shim/core/log.c -lpthread
 
-$(FUZZ_DIR)/fuzz_config: tests/fuzz/fuzz_config.c shim/config.c shim/log.c $(wildcard shim/*.h) | fuzz-deps
+$(FUZZ_DIR)/fuzz_config: tests/fuzz/fuzz_config.c shim/preload/config.c shim/core/log.c $(SHIM_HDRS) | fuzz-deps
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ tests/fuzz/fuzz_config.c shim/config.c shim/log.c
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ tests/fuzz/fuzz_config.c shim/preload/config.c shim/core/log.c
 
 # clang and its libFuzzer runtime (installed with apt-get when root)
 fuzz-deps:

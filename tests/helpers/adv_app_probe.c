@@ -1,6 +1,6 @@
 /*
  * An adversary's rigs against appenders sharing a description's offset
- * lock (shim/fdtable.h, rs_pos_lock; iolock.h, rs_io_fast_lock).  Run
+ * lock (shim/preload/fdtable.h, rs_pos_lock; iolock.h, rs_io_fast_lock).  Run
  * with and without the shim by tests/test_adv_proc.c; prints key=value.
  *
  *   forksig PATH N   a threaded process appends through an O_APPEND

@@ -150,7 +150,7 @@ static const char *const iov_names[8] = {
 /* fd's descriptor, or with path a file of the child's own that it has just
  * written alone with heap iovec arrays: a single-threaded process alone on
  * a file is granted all of it, and then the shim neither locks a range nor
- * reads the array (shim/iolock.h, rs_iov_solo): the kernel alone meets the
+ * reads the array (shim/preload/iolock.h, rs_iov_solo): the kernel alone meets the
  * bad pointer, as it does without the shim. */
 static int case_fd(const char *name, int fd, const char *path)
 {

@@ -3,9 +3,11 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "invariant.h"
 #include "rawsyscall.h"
 
 int rs_log_level = RS_LOG_WARN;
@@ -47,4 +49,11 @@ void rs_log(int level, const char *fmt, ...)
 	line[n++] = '\n';
 	rs_write_all(2, line, (unsigned long)n);
 	errno = saved;
+}
+
+void rs_assert_fail(const char *expr, const char *file, int line, const char *func)
+{
+	rs_log(RS_LOG_ERROR, "internal check failed: %s (%s:%d, %s): stopping rather "
+	       "than run without exclusion", expr, file, line, func);
+	abort();
 }

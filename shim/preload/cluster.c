@@ -130,7 +130,7 @@ int rs_cluster_dev(uint64_t dev)
 }
 
 /*
- * Pins (docs/design.md (i), shim/clusteragent.h).  A node grant on a
+ * Pins (docs/design.md (i), shim/cluster/clusteragent.h).  A node grant on a
  * cluster file is acquired only while a pin holds the cluster grant that
  * will contain it; the pin is one connection to the node's agent.
  */

@@ -1,0 +1,62 @@
+#!/bin/sh
+# The library's structure, checked (docs/design.md, "The map"):
+#  - layers: a file in shim/<layer>/ includes headers of its own layer or
+#    of the layers below it (core < node < cluster < preload < cli), so the
+#    folder graph has no cycle; the Makefile's per-layer -I paths make the
+#    library's objects fail to compile otherwise, and this covers headers
+#    and the command too;
+#  - no function in the library longer than RS_MAX_FN_LINES (100) lines,
+#    counted from the line that names it to its closing brace;
+#  - no issue or tracker numbers in shim/ (comments say why, now).
+# Prints every violation and exits 1 if there is one.
+#
+#   sh tests/structure.sh [SRC_DIR]
+set -u
+cd "${1:-.}" || exit 2
+MAX=${RS_MAX_FN_LINES:-100}
+layers="core node cluster preload cli"
+rank() { n=0; for l in $layers; do [ "$l" = "$1" ] && { echo $n; return; }; n=$((n + 1)); done; echo 99; }
+bad=0
+
+# header name -> layer of the folder that holds it
+map=$(for l in $layers; do for h in shim/$l/*.h; do [ -e "$h" ] && echo "${h##*/} $l"; done; done)
+for l in $layers; do
+	r=$(rank "$l")
+	for f in shim/$l/*.c shim/$l/*.h; do
+		[ -e "$f" ] || continue
+		for h in $(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f"); do
+			case $h in rangeshim/*) continue ;; esac
+			hl=$(echo "$map" | awk -v h="${h##*/}" '$1 == h { print $2; exit }')
+			if [ -z "$hl" ]; then
+				echo "structure: $f includes \"$h\", which is in no layer of shim/"
+				bad=1
+			elif [ "$(rank "$hl")" -gt "$r" ]; then
+				echo "structure: $f (layer $l) includes $h of the higher layer $hl"
+				bad=1
+			fi
+		done
+	done
+done
+for f in shim/*.c shim/*.h; do
+	[ -e "$f" ] && { echo "structure: $f is in no layer (shim/<layer>/)"; bad=1; }
+done
+
+long=$(for f in shim/*/*.c shim/*/*.h; do
+	awk -v f="$f" -v max="$MAX" '
+		/^[A-Za-z_]/ && !/;[ \t]*$/ && !/^(typedef|struct|enum|union)[ \t]/ && !start { start = NR; sig = "" }
+		start && !body { sig = sig " " $0 }
+		/^\{/ { if (start) body = 1 }
+		/^\}/ { if (body && NR - start + 1 > max) {
+				gsub(/__attribute__\(\([^)]*\)\)/, "", sig); sub(/\(.*/, "", sig)
+				n = split(sig, w, /[ \t*]+/)
+				printf "structure: %s:%d: %s is %d lines (at most %d)\n", f, start, w[n], NR - start + 1, max }
+			start = 0; body = 0 }
+		/^[ \t]*$/ && !body { start = 0 }' "$f"
+done)
+[ -n "$long" ] && { echo "$long"; bad=1; }
+
+issues=$(grep -rnE '\b[Ii]ssues? #?[0-9]+' shim || true)
+[ -n "$issues" ] && { echo "$issues" | sed 's/^/structure: tracker number in code: /'; bad=1; }
+
+[ $bad = 0 ] && echo "structure: layers core < node < cluster < preload < cli hold; no function over $MAX lines; no tracker numbers in shim/"
+exit $bad
