@@ -65,9 +65,10 @@ $(LIB): $(SHIM_OBJS)
 	$(CC) -shared -o $@ $^ $(LDFLAGS) -Wl,-z,now -Wl,-Bsymbolic-functions -ldl -lpthread
 
 # The command (shim/cli/, one file per subcommand) reads the node table
-# with the same code the library uses.
+# with the same code the library uses, and runs the node's agent, a
+# component of cluster scope (shim/cluster/agent.c), not of the library.
 CLI_SRCS = $(wildcard shim/cli/*.c) shim/node/nodelock.c shim/node/segment.c shim/core/log.c \
-           shim/cluster/clusterlock.c
+           shim/cluster/clusterlock.c shim/cluster/agent.c
 
 $(CLI): $(CLI_SRCS) $(SHIM_HDRS)
 	@mkdir -p $(dir $@)

@@ -1,5 +1,5 @@
 /*
- * Asking the node's agent (shim/cli/agent.c) for its cluster grants, for
+ * Asking the node's agent (shim/cluster/agent.c) for its cluster grants, for
  * `rangeshim locks` and `rangeshim agent --grants`.  The rendezvous is the
  * library's (shim/preload/cluster.c): the abstract socket named after our uid and
  * the node table's name.  Like the rest of `locks`, this must not hang on

@@ -7,7 +7,8 @@
  *   run.c env.c locks.c clean.c stats.c check.c    the subcommands
  *   table.c     the one reader of the node lock table (locks, clean)
  *   text.c      escaping for terminals and JSON
- *   agent.c     the node's cluster agent; agentq.c asks it for its grants
+ *   agent.c     runs the node's agent (shim/cluster/agent.c); agentq.c asks
+ *               it for its grants
  *
  * The command only prepares an environment and execs; it never loads the
  * library itself, so nothing here runs inside the application.

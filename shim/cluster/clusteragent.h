@@ -1,6 +1,6 @@
 /*
  * The wire protocol between a process in cluster scope (shim/preload/cluster.c)
- * and its node's agent (`rangeshim agent`, shim/cli/agent.c): one Unix
+ * and its node's agent (`rangeshim agent`, shim/cluster/agent.c): one Unix
  * stream connection per pin, in the abstract namespace, named per user
  * and per node table: the table's name and the (device, inode) of its
  * file, so that an agent serves only the processes of the one table it

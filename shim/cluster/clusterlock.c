@@ -9,8 +9,8 @@
  * private open file description (c->fd), on the range's mirror in the
  * grant space (RS_CL_GRANTS + [start, end)).  rs_cl_release ends that use.
  * rs_cl_poll, called every rs_cl_poll_interval() by whoever runs the
- * cache (the node's agent, shim/cli/agent.c), gives grants back to other nodes that
- * ask.  The module knows nothing about the node table or interposition
+ * cache (the node's agent, agent.c), gives grants back to other nodes
+ * that ask.  The module knows nothing about the node table or interposition
  * (like rangelock.c, it is tested on its own); in cluster scope the node
  * table's grants nest inside these, and the process range locks inside
  * those (docs/design.md, "Cluster scope").

@@ -2,7 +2,7 @@
  * The node's cluster grant cache for one file: byte ranges held
  * by this node as OFD write locks through one private open file
  * description, cached until another node asks for them.  Theory in
- * clusterlock.c.  Run by the node's agent (shim/cli/agent.c).
+ * clusterlock.c.  Run by the node's agent (shim/cluster/agent.c).
  *
  * Ranges are half-open [start, end) in the data space [0, RS_CL_EOF);
  * end == RS_CL_EOF means "to the end of the data space" (appends,

@@ -59,6 +59,7 @@
 #include "stats.h"
 #include "config.h"
 #include "futex.h"
+#include "invariant.h"
 #include "log.h"
 #include "rawsyscall.h"
 
@@ -227,8 +228,10 @@ static int pin_begin(uint64_t dev, uint64_t ino)
 	return slot;
 }
 
+/* Pre: slot is what pin_begin returned for this pin. */
 static void pin_end(int slot)
 {
+	RS_ASSERT(slot >= -1 && slot < NINPIN);
 	rs_mutex_lock(&pfiles_mtx);
 	if (slot >= 0 && slot < NINPIN && inpin[slot].n)
 		inpin[slot].n--;
@@ -314,6 +317,7 @@ static int pfile_grow(void)
 	struct pfile *t = mmap(NULL, n * sizeof *t, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
+	RS_ASSERT(atomic_load_explicit(&pfiles_mtx, memory_order_relaxed) != 0);
 	if (t == MAP_FAILED)
 		return -1;
 	if (pfiles) {
@@ -345,6 +349,7 @@ static int pfile_keep(uint64_t dev, uint64_t ino, uint64_t id, int fd)
 {
 	int slot = -1;
 
+	RS_ASSERT(fd >= 0);
 	rs_mutex_lock(&pfiles_mtx);
 	for (size_t i = 0; i < npfile; i++) {
 		if (pfiles[i].fd && pfiles[i].dev == dev && pfiles[i].ino == ino) {
@@ -712,6 +717,203 @@ static int table_removed(uint64_t dev, uint64_t ino)
 	return -EIO;
 }
 
+/*
+ * One pin, in steps (rs_cluster_pin).  An attempt reaches the node's
+ * agent (pin_connect), asks it for the cluster grant (pin_ask), judges
+ * its answer (pin_judge) and keeps the copy of its description that the
+ * grant needs (pin_keep).  Each step returns 0 to go on, PIN_AGAIN to
+ * try again after 20 ms (pin_again closes what the attempt opened), or
+ * -errno: the call fails, never runs.  Only a whole attempt's success
+ * leaves the connection, which is the pin, open.
+ */
+#define PIN_AGAIN 1
+
+struct pin_try {
+	struct rs_ag_msg m;	/* the request */
+	struct rs_ag_msg r;	/* the agent's answer */
+	uint64_t dev, ino;
+	uint64_t t0;		/* when no agent was first found; 0 before */
+	uint64_t have;		/* the desc_id asked with: a copy we hold */
+	uint32_t wflag;
+	pid_t apid;		/* the answering agent (its listener) */
+	int sock;		/* this attempt's connection, -1 before */
+	int rfd;		/* the copy of the description in the answer, -1 if none */
+	int old, oldslot;	/* a copy sent for adoption (pfile_old), -1 if none */
+	int warned, nomem, busy, stale;	/* lines said once per pin */
+};
+
+/* Pre: this attempt holds no connection (t->sock < 0).  Post: 0 with
+ * t->sock a connection to our user's agent of our node table (t->apid);
+ * PIN_AGAIN while none answers (one was started); or -errno: no
+ * descriptor is free, or the table was removed and its agent is gone. */
+static int pin_connect(struct pin_try *t)
+{
+	int ferr;
+	uint64_t now;
+
+	RS_ASSERT(t->sock < 0);
+	t->sock = connect_agent(&t->apid, t->m.tdev, t->m.tino, &ferr);
+	if (t->sock >= 0)
+		return 0;
+	if (ferr)
+		return fd_limit(ferr, t->dev, t->ino);
+	now = rs_cluster_now_ns();
+	if (!t->t0)
+		t->t0 = now;
+	if (!t->warned && now - t->t0 > 1000000000ULL) {
+		t->warned = 1;
+		rs_log(RS_LOG_WARN, "cluster scope: waiting for the node's agent "
+		       "(rangeshim agent); nothing new is granted until it runs");
+	}
+	/* A removed table's agent stays while its processes live
+	 * (agent.c); once it is gone no agent can attach to the table,
+	 * and waiting would be for ever. */
+	if (now - t->t0 > 2000000000ULL && table_id(&t->m.tdev, &t->m.tino))
+		return table_removed(t->dev, t->ino);
+	spawn_agent();
+	t->sock = connect_agent(&t->apid, t->m.tdev, t->m.tino, &ferr);
+	if (t->sock >= 0)
+		return 0;
+	return ferr ? fd_limit(ferr, t->dev, t->ino) : PIN_AGAIN;
+}
+
+/* Pre: t->sock is connected to the agent.  Post: 0 with t->r the agent's
+ * answer to the pin (after our own fd of the file, when the agent had
+ * none to open the file from: -ENOENT) and t->rfd the copy of its
+ * description it carried, or -1; the agent holds the grant for us while
+ * the connection lasts if t->r.rc is 0.  PIN_AGAIN: no answer.  -errno:
+ * no descriptor was free (for /proc/self/fd, or the copy in the answer,
+ * which was dropped: the pin must not be used). */
+static int pin_ask(struct pin_try *t)
+{
+	int rc, fd;
+
+	RS_ASSERT(t->sock >= 0);
+	/* A dead agent's description we still hold: the new agent takes its
+	 * locks over (agent.c, adopt).  The pid is the listener's (the
+	 * agent's starter), stable for one agent's life. */
+	pfile_agent(t->apid);
+	t->old = pfile_old(t->dev, t->ino, &t->oldslot);
+	t->m.desc_id = t->have = pfile_have(t->dev, t->ino);
+	t->m.flags = (t->old >= 0 ? RS_AG_OLD_FD : 0) | t->wflag;
+	if (rs_ag_send(t->sock, &t->m, t->old) < 0 ||
+	    (rc = recv_msg(t->sock, &t->m, &t->r, &t->rfd)) == -1)
+		return PIN_AGAIN;
+	if (rc == -2)
+		return fd_limit(EMFILE, t->dev, t->ino);
+	t->m.flags = t->wflag;
+	if (t->r.rc != -ENOENT)
+		return 0;
+	fd = find_fd(t->dev, t->ino);
+	if (fd == -EMFILE || fd == -ENFILE)
+		return fd_limit(-fd, t->dev, t->ino);
+	t->m.flags |= RS_AG_HAS_FD;
+	if (fd < 0 || rs_ag_send(t->sock, &t->m, fd) < 0 ||
+	    (rc = recv_msg(t->sock, &t->m, &t->r, &t->rfd)) == -1)
+		return PIN_AGAIN;
+	return rc == -2 ? fd_limit(EMFILE, t->dev, t->ino) : 0;
+}
+
+/* Post: 0 when the agent holds the grant for us (t->r.rc 0); PIN_AGAIN
+ * when waiting may end the refusal (saying why, once per pin); -EIO when
+ * it cannot: the node lost the file's locks, or only the user can change
+ * the refusal (a chmod), so waiting would hang. */
+static int pin_judge(struct pin_try *t)
+{
+	int rc = t->r.rc;
+
+	if (rc == -ESTALE) {
+		/* Cannot be, but for a hash collision of the names: never be
+		 * served by another table's agent. */
+		if (!t->stale++)
+			rs_log(RS_LOG_ERROR, "cluster scope: the agent that answered serves "
+			       "another node table than this process's; waiting for ours");
+		t->warned = 1;
+		return PIN_AGAIN;
+	}
+	if (rc == -EROFS || rc == -EPERM) {
+		static _Atomic int said;
+
+		if (!atomic_exchange(&said, 1))
+			rs_log(RS_LOG_ERROR, "cluster scope: %s file %s fail with "
+			       "EIO: the node's agent %s", rc == -EROFS ? "writes to" :
+			       "calls on", RS_FILE_ID(t->dev, t->ino),
+			       rc == -EROFS ? "holds it read-only (the user may not write "
+			       "it), so it cannot lock it for writing" :
+			       "cannot open it (the user may neither read nor write it)");
+		return -EIO;
+	}
+	if (rc == -EIO)
+		return -EIO;
+	if (rc == -EACCES && !t->warned) {
+		t->warned = 1;
+		rs_log(RS_LOG_ERROR, "cluster scope: the node's agent cannot open file "
+		       "%s, which cluster locks need; waiting (this user needs "
+		       "permission to open it)", RS_FILE_ID(t->dev, t->ino));
+	}
+	if (rc == -EBUSY && !t->busy++) {
+		t->warned = 1;
+		rs_log(RS_LOG_ERROR, "cluster scope: the node's agent holds as many files "
+		       "as it can, and a call is in progress on every one; waiting for "
+		       "one to end");
+	}
+	return rc != 0 ? PIN_AGAIN : 0;
+}
+
+/* Pre: the agent holds the grant for us (t->r.rc 0).  Post: 0 with a
+ * copy of the agent's description of the file (t->r.desc_id) kept by
+ * this process, the answer's own copy (t->rfd) now in pfiles; or
+ * PIN_AGAIN: no copy is held (never go ahead without one: an agent
+ * crash would unlock the range under our calls). */
+static int pin_keep(struct pin_try *t)
+{
+	RS_ASSERT(t->r.rc == 0 && t->sock >= 0);
+	if (t->r.flags & RS_AG_ADOPTED)
+		pfile_drop(t->oldslot, t->old);
+	else if (t->r.flags & RS_AG_CURRENT)
+		pfile_current(t->oldslot, t->old);
+	/* The agent sent no copy, and we hold none of this description:
+	 * asked again, with desc_id 0, the agent sends it. */
+	if (t->rfd < 0 && (t->r.desc_id != t->have || !pfile_holds(t->dev, t->ino, t->r.desc_id)))
+		return PIN_AGAIN;
+	if (t->rfd >= 0 && pfile_keep(t->dev, t->ino, t->r.desc_id, t->rfd) < 0) {
+		if (!t->nomem++)
+			rs_log(RS_LOG_ERROR, "cluster scope: no memory to keep the agent's "
+			       "description of file %s (it keeps the locks if the agent "
+			       "dies); waiting", RS_FILE_ID(t->dev, t->ino));
+		t->warned = 1;
+		return PIN_AGAIN;
+	}
+	t->rfd = -1;
+	return 0;
+}
+
+/* An attempt that will not be used: close what it opened (the agent
+ * releases the grant when the connection closes). */
+static void pin_close(struct pin_try *t)
+{
+	if (t->rfd >= 0)
+		rs_sys(SYS_close, t->rfd);
+	if (t->sock >= 0)
+		rs_sys(SYS_close, t->sock);
+	t->rfd = t->sock = -1;
+}
+
+/* Post: the attempt closed, 20 ms later.  An agent that was reached and
+ * did not grant gets one line per pin. */
+static void pin_again(struct pin_try *t)
+{
+	int reached = t->sock >= 0;
+
+	pin_close(t);
+	if (reached && !t->warned) {
+		t->warned = 1;
+		rs_log(RS_LOG_WARN, "cluster scope: the node's agent did not answer a pin "
+		       "(it may have died); asking again");
+	}
+	usleep(20000);
+}
+
 int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write,
 		   struct rs_cl_pin *p)
 {
@@ -724,185 +926,55 @@ int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write
 	 * there exclude each other across nodes as on any other byte.  The
 	 * node grant still covers the real range (RS_RANGE_EOF above).
 	 */
-	struct rs_ag_msg m = { .op = RS_AG_PIN, .dev = dev, .ino = ino,
-			       .start = s >= RS_CL_EOF ? RS_CL_EOF - 1 : s,
-			       .end = e >= RS_CL_EOF ? RS_CL_EOF : e };
-	uint64_t t0 = 0, have;
-	uint32_t wflag = write ? RS_AG_WRITE : 0;
-	int saved = errno, warned = 0, nomem = 0, busy = 0, stale = 0, pslot, rc;
+	struct pin_try t = { .m = { .op = RS_AG_PIN, .dev = dev, .ino = ino,
+				    .start = s >= RS_CL_EOF ? RS_CL_EOF - 1 : s,
+				    .end = e >= RS_CL_EOF ? RS_CL_EOF : e },
+			     .dev = dev, .ino = ino, .wflag = write ? RS_AG_WRITE : 0,
+			     .sock = -1, .rfd = -1 };
+	int saved = errno, pslot, rc;
 
-	table_id(&m.tdev, &m.tino);
+	table_id(&t.m.tdev, &t.m.tino);
 	/* Counted in until rs_cluster_unpin: no copy of the file is closed
 	 * meanwhile (rs_cluster_file_closed). */
 	pslot = pin_begin(dev, ino);
-	for (;;) {
-		struct rs_ag_msg r;
-		pid_t apid = 0;
-		int ferr, fd = -1, rfd = -1, old, oldslot;
-		int sock = connect_agent(&apid, m.tdev, m.tino, &ferr);
-
-		if (sock < 0 && ferr) {
-			rc = fd_limit(ferr, dev, ino);
-			goto fail;
-		}
-		if (sock < 0) {
-			uint64_t now = rs_cluster_now_ns();
-
-			if (!t0)
-				t0 = now;
-			if (!warned && now - t0 > 1000000000ULL) {
-				warned = 1;
-				rs_log(RS_LOG_WARN, "cluster scope: waiting for the node's agent "
-				       "(rangeshim agent); nothing new is granted until it runs");
-			}
-			/* A removed table's agent stays while its processes
-			 * live (agent.c); once it is gone no agent can attach
-			 * to the table, and waiting would be for ever. */
-			if (now - t0 > 2000000000ULL && table_id(&m.tdev, &m.tino)) {
-				rc = table_removed(dev, ino);
-				goto fail;
-			}
-			spawn_agent();
-			if ((sock = connect_agent(&apid, m.tdev, m.tino, &ferr)) < 0) {
-				if (ferr) {
-					rc = fd_limit(ferr, dev, ino);
-					goto fail;
-				}
-				usleep(20000);
-				continue;
-			}
-		}
-		/* A dead agent's description we still hold: the new agent takes
-		 * its locks over (agent.c, adopt).  The pid is the listener's
-		 * (the agent's starter), stable for one agent's life. */
-		pfile_agent(apid);
-		old = pfile_old(dev, ino, &oldslot);
-		m.desc_id = have = pfile_have(dev, ino);
-		m.flags = (old >= 0 ? RS_AG_OLD_FD : 0) | wflag;
-		if (rs_ag_send(sock, &m, old) < 0 || (rc = recv_msg(sock, &m, &r, &rfd)) == -1)
-			goto retry;
-		if (rc == -2)
-			goto truncated;
-		m.flags = wflag;
-		if (r.rc == -ENOENT) {
-			fd = find_fd(dev, ino);
-			if (fd == -EMFILE || fd == -ENFILE) {
-				rc = fd_limit(-fd, dev, ino);
-				rs_sys(SYS_close, sock);
-				goto fail;
-			}
-			m.flags |= RS_AG_HAS_FD;
-			if (fd < 0 || rs_ag_send(sock, &m, fd) < 0 ||
-			    (rc = recv_msg(sock, &m, &r, &rfd)) == -1)
-				goto retry;
-			if (rc == -2)
-				goto truncated;
-		}
-		if (r.rc == -ESTALE) {
-			/* Cannot be, but for a hash collision of the names:
-			 * never be served by another table's agent. */
-			if (!stale++)
-				rs_log(RS_LOG_ERROR, "cluster scope: the agent that answered serves "
-				       "another node table than this process's; waiting for ours");
-			warned = 1;
-			goto retry;
-		}
-		if (r.rc == -EROFS || r.rc == -EPERM) {
-			static _Atomic int said;
-
-			/* Only the user can change this (a chmod), so waiting
-			 * would hang: fail the call, never run it unlocked. */
-			if (!atomic_exchange(&said, 1))
-				rs_log(RS_LOG_ERROR, "cluster scope: %s file %s fail with "
-				       "EIO: the node's agent %s", r.rc == -EROFS ? "writes to" :
-				       "calls on", RS_FILE_ID(dev, ino),
-				       r.rc == -EROFS ? "holds it read-only (the user may not write "
-				       "it), so it cannot lock it for writing" :
-				       "cannot open it (the user may neither read nor write it)");
-			r.rc = -EIO;
-		}
-		if (r.rc == -EIO) {
-			if (rfd >= 0)
-				rs_sys(SYS_close, rfd);
-			rs_sys(SYS_close, sock);
-			pin_end(pslot);
-			errno = saved;
-			return -EIO;
-		}
-		if (r.rc == -EACCES && !warned) {
-			warned = 1;
-			rs_log(RS_LOG_ERROR, "cluster scope: the node's agent cannot open file "
-			       "%s, which cluster locks need; waiting (this user needs "
-			       "permission to open it)", RS_FILE_ID(dev, ino));
-		}
-		if (r.rc == -EBUSY && !busy++) {
-			warned = 1;
-			rs_log(RS_LOG_ERROR, "cluster scope: the node's agent holds as many files "
-			       "as it can, and a call is in progress on every one; waiting for "
-			       "one to end");
-		}
-		if (r.rc != 0)
-			goto retry;
-		if (r.flags & RS_AG_ADOPTED)
-			pfile_drop(oldslot, old);
-		else if (r.flags & RS_AG_CURRENT)
-			pfile_current(oldslot, old);
-		if (rfd < 0 && (r.desc_id != have || !pfile_holds(dev, ino, r.desc_id))) {
-			/* The agent sent no copy, and we hold none of this
-			 * description: never go ahead without one.  Asked
-			 * again, with desc_id 0, the agent sends it. */
-			goto retry;
-		}
-		if (rfd >= 0 && pfile_keep(dev, ino, r.desc_id, rfd) < 0) {
-			/* Without a copy, an agent crash would unlock the range
-			 * under our calls: refuse the pin (and say so) instead. */
-			if (!nomem++)
-				rs_log(RS_LOG_ERROR, "cluster scope: no memory to keep the agent's "
-				       "description of file %s (it keeps the locks if the agent "
-				       "dies); waiting", RS_FILE_ID(dev, ino));
-			warned = 1;
-			goto retry;
-		}
-		if (r.flags & RS_AG_GRACE)
-			rs_log(RS_LOG_WARN, "cluster scope: the lock manager refused lock requests on "
-			       "file %s for a while (ENOLCK: a grace period after a server "
-			       "restart?); this call waited it out", RS_FILE_ID(dev, ino));
-		RS_COUNT(cluster_locks, r.locks);
-		RS_COUNT(cluster_wait_ns, r.wait_ns);
-		RS_COUNT(cluster_revokes, r.revokes);
-		p->sock = sock;
-		p->pslot = pslot;
-		p->lo = r.gs;
-		p->hi = r.ge >= RS_CL_EOF ? RS_RANGE_EOF : r.ge;
+	do {
+		rc = pin_connect(&t);
+		if (rc == 0)
+			rc = pin_ask(&t);
+		if (rc == 0)
+			rc = pin_judge(&t);
+		if (rc == 0)
+			rc = pin_keep(&t);
+		if (rc == PIN_AGAIN)
+			pin_again(&t);
+	} while (rc == PIN_AGAIN);
+	if (rc < 0) {
+		pin_close(&t);
+		pin_end(pslot);
 		errno = saved;
-		return 0;
-truncated:
-		/* The reply's copy of the description was dropped: this pin
-		 * must not be used (closing the connection ends it). */
-		rs_sys(SYS_close, sock);
-		rc = fd_limit(EMFILE, dev, ino);
-		goto fail;
-retry:
-		if (rfd >= 0)
-			rs_sys(SYS_close, rfd);
-		rs_sys(SYS_close, sock);
-		if (!warned) {
-			warned = 1;
-			rs_log(RS_LOG_WARN, "cluster scope: the node's agent did not answer a pin "
-			       "(it may have died); asking again");
-		}
-		usleep(20000);
+		return rc;
 	}
-fail:
-	pin_end(pslot);
+	if (t.r.flags & RS_AG_GRACE)
+		rs_log(RS_LOG_WARN, "cluster scope: the lock manager refused lock requests on "
+		       "file %s for a while (ENOLCK: a grace period after a server "
+		       "restart?); this call waited it out", RS_FILE_ID(dev, ino));
+	RS_COUNT(cluster_locks, t.r.locks);
+	RS_COUNT(cluster_wait_ns, t.r.wait_ns);
+	RS_COUNT(cluster_revokes, t.r.revokes);
+	p->sock = t.sock;
+	p->pslot = pslot;
+	p->lo = t.r.gs;
+	p->hi = t.r.ge >= RS_CL_EOF ? RS_RANGE_EOF : t.r.ge;
+	RS_ASSERT(p->lo <= s && e <= p->hi);
 	errno = saved;
-	return rc;
+	return 0;
 }
 
 void rs_cluster_unpin(struct rs_cl_pin *p)
 {
 	struct rs_ag_msg m = { .op = RS_AG_UNPIN };
 
+	RS_ASSERT(p->sock >= 0);
 	rs_ag_send(p->sock, &m, -1);
 	rs_sys(SYS_close, p->sock);
 	p->sock = -1;

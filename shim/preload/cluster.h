@@ -32,6 +32,8 @@ struct rs_cl_pin {
  */
 int rs_cluster_pin(uint64_t dev, uint64_t ino, uint64_t s, uint64_t e, int write,
 		   struct rs_cl_pin *p);
+/* Pre: *p is a pin rs_cluster_pin returned, not yet unpinned.  Post: the
+ * agent may give its grant back; the pin no longer counts in. */
 void rs_cluster_unpin(struct rs_cl_pin *p);
 /* Every fd of this process on (dev, ino) is closed: close our copies of
  * the agent's descriptions of it, unless a pin of it is in progress or
