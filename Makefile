@@ -49,7 +49,7 @@ HELPERS   = $(patsubst tests/helpers/%.c,$(BUILD)/tests/helpers/%,$(wildcard tes
 TESTS     = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 
 # Unit tests link these modules directly, without interposition.
-UNIT_SRCS = shim/core/rangelock.c shim/node/nodelock.c shim/node/segment.c \
+UNIT_SRCS = shim/core/rangelock.c shim/core/lockorder.c shim/node/nodelock.c shim/node/segment.c \
             shim/preload/config.c shim/core/log.c shim/preload/real.c shim/preload/stats.c \
             shim/cluster/clusterfs.c
 
@@ -68,7 +68,7 @@ $(LIB): $(SHIM_OBJS)
 # with the same code the library uses, and runs the node's agent, a
 # component of cluster scope (shim/cluster/agent.c), not of the library.
 CLI_SRCS = $(wildcard shim/cli/*.c) shim/node/nodelock.c shim/node/segment.c shim/core/log.c \
-           shim/cluster/clusterlock.c shim/cluster/agent.c
+           shim/core/lockorder.c shim/cluster/clusterlock.c shim/cluster/agent.c
 
 $(CLI): $(CLI_SRCS) $(SHIM_HDRS)
 	@mkdir -p $(dir $@)

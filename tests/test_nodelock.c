@@ -93,6 +93,15 @@
  *  table_full        every grant slot idle: a new request evicts the least
  *                    recently granted one; all busy:
  *                    it waits (table_full) until one is released.
+ *  lockorder::*      the lock checks of debug builds (shim/core/lockorder.h)
+ *                    are live: in a child, letting go of a table lock not
+ *                    held, taking a table's local mutex under another
+ *                    table's lock (against the order), and releasing a
+ *                    grant index out of range (rs_nt_release's Pre:) abort
+ *                    with the check's message in a debug or sanitizer
+ *                    build; a release build runs the same code to the end
+ *                    without it (compiled out).  Each build is the other's
+ *                    control: the abort is the check's, not the rig's.
  *
  * Every wait is bounded (reply timeouts, alarm() in forked children,
  * .timeout on every test); agents die with their test (PR_SET_PDEATHSIG)
@@ -122,6 +131,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "invariant.h"
+#include "lockorder.h"
 #include "nodelock.h"
 #include "stride.h"
 #include "rangeshim/rangelock.h"
@@ -2700,4 +2711,130 @@ Test(nodelock, strided_cut)
 	cr_assert_eq(rb.end, 10 * KIB + 512);
 	cr_assert_eq(rb.revoked, 1);
 	assert_no_conflicting_grants();
+}
+
+/* ---- lock checks (lockorder) ---- */
+
+static char lo_names[2][64];
+
+static void lo_setup(void)
+{
+	for (int i = 0; i < 2; i++)
+		snprintf(lo_names[i], sizeof(lo_names[i]), "/rs-lo-%d-%d", (int)getpid(), i);
+}
+
+static void lo_teardown(void)
+{
+	char path[128];
+
+	for (int i = 0; i < 2; i++) {
+		rs_seg_path(lo_names[i], path, sizeof(path));
+		unlink(path);
+	}
+}
+
+TestSuite(lockorder, .init = lo_setup, .fini = lo_teardown, .timeout = 30);
+
+enum lo_case { LO_UNLOCK_NOT_HELD, LO_OUT_OF_ORDER, LO_RELEASE_BAD_IDX };
+
+/* In a child, stderr to a pipe: register on the first table and break
+ * the rule of lo_case.  Exits 0 if it gets through. */
+static void lo_child(enum lo_case c, int wfd)
+{
+	struct rs_nt a, b;
+	char why[200];
+
+	dup2(wfd, 2);
+	alarm(20);
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	if (rs_nt_register(&a, lo_names[0], why, sizeof(why)) < 0)
+		_exit(3);
+	switch (c) {
+	case LO_UNLOCK_NOT_HELD:
+		/* Release builds: the lock word is not ours, which is said
+		 * (a stray write) and left alone. */
+		rs_nt_unlock_table(&a);
+		break;
+	case LO_OUT_OF_ORDER:
+		/* Another table's local mutex under this one's lock: a later
+		 * level first.  Two tables, so release builds do not wait. */
+		rs_nt_lock_table(&a);
+		if (rs_nt_register(&b, lo_names[1], why, sizeof(why)) < 0)
+			_exit(3);
+		rs_nt_unregister(&b);
+		rs_nt_unlock_table(&a);
+		break;
+	case LO_RELEASE_BAD_IDX:
+		/* Release builds: refused by the bounds check, nothing done. */
+		rs_nt_release(&a, RS_NGRANT + 5, 1);
+		break;
+	}
+	rs_nt_unregister(&a);
+	_exit(0);
+}
+
+/* Runs lo_child(c); returns its wait status, its stderr in out. */
+static int lo_run(enum lo_case c, char *out, size_t len)
+{
+	int p[2], st = 0;
+	size_t n = 0;
+	ssize_t k;
+	pid_t pid;
+
+	cr_assert_eq(pipe(p), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		close(p[0]);
+		lo_child(c, p[1]);
+	}
+	close(p[1]);
+	while (n + 1 < len && (k = read(p[0], out + n, len - 1 - n)) != 0) {
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			break;
+		n += (size_t)k;
+	}
+	out[n] = '\0';
+	close(p[0]);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	return st;
+}
+
+static void lo_expect(enum lo_case c, const char *msg)
+{
+	char out[2048];
+	int st = lo_run(c, out, sizeof(out));
+
+	cr_assert(!(WIFEXITED(st) && WEXITSTATUS(st) == 3), "the child could not register: %s",
+		  out);
+	if (RS_DEBUG_BUILD) {
+		cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT,
+			  "a debug build went on past the check (status %#x): %s", st, out);
+		cr_assert(strstr(out, "internal check failed") && strstr(out, msg),
+			  "the abort does not say \"%s\": %s", msg, out);
+	} else {
+		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			  "a release build stopped (status %#x): %s", st, out);
+		cr_assert_null(strstr(out, "internal check failed"), "%s", out);
+	}
+}
+
+Test(lockorder, unlock_not_held)
+{
+	lo_expect(LO_UNLOCK_NOT_HELD,
+		  "letting go of the node table lock, which this thread does not hold");
+}
+
+Test(lockorder, out_of_order)
+{
+	lo_expect(LO_OUT_OF_ORDER,
+		  "taking the node table's local mutex while holding the node table lock");
+}
+
+Test(lockorder, pre_contract)
+{
+	lo_expect(LO_RELEASE_BAD_IDX, "idx < RS_NGRANT");
 }

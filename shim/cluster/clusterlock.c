@@ -143,6 +143,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lockorder.h"
+
 #define MS 1000000ULL
 #define HOLD_INCR_NS (10 * MS)
 #define HOLD_DECR_NS (5 * MS)
@@ -203,6 +205,23 @@ static int lk(struct rs_cl *c, int cmd, short type, uint64_t base, uint64_t star
 	return 0;
 }
 
+/* c->mu, with the lock order checks of debug builds (lockorder.h): the
+ * first of the agent's locks that the library knows, held across the
+ * drain of the node (drain_fn), which takes node grants.  agent.c takes
+ * it too, around its own short sections, untracked: they call nothing
+ * here that expects it. */
+static void cl_lock(struct rs_cl *c)
+{
+	rs_lk_acquire(RS_LK_CLUSTER, c);
+	pthread_mutex_lock(&c->mu);
+}
+
+static void cl_unlock(struct rs_cl *c)
+{
+	rs_lk_release(RS_LK_CLUSTER, c);
+	pthread_mutex_unlock(&c->mu);
+}
+
 /*
  * A request was refused with rc (-errno).  Pre: c->mu held.  Post: true
  * if that is a grace period's refusal to wait out (-ENOLCK, and the run
@@ -212,6 +231,8 @@ static int lk(struct rs_cl *c, int cmd, short type, uint64_t base, uint64_t star
 static bool in_grace(struct rs_cl *c, int rc)
 {
 	uint64_t now = now_ns();
+
+	RS_ASSERT(rs_lk_held(RS_LK_CLUSTER, c));
 
 	if (rc != -ENOLCK)
 		return false;
@@ -228,6 +249,7 @@ static bool in_grace(struct rs_cl *c, int rc)
 /* Pre: c->mu held.  Post: every grant is unusable; waiters are woken. */
 static void set_lost(struct rs_cl *c, int err)
 {
+	RS_ASSERT(rs_lk_held(RS_LK_CLUSTER, c));
 	if (!c->lost)
 		c->lost = err ? err : EIO;
 	pthread_cond_broadcast(&c->cv);
@@ -281,6 +303,9 @@ static int give_back(struct rs_cl *c, struct rs_cl_grant *g)
 	short t;
 	uint64_t a, b;
 	int rc;
+
+	RS_ASSERT(rs_lk_held(RS_LK_CLUSTER, c));
+	RS_ASSERT(g->state == RS_CL_HELD && g->users == 0);
 
 	/* Cluster scope: no node grant inside survives this (the drain
 	 * waits for calls inside to end), so nothing of this node touches
@@ -358,6 +383,8 @@ static void courtesy(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t until)
 	short t;
 	uint64_t a, b;
 
+	RS_ASSERT(!rs_lk_held(RS_LK_CLUSTER, c));
+
 	while (now_ns() < until &&
 	       lk(c, F_OFD_GETLK, F_WRLCK, RS_CL_INTENT, s, e, &t, &a, &b) == 0 && t != F_UNLCK)
 		nanosleep(&ts, NULL);
@@ -372,6 +399,8 @@ static int try_expand(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *lo, uin
 		      uint64_t *locks, uint64_t *polls)
 {
 	int i, rc;
+
+	RS_ASSERT(!rs_lk_held(RS_LK_CLUSTER, c));
 
 	for (i = 0; i < MAX_CUTS; i++) {
 		short t;
@@ -426,6 +455,8 @@ static int wait_exact(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *locks)
 	short t;
 	uint64_t a, b;
 	int rc, rc2;
+
+	RS_ASSERT(!rs_lk_held(RS_LK_CLUSTER, c));
 
 	for (;;) {
 		struct timespec ts = { (time_t)(c->p.poll_min_ns / 1000000000ULL),
@@ -484,6 +515,8 @@ static int join_or_clear(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, 
 	struct rs_cl_grant *g;
 	uint64_t now;
 
+	RS_ASSERT(rs_lk_held(RS_LK_CLUSTER, c));
+
 	for (;;) {
 		bool busy = false, gave = false;
 
@@ -527,6 +560,8 @@ static void window(const struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *lo, 
 {
 	const struct rs_cl_grant *g;
 
+	RS_ASSERT(rs_lk_held(RS_LK_CLUSTER, c));
+
 	*lo = 0;
 	*hi = RS_CL_EOF;
 	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++) {
@@ -554,6 +589,8 @@ static int lock_window(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *lo, ui
 	uint64_t t0;
 	int rc;
 
+	RS_ASSERT(!rs_lk_held(RS_LK_CLUSTER, c));
+
 	for (uint64_t wlo = *lo, whi = *hi;;) {
 		uint64_t pause;
 
@@ -568,14 +605,14 @@ static int lock_window(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *lo, ui
 		if (rc != -ENOLCK)
 			break;
 		/* Refused for now (a grace period?): back off, ask again. */
-		pthread_mutex_lock(&c->mu);
+		cl_lock(c);
 		if (c->lost || !in_grace(c, rc)) {
-			pthread_mutex_unlock(&c->mu);
+			cl_unlock(c);
 			break;
 		}
 		pause = c->grace_ns;
 		c->grace_ns = pause * 2 > 2000 * MS ? 2000 * MS : pause * 2;
-		pthread_mutex_unlock(&c->mu);
+		cl_unlock(c);
 		usleep((useconds_t)(pause / 1000));
 		*lo = wlo;
 		*hi = whi;
@@ -593,14 +630,15 @@ static int lock_window(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *lo, ui
 static int admit(struct rs_cl *c, struct rs_cl_grant *p, int rc, uint64_t lo, uint64_t hi,
 		 uint64_t locks, uint64_t polls, uint64_t waited)
 {
-	pthread_mutex_lock(&c->mu);
+	RS_ASSERT(!rs_lk_held(RS_LK_CLUSTER, c));
+	cl_lock(c);
 	c->st.locks += locks;
 	c->st.polls += polls;
 	c->st.wait_ns += waited;
 	if (rc < 0) {
 		p->state = RS_CL_FREE;
 		set_lost(c, -rc);
-		pthread_mutex_unlock(&c->mu);
+		cl_unlock(c);
 		return -EIO;
 	}
 	c->grace_since = 0;
@@ -613,7 +651,7 @@ static int admit(struct rs_cl *c, struct rs_cl_grant *p, int rc, uint64_t lo, ui
 			     c->p.hold_max_ns : c->hold_ns + HOLD_INCR_NS;
 	c->poll_ns = c->p.poll_min_ns;
 	pthread_cond_broadcast(&c->cv);
-	pthread_mutex_unlock(&c->mu);
+	cl_unlock(c);
 	return 0;
 }
 
@@ -628,10 +666,10 @@ int rs_cl_acquire_ex(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, uint
 		return -EINVAL;
 	if (e > RS_CL_EOF)
 		return -EOVERFLOW;
-	pthread_mutex_lock(&c->mu);
+	cl_lock(c);
 	rc = join_or_clear(c, s, e, &lo, &hi);
 	if (rc != 0) {
-		pthread_mutex_unlock(&c->mu);
+		cl_unlock(c);
 		if (rc < 0)
 			return rc;
 		acquired(gs, ge, locks_out, wait_out, lo, hi, 0, 0);
@@ -640,7 +678,7 @@ int rs_cl_acquire_ex(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, uint
 	window(c, s, e, &lo, &hi);
 	p = free_slot(c);
 	if (!p) {
-		pthread_mutex_unlock(&c->mu);
+		cl_unlock(c);
 		return c->lost ? -EIO : -ENOLCK;
 	}
 	/* A pending grant reserves its whole window: two requests of this
@@ -648,7 +686,7 @@ int rs_cl_acquire_ex(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, uint
 	 * giving one back would then unlock the other. */
 	*p = (struct rs_cl_grant){ .start = lo, .end = hi, .state = RS_CL_PENDING };
 	until = c->courtesy_until;
-	pthread_mutex_unlock(&c->mu);
+	cl_unlock(c);
 	courtesy(c, s, e, until);
 
 	rc = lock_window(c, s, e, &lo, &hi, &locks, &polls, &waited);
@@ -669,7 +707,7 @@ void rs_cl_release(struct rs_cl *c, uint64_t s, uint64_t e)
 {
 	struct rs_cl_grant *g;
 
-	pthread_mutex_lock(&c->mu);
+	cl_lock(c);
 	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++) {
 		if (g->state != RS_CL_HELD || !g->users || g->start > s || e > g->end)
 			continue;
@@ -682,7 +720,7 @@ void rs_cl_release(struct rs_cl *c, uint64_t s, uint64_t e)
 		}
 		break;
 	}
-	pthread_mutex_unlock(&c->mu);
+	cl_unlock(c);
 }
 
 int rs_cl_poll(struct rs_cl *c)
@@ -692,9 +730,9 @@ int rs_cl_poll(struct rs_cl *c)
 	uint64_t a, b, now;
 	int rc, gave = 0, held = 0;
 
-	pthread_mutex_lock(&c->mu);
+	cl_lock(c);
 	if (c->lost) {
-		pthread_mutex_unlock(&c->mu);
+		cl_unlock(c);
 		return -EIO;
 	}
 	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++)
@@ -727,7 +765,7 @@ int rs_cl_poll(struct rs_cl *c)
 		}
 		if (g->wanted && !g->users && draining(c, g, now)) {
 			if (give_back(c, g) < 0) {
-				pthread_mutex_unlock(&c->mu);
+				cl_unlock(c);
 				return -EIO;
 			}
 			c->st.revokes++;
@@ -736,15 +774,15 @@ int rs_cl_poll(struct rs_cl *c)
 		}
 	}
 	c->poll_ns = c->p.poll_min_ns;
-	pthread_mutex_unlock(&c->mu);
+	cl_unlock(c);
 	return gave;
 idle:
 	c->poll_ns = c->poll_ns * 2 > c->p.poll_max_ns ? c->p.poll_max_ns : c->poll_ns * 2;
-	pthread_mutex_unlock(&c->mu);
+	cl_unlock(c);
 	return 0;
 lost:
 	set_lost(c, -rc);
-	pthread_mutex_unlock(&c->mu);
+	cl_unlock(c);
 	return -EIO;
 }
 
@@ -752,9 +790,9 @@ uint64_t rs_cl_poll_interval(struct rs_cl *c)
 {
 	uint64_t v;
 
-	pthread_mutex_lock(&c->mu);
+	cl_lock(c);
 	v = c->poll_ns;
-	pthread_mutex_unlock(&c->mu);
+	cl_unlock(c);
 	return v;
 }
 
@@ -764,6 +802,8 @@ static int copy_grants(struct rs_cl *c, struct rs_cl_grant *out, int max)
 	int n = 0;
 	struct rs_cl_grant *g;
 
+	RS_ASSERT(rs_lk_held(RS_LK_CLUSTER, c));
+
 	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++) {
 		if (g->state != RS_CL_HELD)
 			continue;
@@ -771,13 +811,13 @@ static int copy_grants(struct rs_cl *c, struct rs_cl_grant *out, int max)
 			out[n] = *g;
 		n++;
 	}
-	pthread_mutex_unlock(&c->mu);
+	cl_unlock(c);
 	return n;
 }
 
 int rs_cl_grants(struct rs_cl *c, struct rs_cl_grant *out, int max)
 {
-	pthread_mutex_lock(&c->mu);
+	cl_lock(c);
 	return copy_grants(c, out, max);
 }
 
@@ -786,10 +826,13 @@ int rs_cl_grants_until(struct rs_cl *c, struct rs_cl_grant *out, int max,
 {
 	int rc;
 
+	rs_lk_acquire(RS_LK_CLUSTER, c);
 	while ((rc = pthread_mutex_timedlock(&c->mu, deadline)) == EINTR)
 		;
-	if (rc)
+	if (rc) {
+		rs_lk_release(RS_LK_CLUSTER, c);
 		return -EBUSY;
+	}
 	return copy_grants(c, out, max);
 }
 
@@ -797,9 +840,9 @@ int rs_cl_check(struct rs_cl *c)
 {
 	int lost;
 
-	pthread_mutex_lock(&c->mu);
+	cl_lock(c);
 	lost = c->lost;
-	pthread_mutex_unlock(&c->mu);
+	cl_unlock(c);
 	return lost ? -EIO : 0;
 }
 
@@ -807,11 +850,11 @@ void rs_cl_fini(struct rs_cl *c)
 {
 	struct rs_cl_grant *g;
 
-	pthread_mutex_lock(&c->mu);
+	cl_lock(c);
 	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++)
 		if (g->state == RS_CL_HELD)
 			give_back(c, g);
-	pthread_mutex_unlock(&c->mu);
+	cl_unlock(c);
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->mu);
 }

@@ -159,8 +159,21 @@
 #include <stddef.h>
 
 #include "futex.h"
+#include "lockorder.h"
 #include "rangelock_fast.h"
 #include "rawsyscall.h"
+
+/* The queue mutex, a leaf of the lock order (lockorder.h): nothing is
+ * taken under it, and it is never held across a wait. */
+static inline void qlock(struct rs_rangelock *rl)
+{
+	rs_lk_mutex_lock(RS_LK_RLQ, &rl->mtx);
+}
+
+static inline void qunlock(struct rs_rangelock *rl)
+{
+	rs_lk_mutex_unlock(RS_LK_RLQ, &rl->mtx);
+}
 
 /* The head of a queue that is not empty (it holds a waiter, or the
  * caller's node), read under the mutex: stable then, since the inline
@@ -182,6 +195,8 @@ static inline struct rs_rl_node *qhead(const struct rs_rangelock *rl)
 static struct rs_rl_node *settle(struct rs_rangelock *rl)
 {
 	uintptr_t h = (uintptr_t)__atomic_load_n(&rl->head, __ATOMIC_ACQUIRE);
+
+	RS_ASSERT(rs_lk_held(RS_LK_RLQ, &rl->mtx));
 
 	while (h & RS_RL_ALONE) {
 		struct rs_rl_node *n = (struct rs_rl_node *)(h & ~(uintptr_t)RS_RL_ALONE);
@@ -288,6 +303,8 @@ static int is_blocked(const struct rs_rl_node *head, const struct rs_rl_node *se
 {
 	int before = 1, starved = self && (self->mode & RL_HANDOFF);
 
+	/* Which queue's: the caller's, which passes its head only. */
+	RS_ASSERT(rs_lk_held(RS_LK_RLQ, NULL));
 	for (const struct rs_rl_node *q = head; q; q = q->next) {
 		if (q == self) {
 			before = 0;
@@ -336,6 +353,7 @@ static void pay_wakes(const struct wakes *wk)
  */
 static void wake_pass(struct rs_rangelock *rl, struct wakes *wk)
 {
+	RS_ASSERT(rs_lk_held(RS_LK_RLQ, &rl->mtx));
 	for (struct rs_rl_node *w = qhead(rl); w && rl->nwait; w = w->next) {
 		uint32_t old;
 
@@ -371,6 +389,7 @@ static int enqueue(struct rs_rangelock *rl, struct rs_rl_node *node,
 {
 	struct rs_rl_node *empty = NULL;
 
+	RS_ASSERT(rs_lk_held(RS_LK_RLQ, &rl->mtx));
 	node->start = start;
 	node->end = end;
 	node->mode = mode;
@@ -391,6 +410,7 @@ static int enqueue(struct rs_rangelock *rl, struct rs_rl_node *node,
 static int enqueue_granted(struct rs_rangelock *rl, struct rs_rl_node *node,
 			   uint64_t start, uint64_t end, unsigned mode)
 {
+	RS_ASSERT(rs_lk_held(RS_LK_RLQ, &rl->mtx));
 	do {
 		if (is_blocked(settle(rl), NULL, start, end, mode))
 			return 1;
@@ -407,6 +427,9 @@ static void await_signal(struct rs_rl_node *node, uint64_t until)
 {
 	uint64_t spin_end = clock_ns() + rs_rl_spin_ns, t;
 	uint32_t v = RL_SPIN;
+
+	/* Waiting under a queue mutex would keep its holders from waking us. */
+	RS_ASSERT(!rs_lk_held(RS_LK_RLQ, NULL));
 
 	/* Spin while the holder runs: its call is usually shorter than a
 	 * sleep and a wake-up. */
@@ -447,22 +470,39 @@ static void backoff_for(uint64_t ns)
 	} while (clock_ns() < end);
 }
 
+/* Is node in rl's queue, or its lone inline holder?  For the Pre:
+ * contracts; under the queue mutex. */
+static inline int queued(const struct rs_rangelock *rl, const struct rs_rl_node *node)
+{
+	uintptr_t h = (uintptr_t)__atomic_load_n(&rl->head, __ATOMIC_ACQUIRE);
+
+	if (h & RS_RL_ALONE)
+		return (const struct rs_rl_node *)(h & ~(uintptr_t)RS_RL_ALONE) == node;
+	for (const struct rs_rl_node *q = (const struct rs_rl_node *)h; q; q = q->next)
+		if (q == node)
+			return 1;
+	return 0;
+}
+
 int rs_rangelock_lock(struct rs_rangelock *rl, struct rs_rl_node *node,
 		      uint64_t start, uint64_t end, unsigned mode)
 {
 	uint64_t deadline, backoff = RL_BACKOFF_NS;
 	struct wakes wk;
 
-	rs_mutex_lock(&rl->mtx);
+	RS_ASSERT(start < end);
+	RS_ASSERT(mode == RS_RL_READ || mode == RS_RL_WRITE || mode == RS_RL_APPEND);
+	qlock(rl);
+	RS_ASSERT(!queued(rl, node));
 	if (!enqueue_granted(rl, node, start, end, mode)) {
-		rs_mutex_unlock(&rl->mtx);
+		qunlock(rl);
 		return 0;
 	}
 	atomic_store_explicit(&node->blocked, RL_SPIN, memory_order_relaxed);
 	/* Blocked, so the queue is not empty: this cannot fail. */
 	(void)enqueue(rl, node, start, end, mode | RL_WAITING);
 	rl->nwait++;
-	rs_mutex_unlock(&rl->mtx);
+	qunlock(rl);
 
 	node->since = clock_ns();
 	/* When it is starved; deadline = 0 below: starved, wait untimed. */
@@ -476,16 +516,16 @@ int rs_rangelock_lock(struct rs_rangelock *rl, struct rs_rl_node *node,
 			break;	/* handed off */
 		starve = deadline && clock_ns() >= deadline;
 		wk.n = 0;
-		rs_mutex_lock(&rl->mtx);
+		qlock(rl);
 		if (atomic_load_explicit(&node->blocked, memory_order_relaxed) == 0) {
-			rs_mutex_unlock(&rl->mtx);
+			qunlock(rl);
 			break;
 		}
 		if (!is_blocked(qhead(rl), node, start, end, mode)) {
 			node->mode = mode;
 			rl->nwait--;
 			atomic_store_explicit(&node->blocked, 0, memory_order_relaxed);
-			rs_mutex_unlock(&rl->mtx);
+			qunlock(rl);
 			return 1;
 		}
 		if (starve) {
@@ -495,7 +535,7 @@ int rs_rangelock_lock(struct rs_rangelock *rl, struct rs_rl_node *node,
 		if (atomic_exchange_explicit(&node->blocked, RL_SPIN,
 					     memory_order_relaxed) == RL_WOKEN)
 			wake_pass(rl, &wk);	/* we may have held others back */
-		rs_mutex_unlock(&rl->mtx);
+		qunlock(rl);
 		pay_wakes(&wk);
 		/* Lost to a barger: back off before looking again, touching
 		 * nothing shared, so that the running thread keeps the queue's
@@ -516,9 +556,12 @@ int rs_rangelock_trylock(struct rs_rangelock *rl, struct rs_rl_node *node,
 {
 	int ok;
 
-	rs_mutex_lock(&rl->mtx);
+	RS_ASSERT(start < end);
+	RS_ASSERT(mode == RS_RL_READ || mode == RS_RL_WRITE || mode == RS_RL_APPEND);
+	qlock(rl);
+	RS_ASSERT(!queued(rl, node));
 	ok = !enqueue_granted(rl, node, start, end, mode);
-	rs_mutex_unlock(&rl->mtx);
+	qunlock(rl);
 	return ok ? 0 : -1;
 }
 
@@ -526,6 +569,7 @@ int rs_rangelock_trylock(struct rs_rangelock *rl, struct rs_rl_node *node,
  * waiters it held back passed to wk (woken by pay_wakes after the mutex). */
 static void dequeue(struct rs_rangelock *rl, struct rs_rl_node *node, struct wakes *wk)
 {
+	RS_ASSERT(rs_lk_held(RS_LK_RLQ, &rl->mtx));
 	if (node->prev)
 		node->prev->next = node->next;
 	else	/* Release: to the next inline lock, once it is NULL. */
@@ -546,7 +590,7 @@ void rs_rangelock_forget(struct rs_rangelock *rl, struct rs_rl_node *node)
 	struct wakes wk = { .n = 0 };
 	struct rs_rl_node *w;
 
-	rs_mutex_lock(&rl->mtx);
+	qlock(rl);
 	for (w = settle(rl); w && w != node; w = w->next)
 		;
 	if (w) {
@@ -554,7 +598,7 @@ void rs_rangelock_forget(struct rs_rangelock *rl, struct rs_rl_node *node)
 			rl->nwait--;
 		dequeue(rl, node, &wk);
 	}
-	rs_mutex_unlock(&rl->mtx);
+	qunlock(rl);
 	pay_wakes(&wk);
 }
 
@@ -562,10 +606,13 @@ void rs_rangelock_unlock(struct rs_rangelock *rl, struct rs_rl_node *node)
 {
 	struct wakes wk = { .n = 0 };
 
-	rs_mutex_lock(&rl->mtx);
+	qlock(rl);
 	/* A node the inline path locked alone is queued from here on. */
 	settle(rl);
+	/* Pre: held, not waiting (a waiter's mode changes only under the
+	 * mutex, which we hold). */
+	RS_ASSERT(queued(rl, node) && !(node->mode & RL_WAITING));
 	dequeue(rl, node, &wk);
-	rs_mutex_unlock(&rl->mtx);
+	qunlock(rl);
 	pay_wakes(&wk);
 }

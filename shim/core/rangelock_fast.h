@@ -10,6 +10,7 @@
 #define RS_RANGELOCK_FAST_H
 
 #include "futex.h"
+#include "invariant.h"
 #include "rangeshim/rangelock.h"
 
 /*
@@ -33,6 +34,8 @@ rs_rangelock_lock_fast(struct rs_rangelock *rl, struct rs_rl_node *node,
 {
 	struct rs_rl_node *empty = NULL;
 
+	RS_ASSERT(start < end);
+	RS_ASSERT(mode == RS_RL_READ || mode == RS_RL_WRITE || mode == RS_RL_APPEND);
 	/* Read by whoever settles the head (acquire), never by us. */
 	node->start = start;
 	node->end = end;

@@ -187,6 +187,7 @@
 #include <unistd.h>
 
 #include "futex.h"
+#include "lockorder.h"
 #include "log.h"
 #include "rangeshim/rangelock.h"
 #include "fileid.h"
@@ -590,14 +591,18 @@ static int table_lock(struct rs_nt *t)
 	uint64_t start = 0, seen_since = 0, last_live = 0;
 	int warned = 0;
 
-	rs_mutex_lock(&t->local);
+	/* The order is checked before any wait (lockorder.h), and a thread
+	 * of ours that holds the lock already would wait for itself. */
+	rs_lk_mutex_lock(RS_LK_NT_LOCAL, &t->local);
 	/* Read under the local mutex: rs_nt_unregister changes them under it. */
 	s = t->map.seg;
 	slot = __atomic_load_n(&t->me, __ATOMIC_RELAXED);
 	if (!s || slot >= RS_NPROC) {
-		rs_mutex_unlock(&t->local);
+		RS_ASSERT(slot == UINT32_MAX || !s);
+		rs_lk_mutex_unlock(RS_LK_NT_LOCAL, &t->local);
 		return -1;
 	}
+	rs_lk_acquire(RS_LK_NT, t);
 	me = RS_LOCK_ID(slot, t->nonce);
 	/* No spin before sleeping: 100 pauses measured alike with 4
 	 * processes on 2 CPUs (docs/benchmarks.md). */
@@ -660,6 +665,9 @@ static void table_unlock_as(struct rs_nt *t, uint32_t slot)
 	struct rs_segment *s = t->map.seg;
 	uint32_t id = RS_LOCK_ID(slot, t->nonce), me = id;
 
+	/* This thread's word, not the segment's: a stray write may change
+	 * that, and is survived (below), not a broken contract of ours. */
+	rs_lk_release(RS_LK_NT, t);
 	if (!atomic_compare_exchange_strong(&s->hdr.lock, &me, 0))
 		rs_log(RS_LOG_ERROR, "node lock table %s: the table lock was overwritten "
 		       "(it holds %#x, not our %#x): the segment is being written by something "
@@ -670,7 +678,7 @@ static void table_unlock_as(struct rs_nt *t, uint32_t slot)
 		rs_sys(SYS_futex, &s->hdr.lock, FUTEX_WAKE, 1, NULL, NULL, 0);
 		errno = saved;
 	}
-	rs_mutex_unlock(&t->local);
+	rs_lk_mutex_unlock(RS_LK_NT_LOCAL, &t->local);
 }
 
 static void table_unlock(struct rs_nt *t)
@@ -1242,6 +1250,7 @@ static inline void acq_meet_waiter(struct rs_nt *t, struct rs_seg_grant *g, uint
 	struct rs_segment *s = t->map.seg;
 	uint64_t age;
 
+	RS_ASSERT(rs_lk_held(RS_LK_NT, t));
 	if (!(g->flags & RS_WF_STARVED) || (wait_idx != UINT32_MAX && g->ticket >= ticket))
 		return;
 	if (!sc->now)
@@ -1286,6 +1295,7 @@ static inline void acq_meet_held(struct rs_segment *s, struct rs_seg_grant *g, u
 {
 	int newly;
 
+	RS_ASSERT(rs_lk_held(RS_LK_NT, NULL));	/* s: of the table ours holds */
 	if (revoke_or_want(s, g, RS_WANTED, &newly)) {
 		res->revoked++;
 		atomic_fetch_add(&s->hdr.revokes, 1);
@@ -1328,6 +1338,7 @@ static inline int acq_walk(struct rs_nt *t, uint32_t b, struct rs_nt_req *r, uin
 	uint32_t *at = &s->hdr.chains[b].head;
 	int bad = 0;
 
+	RS_ASSERT(rs_lk_held(RS_LK_NT, t));
 	sc->lo = 0;
 	sc->top = RS_RANGE_EOF;
 	sc->conflicts = 0;
@@ -1422,6 +1433,7 @@ static inline int acq_grant(struct rs_nt *t, const struct rs_nt_req *r, uint64_t
 	uint64_t start = r->start, end = r->end;
 	uint32_t idx;
 
+	RS_ASSERT(rs_lk_held(RS_LK_NT, t) && sc->conflicts == 0);
 	idx = wait_idx != UINT32_MAX ? wait_idx : find_free(s);
 	if (idx == UINT32_MAX) {
 		idx = evict_idle(s);
@@ -1480,6 +1492,7 @@ static inline void acq_queue(struct rs_nt *t, const struct rs_nt_req *r, uint32_
 	struct rs_segment *s = t->map.seg;
 	uint32_t idx;
 
+	RS_ASSERT(rs_lk_held(RS_LK_NT, t));
 	/* Queued behind a running waiter only: whom does the queue
 	 * wait for?  Looked up only when it is time to say so. */
 	if (!warned && sc->blk.owner == UINT32_MAX && sc->via != UINT32_MAX && t0 &&
@@ -1507,6 +1520,8 @@ static inline void acq_wait(struct rs_nt *t, const struct rs_nt_req *r, uint32_t
 {
 	struct rs_segment *s = t->map.seg;
 
+	/* It sleeps: under the table lock every other process would wait too. */
+	RS_ASSERT(!rs_lk_held(RS_LK_NT, NULL));
 	if (!*t0)
 		*t0 = *last_live = rs_nt_now_ns();
 	res->waited = 1;
@@ -1546,6 +1561,9 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *req, struct rs_nt_res
 	uint64_t t0 = 0, last_live = 0, ws, we;
 	int contended = 0, warned = 0;
 
+	/* Registration is not asserted: exit may unregister us while another
+	 * thread waits here, and the Post says -1 for that. */
+	RS_ASSERT(req->start < req->end);
 	memset(res, 0, sizeof(*res));
 	if (!s || t->me >= RS_NPROC) {
 		snprintf(why, whylen, "not attached to the node lock table");
@@ -1598,6 +1616,11 @@ void rs_nt_release(struct rs_nt *t, uint32_t idx, uint32_t gen)
 	struct rs_segment *s = t->map.seg;
 	struct rs_seg_grant *g;
 
+	/* idx comes from our own memory (a cache word, a result), never
+	 * from the segment: out of range, it is our bug.  That the grant is
+	 * still ours at gen is the segment's to say, and it may have moved
+	 * on (revoked meanwhile), which is no broken contract. */
+	RS_ASSERT(idx < RS_NGRANT);
 	if (!s || idx >= RS_NGRANT || t->me >= RS_NPROC || table_lock(t) < 0)
 		return;
 	g = &s->grants[idx];

@@ -30,6 +30,21 @@ struct rs_desc *rs_descs;
 struct rs_file *rs_files;
 
 static _Atomic uint32_t tbl_mtx;
+
+/* The table mutex, with the lock order checks of debug builds
+ * (lockorder.h: under offset and range locks, as dup2 holds them; over
+ * the grant cache mutex and the table lock, which the last close of a
+ * file takes to give its grants back). */
+static void tbl_lock(void)
+{
+	rs_lk_mutex_lock(RS_LK_FDTABLE, &tbl_mtx);
+}
+
+static void tbl_unlock(void)
+{
+	rs_lk_mutex_unlock(RS_LK_FDTABLE, &tbl_mtx);
+}
+
 static uint32_t *buckets;          /* file index + 1, 0 = empty */
 static uint32_t files_used, descs_used;
 static uint32_t file_free, desc_free;  /* index + 1 */
@@ -139,6 +154,7 @@ static uint32_t hash_of(uint64_t dev, uint64_t ino)
 
 static int64_t find_file(uint64_t dev, uint64_t ino)
 {
+	RS_ASSERT(rs_lk_held(RS_LK_FDTABLE, &tbl_mtx));
 	for (uint32_t i = buckets[hash_of(dev, ino)]; i; i = rs_files[i - 1].hnext) {
 		struct rs_file *f = &rs_files[i - 1];
 
@@ -229,6 +245,7 @@ static void put_desc(uint32_t idx)
 {
 	struct rs_desc *d = &rs_descs[idx];
 
+	RS_ASSERT(rs_lk_held(RS_LK_FDTABLE, &tbl_mtx));
 	if (--d->refs > 0)
 		return;
 	put_file(atomic_load_explicit(&d->file, memory_order_relaxed));
@@ -255,8 +272,10 @@ static uint64_t new_entry(uint32_t desc)
 
 static void set_entry(int fd, uint64_t e)
 {
-	uint64_t old = atomic_exchange_explicit(&rs_fd_entries[fd], e, memory_order_acq_rel);
+	uint64_t old;
 
+	RS_ASSERT(rs_lk_held(RS_LK_FDTABLE, &tbl_mtx));
+	old = atomic_exchange_explicit(&rs_fd_entries[fd], e, memory_order_acq_rel);
 	if ((unsigned)fd >= fd_high)
 		__atomic_store_n(&fd_high, (unsigned)fd + 1, __ATOMIC_RELAXED);
 	drop_entry(old);
@@ -383,7 +402,7 @@ static int dev_wanted(uint64_t dev)
 			return mnt_ok[i];
 	if (k >= MNT_DEVS)
 		return 0;
-	rs_mutex_lock(&mnt_mtx);
+	rs_lk_mutex_lock(RS_LK_MOUNTS, &mnt_mtx);
 	k = atomic_load_explicit(&mnt_n, memory_order_relaxed);
 	ok = 0;
 	n = k < MNT_DEVS ? read_mounts(m, 512) : -1;
@@ -401,7 +420,7 @@ static int dev_wanted(uint64_t dev)
 		mnt_ok[k] = (unsigned char)ok;
 		atomic_store_explicit(&mnt_n, k + 1, memory_order_release);
 	}
-	rs_mutex_unlock(&mnt_mtx);
+	rs_lk_mutex_unlock(RS_LK_MOUNTS, &mnt_mtx);
 	return ok;
 }
 
@@ -469,9 +488,9 @@ enum how {
 /* A replaced fd that turned out closed: forget it. */
 static uint64_t forget_replaced(int fd)
 {
-	rs_mutex_lock(&tbl_mtx);
+	tbl_lock();
 	set_entry(fd, RS_FD_UNKNOWN);
-	rs_mutex_unlock(&tbl_mtx);
+	tbl_unlock();
 	return RS_FD_UNKNOWN;
 }
 
@@ -500,7 +519,7 @@ static uint64_t install(int fd, int oflags, enum how how, uint64_t lazy, const s
 		}
 	}
 	errno = saved;
-	rs_mutex_lock(&tbl_mtx);
+	tbl_lock();
 	e = RS_FD_PASS;
 	if (w) {
 		file = get_file(dev, ino, fd);
@@ -552,7 +571,7 @@ static uint64_t install(int fd, int oflags, enum how how, uint64_t lazy, const s
 			__atomic_store_n(&fd_high, (unsigned)fd + 1, __ATOMIC_RELAXED);
 		}
 	}
-	rs_mutex_unlock(&tbl_mtx);
+	tbl_unlock();
 	return e;
 }
 
@@ -665,26 +684,26 @@ void rs_fdt_opened(int fd, int flags)
 	/* A directory (O_DIRECTORY succeeded) or an O_PATH descriptor is
 	 * never read or written: nothing to classify. */
 	if (flags & (O_DIRECTORY | O_PATH)) {
-		rs_mutex_lock(&tbl_mtx);
+		tbl_lock();
 		set_entry(fd, RS_FD_PASS);
-		rs_mutex_unlock(&tbl_mtx);
+		tbl_unlock();
 		return;
 	}
-	rs_mutex_lock(&tbl_mtx);
+	tbl_lock();
 	set_entry(fd, ((uint64_t)++desc_gen << 32) | ((uint64_t)desc_flags(flags) << 2) |
 			      RS_FD_LAZY);
-	rs_mutex_unlock(&tbl_mtx);
+	tbl_unlock();
 }
 
 void rs_fdt_closed(int fd, uint64_t old)
 {
 	if ((unsigned)fd >= rs_fd_cap)
 		return;
-	rs_mutex_lock(&tbl_mtx);
+	tbl_lock();
 	/* If another thread has already reused the number, its entry stays. */
 	if (atomic_compare_exchange_strong(&rs_fd_entries[fd], &old, RS_FD_UNKNOWN))
 		drop_entry(old);
-	rs_mutex_unlock(&tbl_mtx);
+	tbl_unlock();
 }
 
 void rs_fdt_forget(int fd, uint64_t old)
@@ -695,10 +714,10 @@ void rs_fdt_forget(int fd, uint64_t old)
 
 void rs_fdt_closed_range(unsigned lo, unsigned hi)
 {
-	rs_mutex_lock(&tbl_mtx);
+	tbl_lock();
 	for (unsigned fd = lo; fd < fd_high && fd <= hi; fd++)
 		drop_entry(atomic_exchange(&rs_fd_entries[fd], RS_FD_UNKNOWN));
-	rs_mutex_unlock(&tbl_mtx);
+	tbl_unlock();
 }
 
 void rs_fdt_duped(int oldfd, int newfd)
@@ -709,7 +728,7 @@ void rs_fdt_duped(int oldfd, int newfd)
 		return;
 	if (e == RS_FD_UNKNOWN || (e & 3) == RS_FD_LAZY)
 		e = rs_fdt_classify(oldfd);
-	rs_mutex_lock(&tbl_mtx);
+	tbl_lock();
 	/* Re-read under the mutex: oldfd may have been closed meanwhile.
 	 * Two fds never share a lazy entry: each would make a description
 	 * of its own for one description of the kernel's. */
@@ -719,7 +738,7 @@ void rs_fdt_duped(int oldfd, int newfd)
 	if ((e & 3) == RS_FD_TRACKED)
 		rs_fdt_desc(e)->refs++;
 	set_entry(newfd, e);
-	rs_mutex_unlock(&tbl_mtx);
+	tbl_unlock();
 }
 
 void rs_fdt_replaced(int fd)
@@ -746,21 +765,21 @@ int64_t rs_fdt_find(uint64_t dev, uint64_t ino)
 {
 	int64_t idx;
 
-	rs_mutex_lock(&tbl_mtx);
+	tbl_lock();
 	idx = find_file(dev, ino);
-	rs_mutex_unlock(&tbl_mtx);
+	tbl_unlock();
 	return idx;
 }
 
 void rs_fdt_fork_prepare(void)
 {
 	rs_fdt_lazy_shared();
-	rs_mutex_lock(&tbl_mtx);
+	tbl_lock();
 }
 
 void rs_fdt_fork_parent(void)
 {
-	rs_mutex_unlock(&tbl_mtx);
+	tbl_unlock();
 }
 
 /* The child has one thread, which was not inside the shim: every queued
@@ -828,7 +847,7 @@ void rs_pos_lock_slow(struct rs_desc *d)
 void rs_pos_app_slow(struct rs_desc *d)
 {
 	do {
-		rs_pos_app_leave(d);
+		rs_pos_app_leave_word(d);
 		pos_wait(d, RS_POS_HELD);
 	} while (atomic_fetch_add_explicit(&d->pos, RS_POS_APP, memory_order_acquire) &
 		 RS_POS_HELD);

@@ -22,6 +22,8 @@
 #include <stdint.h>
 
 #include "futex.h"
+#include "lockorder.h"
+#include "rangelock_fast.h"
 #include "rangeshim/rangelock.h"
 
 /* fd entry values */
@@ -138,10 +140,15 @@ void rs_pos_lock_slow(struct rs_desc *d);
 void rs_pos_app_slow(struct rs_desc *d);
 void rs_pos_wake(struct rs_desc *d);
 
+/* Each takes or lets go of the lock, and tells the lock order checks
+ * of debug builds (lockorder.h); the word operations alone are the
+ * _word ones, for rs_pos_app_slow, which steps out and in again while it
+ * waits. */
 static inline __attribute__((always_inline)) void rs_pos_lock(struct rs_desc *d)
 {
 	uint32_t c = 0;
 
+	rs_lk_acquire(RS_LK_POS, d);
 	if (__builtin_expect(atomic_compare_exchange_strong_explicit(&d->pos, &c, RS_POS_HELD,
 			memory_order_acquire, memory_order_relaxed), 1))
 		rs_tsan_acquire(&d->pos);
@@ -151,6 +158,7 @@ static inline __attribute__((always_inline)) void rs_pos_lock(struct rs_desc *d)
 
 static inline __attribute__((always_inline)) void rs_pos_unlock(struct rs_desc *d)
 {
+	rs_lk_release(RS_LK_POS, d);
 	rs_tsan_release(&d->pos);
 	if (__builtin_expect(atomic_fetch_sub_explicit(&d->pos, RS_POS_HELD, memory_order_release) !=
 			     RS_POS_HELD, 0))
@@ -160,13 +168,14 @@ static inline __attribute__((always_inline)) void rs_pos_unlock(struct rs_desc *
 /* Returns once the caller is inside as an appender. */
 static inline __attribute__((always_inline)) void rs_pos_app_enter(struct rs_desc *d)
 {
+	rs_lk_acquire(RS_LK_POS, d);
 	if (__builtin_expect(atomic_fetch_add_explicit(&d->pos, RS_POS_APP, memory_order_acquire) &
 			     RS_POS_HELD, 0))
 		rs_pos_app_slow(d);
 	rs_tsan_acquire(&d->pos);
 }
 
-static inline __attribute__((always_inline)) void rs_pos_app_leave(struct rs_desc *d)
+static inline __attribute__((always_inline)) void rs_pos_app_leave_word(struct rs_desc *d)
 {
 	rs_tsan_release(&d->pos);
 	/* A sleeper may be an exclusive caller draining the count: it looks
@@ -175,6 +184,60 @@ static inline __attribute__((always_inline)) void rs_pos_app_leave(struct rs_des
 			     RS_POS_SLEEP, 0))
 		rs_pos_wake(d);
 }
+
+static inline __attribute__((always_inline)) void rs_pos_app_leave(struct rs_desc *d)
+{
+	rs_lk_release(RS_LK_POS, d);
+	rs_pos_app_leave_word(d);
+}
+
+/*
+ * The shim's own range locks, tracked by the lock order checks of debug
+ * builds (lockorder.h) here rather than in rangelock.c: a program that
+ * uses the range lock directly may hold a range of its own across a
+ * pwrite, which takes earlier levels, and that is not ours to flag.  In
+ * every file of the library that takes a range lock (this header comes
+ * before any such call), the four calls below are the tracked ones;
+ * rs_rangelock_forget stays untracked: it withdraws a vfork child's
+ * node, whose tracking the parent has already dropped (rs_lk_restore).
+ * Release builds call the functions themselves.
+ */
+#ifdef RS_DEBUG
+static inline __attribute__((always_inline)) int
+rs_rl_lock_fast_tracked(struct rs_rangelock *rl, struct rs_rl_node *node, uint64_t start,
+			uint64_t end, unsigned mode)
+{
+	rs_lk_acquire(RS_LK_RANGE, rl);
+	return (rs_rangelock_lock_fast)(rl, node, start, end, mode);
+}
+
+static inline __attribute__((always_inline)) int
+rs_rl_lock_tracked(struct rs_rangelock *rl, struct rs_rl_node *node, uint64_t start,
+		   uint64_t end, unsigned mode)
+{
+	rs_lk_acquire(RS_LK_RANGE, rl);
+	return (rs_rangelock_lock)(rl, node, start, end, mode);
+}
+
+static inline __attribute__((always_inline)) void
+rs_rl_unlock_fast_tracked(struct rs_rangelock *rl, struct rs_rl_node *node)
+{
+	rs_lk_release(RS_LK_RANGE, rl);
+	(rs_rangelock_unlock_fast)(rl, node);
+}
+
+static inline __attribute__((always_inline)) void
+rs_rl_unlock_tracked(struct rs_rangelock *rl, struct rs_rl_node *node)
+{
+	rs_lk_release(RS_LK_RANGE, rl);
+	(rs_rangelock_unlock)(rl, node);
+}
+
+#define rs_rangelock_lock_fast(...) rs_rl_lock_fast_tracked(__VA_ARGS__)
+#define rs_rangelock_lock(...) rs_rl_lock_tracked(__VA_ARGS__)
+#define rs_rangelock_unlock_fast(...) rs_rl_unlock_fast_tracked(__VA_ARGS__)
+#define rs_rangelock_unlock(...) rs_rl_unlock_tracked(__VA_ARGS__)
+#endif
 
 /* A fixed size, reserved but not committed, so the bound is a constant. */
 #define RS_FD_CAP (1u << 22)

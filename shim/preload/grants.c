@@ -283,8 +283,9 @@ static void node_off(const char *why)
 static int attach_locked(void)
 {
 	char why[256];
-
 	int again = table.map.seg != NULL;
+
+	RS_ASSERT(rs_lk_held(RS_LK_ATTACH, &attach_mtx));
 
 	if (table.map.seg)
 		for (int i = 0; i < 4; i++)
@@ -317,10 +318,10 @@ static int attach_locked(void)
 
 static int attach(void)
 {
-	rs_mutex_lock(&attach_mtx);
+	rs_lk_mutex_lock(RS_LK_ATTACH, &attach_mtx);
 	if (attach_state == 0)
 		attach_locked();
-	rs_mutex_unlock(&attach_mtx);
+	rs_lk_mutex_unlock(RS_LK_ATTACH, &attach_mtx);
 	return attach_state == 1 ? 0 : -1;
 }
 
@@ -417,7 +418,7 @@ void rs_grant_idle(struct rs_gref *ref, uint64_t old)
 		 * in the table, idle and closed to new users, for the next scan
 		 * to free (nodelock.c). */
 		return;
-	rs_mutex_lock(&ref->file->grants_mtx);
+	rs_lk_mutex_lock(RS_LK_GRANTS, &ref->file->grants_mtx);
 	v = atomic_load(&g->gw);
 	/* Nobody can have come in since: a wanted bit keeps them out. */
 	if (RS_GW_USERS(v) == 0 && RS_GW_GEN(v) == gen) {
@@ -425,7 +426,7 @@ void rs_grant_idle(struct rs_gref *ref, uint64_t old)
 		rs_nt_release(&table, idx, gen);
 		RS_COUNT(node_revokes, 1);
 	}
-	rs_mutex_unlock(&ref->file->grants_mtx);
+	rs_lk_mutex_unlock(RS_LK_GRANTS, &ref->file->grants_mtx);
 }
 
 /*
@@ -475,11 +476,11 @@ static void strided_keep(struct rs_segment *seg, struct rs_file *f, uint64_t w)
 {
 	uint64_t old;
 
-	rs_mutex_lock(&f->grants_mtx);
+	rs_lk_mutex_lock(RS_LK_GRANTS, &f->grants_mtx);
 	old = atomic_exchange(&f->strided, w);
 	if (old && old != w)
 		mark_uncached(&seg->grants[RS_GWORD_IDX(old) & (RS_NGRANT - 1)], RS_GWORD_GEN(old));
-	rs_mutex_unlock(&f->grants_mtx);
+	rs_lk_mutex_unlock(RS_LK_GRANTS, &f->grants_mtx);
 }
 
 /* Make room in the cache: drop a stale entry, or give back an idle
@@ -487,6 +488,7 @@ static void strided_keep(struct rs_segment *seg, struct rs_file *f, uint64_t w)
  * its last user.  Under f->grants_mtx. */
 static int cache_slot(struct rs_file *f)
 {
+	RS_ASSERT(rs_lk_held(RS_LK_GRANTS, &f->grants_mtx));
 	for (int i = 0; i < RS_NCACHE; i++)
 		if (atomic_load(&f->grants[i]) == 0)
 			return i;
@@ -513,6 +515,7 @@ static void request_of(struct rs_segment *seg, struct rs_file *f, struct policy 
 		       struct rs_nt_req *req, uint64_t start, uint64_t end, unsigned rlmode,
 		       int cluster, int whole)
 {
+	RS_ASSERT(rs_lk_held(RS_LK_ACQUIRE, &f->acquire_mtx));
 	req->dev = atomic_load(&f->dev);
 	req->ino = atomic_load(&f->ino);
 	req->start = start;
@@ -558,6 +561,7 @@ static int keep_acquired(struct rs_segment *seg, struct rs_file *f, const struct
 	struct rs_seg_grant *g = &seg->grants[res->idx];
 	int slot;
 
+	RS_ASSERT(rs_lk_held(RS_LK_ACQUIRE, &f->acquire_mtx));
 	if (req->exact && !res->stride) {
 		RS_COUNT(node_exact, 1);
 		mark_uncached(g, res->gen);	/* ours alone: the call gives it back */
@@ -568,7 +572,7 @@ static int keep_acquired(struct rs_segment *seg, struct rs_file *f, const struct
 		strided_keep(seg, f, word(res->idx, res->gen));
 		return 0;
 	}
-	rs_mutex_lock(&f->grants_mtx);
+	rs_lk_mutex_lock(RS_LK_GRANTS, &f->grants_mtx);
 	slot = cache_slot(f);
 	if (slot >= 0) {
 		atomic_store_explicit(&f->grants[slot], word(res->idx, res->gen), memory_order_release);
@@ -585,14 +589,40 @@ static int keep_acquired(struct rs_segment *seg, struct rs_file *f, const struct
 		}
 	} else
 		mark_uncached(g, res->gen);
-	rs_mutex_unlock(&f->grants_mtx);
+	rs_lk_mutex_unlock(RS_LK_GRANTS, &f->grants_mtx);
 	return slot >= 0 && res->start == 0 && res->end == RS_RANGE_EOF;
+}
+
+/* Pin the cluster grant around req's range, and bound req by it: as
+ * rs_cluster_pin.  A pin may wait for other nodes, so it is ordered
+ * before it does (lockorder.h), and held until unpin. */
+static int pin_request(struct rs_nt_req *req, uint64_t start, uint64_t end, unsigned rlmode,
+		       struct rs_cl_pin *pin)
+{
+	int pr;
+
+	rs_lk_acquire(RS_LK_PIN, pin);
+	pr = rs_cluster_pin(req->dev, req->ino, start, end, rlmode != 1, pin);
+	if (pr < 0) {
+		rs_lk_release(RS_LK_PIN, pin);
+		return pr;
+	}
+	req->bounded = 1;
+	req->lo = pin->lo;
+	req->hi = pin->hi;
+	return pr;
+}
+
+static void unpin(struct rs_cl_pin *pin)
+{
+	rs_lk_release(RS_LK_PIN, pin);
+	rs_cluster_unpin(pin);
 }
 
 /* whole: rs_grant_enter_iov's acquisition, which asks for the whole file
  * even though a cached grant may cover [start, end). */
-static int enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
-		      struct rs_gref *ref, int whole)
+static int enter_slow_body(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
+			   struct rs_gref *ref, int whole)
 {
 	struct rs_nt_req req;
 	struct rs_nt_result res;
@@ -627,13 +657,13 @@ static int enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned 
 	 * holder waits only for other processes, which never wait for this
 	 * lock; our own grants are given back under grants_mtx instead.
 	 */
-	rs_mutex_lock(&f->acquire_mtx);
+	rs_lk_mutex_lock(RS_LK_ACQUIRE, &f->acquire_mtx);
 	whole_stale(seg, f);
 	strided_stale(seg, f);
 	/* Another thread may have just acquired what we need. */
 	if (!whole && (rs_grant_enter_cached(seg, f, start, end, rlmode, ref) ||
 		       strided_enter(seg, f, start, end, rlmode, ref))) {
-		rs_mutex_unlock(&f->acquire_mtx);
+		rs_lk_mutex_unlock(RS_LK_ACQUIRE, &f->acquire_mtx);
 		errno = saved;
 		return 1;
 	}
@@ -642,17 +672,14 @@ static int enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned 
 	if (cluster) {
 		/* Pinned until the node grant is in the table: from then on a
 		 * give-back of the cluster grant drains it first. */
-		int pr = rs_cluster_pin(req.dev, req.ino, start, end, rlmode != 1, &pin);
+		int pr = pin_request(&req, start, end, rlmode, &pin);
 
 		if (pr < 0) {
-			rs_mutex_unlock(&f->acquire_mtx);
+			rs_lk_mutex_unlock(RS_LK_ACQUIRE, &f->acquire_mtx);
 			rs_cl_eio = -pr;
 			errno = saved;
 			return 0;
 		}
-		req.bounded = 1;
-		req.lo = pin.lo;
-		req.hi = pin.hi;
 	}
 	/* No lock of ours is held while we wait for other processes: their
 	 * holders may need one to give back what we wait for. */
@@ -660,21 +687,21 @@ static int enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned 
 		/* Unregistered by exit, and still doing I/O: attach again. */
 		int again;
 
-		rs_mutex_lock(&attach_mtx);
+		rs_lk_mutex_lock(RS_LK_ATTACH, &attach_mtx);
 		again = table.me < RS_NPROC || attach_locked() == 0;
-		rs_mutex_unlock(&attach_mtx);
+		rs_lk_mutex_unlock(RS_LK_ATTACH, &attach_mtx);
 		if (!again) {
 			if (cluster)
-				rs_cluster_unpin(&pin);
+				unpin(&pin);
 			rs_cl_eio = cluster;
-			rs_mutex_unlock(&f->acquire_mtx);
+			rs_lk_mutex_unlock(RS_LK_ACQUIRE, &f->acquire_mtx);
 			errno = saved;
 			return 0;
 		}
 		seg = __atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE);
 	}
 	if (cluster)
-		rs_cluster_unpin(&pin);
+		unpin(&pin);
 	count_acquired(&res);
 	policy_note(pol, req.exact, res.met, res.others, coarse_ns());
 	g = &seg->grants[res.idx];	/* users already counts us */
@@ -682,7 +709,7 @@ static int enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned 
 	 * cache is full): no more asking until an acquisition alone. */
 	if (!keep_acquired(seg, f, &req, &res) && whole)
 		atomic_store_explicit(&pol->alone, 0, memory_order_relaxed);
-	rs_mutex_unlock(&f->acquire_mtx);
+	rs_lk_mutex_unlock(RS_LK_ACQUIRE, &f->acquire_mtx);
 	/* After the mutex: a first wait on f names it (filewaits.c). */
 	if (res.waited)
 		rs_fw_node_wait(f, res.wait_ns);
@@ -690,6 +717,21 @@ static int enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned 
 	ref->file = f;
 	errno = saved;
 	return 1;
+}
+
+/* The wait for a grant is ordered as the grant itself (lockorder.h): it
+ * may wait for other processes, which may wait for anything of ours of a
+ * later level.  So a placeholder at ref for the time it takes, and the
+ * grant itself once it is entered, the file's acquire mutex let go. */
+static int enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
+		      struct rs_gref *ref, int whole)
+{
+	int r;
+
+	rs_lk_acquire(RS_LK_GRANT, ref);
+	r = enter_slow_body(f, start, end, rlmode, ref, whole);
+	rs_lk_release(RS_LK_GRANT, ref);
+	return rs_grant_entered(r, ref);
 }
 
 int rs_grant_enter_slow(struct rs_file *f, uint64_t start, uint64_t end, unsigned rlmode,
@@ -756,7 +798,7 @@ static void file_closed(struct rs_file *f)
 	p = policy_of(f, 0);
 	if (p && atomic_load_explicit(&p->exact_until_ns, memory_order_relaxed))
 		rs_nt_free_left(&table);
-	rs_mutex_lock(&f->grants_mtx);
+	rs_lk_mutex_lock(RS_LK_GRANTS, &f->grants_mtx);
 	for (int i = -1; i < RS_NCACHE; i++) {
 		uint64_t w = atomic_exchange(i < 0 ? &f->strided : &f->grants[i], 0);
 		uint32_t idx = RS_GWORD_IDX(w);
@@ -764,7 +806,7 @@ static void file_closed(struct rs_file *f)
 		if (w && mark_uncached(&rs_node_seg->grants[idx & (RS_NGRANT - 1)], RS_GWORD_GEN(w)) == 0)
 			rs_nt_release(&table, idx, RS_GWORD_GEN(w));
 	}
-	rs_mutex_unlock(&f->grants_mtx);
+	rs_lk_mutex_unlock(RS_LK_GRANTS, &f->grants_mtx);
 }
 
 void rs_grant_file_closed(struct rs_file *f)
@@ -794,25 +836,25 @@ void rs_grants_files_shared(void)
 {
 	int fd;
 
-	rs_mutex_lock(&attach_mtx);
+	rs_lk_mutex_lock(RS_LK_ATTACH, &attach_mtx);
 	shares_files = 1;
 	fd = atomic_load(&rs_private_fd[0]);
 	if (attach_state == 1 && table.map.seg && fd >= 0)
 		mmap(table.map.seg, sizeof(struct rs_segment), PROT_READ | PROT_WRITE,
 		     MAP_SHARED | MAP_FIXED, fd, 0);
-	rs_mutex_unlock(&attach_mtx);
+	rs_lk_mutex_unlock(RS_LK_ATTACH, &attach_mtx);
 }
 
 /* No child is forked in the middle of an attach: its descriptor would be
  * inherited at a low number, outside the child's fork handling. */
 void rs_grants_fork_prepare(void)
 {
-	rs_mutex_lock(&attach_mtx);
+	rs_lk_mutex_lock(RS_LK_ATTACH, &attach_mtx);
 }
 
 void rs_grants_fork_parent(void)
 {
-	rs_mutex_unlock(&attach_mtx);
+	rs_lk_mutex_unlock(RS_LK_ATTACH, &attach_mtx);
 }
 
 /*
@@ -872,8 +914,8 @@ void rs_grants_fork_child(int files_shared)
  */
 void rs_grants_exit(void)
 {
-	rs_mutex_lock(&attach_mtx);
+	rs_lk_mutex_lock(RS_LK_ATTACH, &attach_mtx);
 	if (attach_state == 1)
 		rs_nt_unregister(&table);
-	rs_mutex_unlock(&attach_mtx);
+	rs_lk_mutex_unlock(RS_LK_ATTACH, &attach_mtx);
 }

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "fdtable.h"
+#include "lockorder.h"
 #include "segment.h"
 
 /* Cache words: the grant's generation << 32 | its byte offset in the
@@ -143,6 +144,23 @@ rs_grant_enter_cached(struct rs_segment *seg, struct rs_file *f, uint64_t start,
 	return 0;
 }
 
+/* A call inside a grant holds a lock of the node grants' level
+ * (lockorder.h): entered through the functions below, which record it
+ * in debug builds (rs_grant_join does not: rs_grant_enter_slow joins
+ * under the file's acquire mutex, and records the grant once it has let
+ * go of it), and left through rs_grant_leave_at.  r: whether the entry
+ * succeeded.  Release builds: r itself. */
+#ifdef RS_DEBUG
+static inline int rs_grant_entered(int r, const struct rs_gref *ref)
+{
+	if (r && ref->g)
+		rs_lk_acquire(RS_LK_GRANT, ref->g);
+	return r;
+}
+#else
+#define rs_grant_entered(r, ref) (r)
+#endif
+
 /* The cached half of rs_grant_enter, which makes no call: 1 if ref->g
  * is a grant covering [start, end) now entered, or 0 with node scope off
  * (ref->g 0); 0 if only rs_grant_enter_slow can tell (nothing entered). */
@@ -153,7 +171,7 @@ rs_grant_enter_fast(struct rs_file *f, uint64_t start, uint64_t end, unsigned rl
 	struct rs_segment *seg = __atomic_load_n(&rs_node_seg, __ATOMIC_RELAXED);
 
 	if (__builtin_expect(seg != 0, 1))
-		return rs_grant_enter_cached(seg, f, start, end, rlmode, ref);
+		return rs_grant_entered(rs_grant_enter_cached(seg, f, start, end, rlmode, ref), ref);
 	if (!__atomic_load_n(&rs_node_on, __ATOMIC_RELAXED)) {
 		ref->g = 0;
 		return 1;
@@ -212,7 +230,7 @@ rs_grant_enter_whole(uint64_t h, unsigned rlmode, struct rs_gref *ref)
 		return 0;
 	g = (struct rs_seg_grant *)((char *)seg + (uint32_t)RS_WHOLE_WORD(h));
 	/* The low bits of h lie below the generation and the wanted bits. */
-	return rs_grant_join(g, h, ref);
+	return rs_grant_entered(rs_grant_join(g, h, ref), ref);
 }
 
 /* fp: where the file the grant was entered for is found (the fast path
@@ -227,6 +245,7 @@ rs_grant_leave_at(struct rs_gref *ref, struct rs_file *const *fp)
 
 	if (!g)
 		return;
+	rs_lk_release(RS_LK_GRANT, g);
 	old = atomic_fetch_sub_explicit(&g->gw, 1, memory_order_seq_cst);
 	/* Any wanted bit: one compare for both bits (users >= 1 here). */
 	if (__builtin_expect((uint32_t)old - 1 > RS_GW_USERS_MASK, 0)) {

@@ -24,6 +24,7 @@
 #include "fdtable.h"
 #include "grants.h"
 #include "iolock.h"
+#include "lockorder.h"
 #include "log.h"
 #include "real.h"
 #include "stats.h"
@@ -45,10 +46,25 @@ static const char *env(const char *name)
 	return getenv(name);
 }
 
+/* What this thread held when its fork began, set aside for the lock
+ * order checks of debug builds (lockorder.h): fork may be called from a
+ * signal handler that interrupted the shim, whose locks are not the
+ * fork handlers' to be ordered after.  NO_FORK: no fork under way. */
+#define NO_FORK (~0u)
+static __thread unsigned fork_lk __attribute__((tls_model("initial-exec"))) = NO_FORK;
+
+static void fork_lk_restore(void)
+{
+	if (fork_lk != NO_FORK)
+		rs_lk_restore(fork_lk);
+	fork_lk = NO_FORK;
+}
+
 /* Lock order: the attach lock, then the fd table's (attach hides its
  * descriptor through the fd table). */
 void rs_fork_prepare(void)
 {
+	fork_lk = rs_lk_aside();
 	rs_grants_fork_prepare();
 	rs_fdt_fork_prepare();
 }
@@ -57,6 +73,7 @@ void rs_fork_parent(void)
 {
 	rs_fdt_fork_parent();
 	rs_grants_fork_parent();
+	fork_lk_restore();
 }
 
 void rs_after_fork_child(void)
@@ -66,6 +83,8 @@ void rs_after_fork_child(void)
 
 void rs_after_clone_child(long flags)
 {
+	/* The locks prepare took are reset below, not let go. */
+	fork_lk_restore();
 	rs_fdt_fork_child();
 	rs_grants_fork_child((flags & CLONE_FILES) != 0);
 	rs_stats_reset();

@@ -775,6 +775,9 @@ static void dup_begin(struct dup_hold *h, int oldfd, int newfd)
 	h->file = NULL;
 	if (oldfd == newfd || newfd < 0 || !enter_fd_slow())
 		return;
+	/* setfl_begin's Pre, and dup2's: a wrapper not nested in the shim
+	 * holds no lock of ours (lockorder.h). */
+	RS_ASSERT(!rs_lk_held(RS_LK_NONE, NULL));
 	h->entered = 1;
 	for (;;) {
 		e = rs_fdt_get(newfd);
@@ -1099,10 +1102,12 @@ static int clone_child(void *p)
 			/* vfork's child on another stack, on our thread pointer:	\
 			 * as vfork's (iolock.c, "vfork children"). */			\
 			int d = RS_LOAD(rs_depth), r;					\
+			unsigned lk = rs_lk_aside();					\
 											\
 			RS_STORE(rs_depth, d + RS_DEPTH_VFORK);				\
 			r = REAL(int, name, (fn, stack, flags, arg, ptid, tls, ctid));	\
 			RS_STORE(rs_depth, d);						\
+			rs_lk_restore(lk);						\
 			return r < 0 ? r : rs_vfork_parent(r);				\
 		}									\
 		if (!(flags & CLONE_VM) && fn) {					\
@@ -1167,6 +1172,14 @@ __asm__(
 	"	.size vfork, .-vfork\n"
 	"	.size __vfork, .-__vfork\n");
 
+/* What this thread held at its vfork, set aside for the lock order
+ * checks of debug builds (lockorder.h), as rs_depth is: the child's
+ * calls take locks on this thread, and one killed inside a call leaves
+ * them recorded here; the parent forgets them (rs_vfork_done).  A vfork
+ * child that vforks again (which POSIX leaves undefined) would overwrite
+ * it. */
+static __thread unsigned vfork_lk __attribute__((tls_model("initial-exec")));
+
 /* Before the child exists: it shares our memory and runs our wrappers
  * with rs_pid unchanged (iolock.h, rs_own_process), and it shares every
  * description, so none of them may still count as fresh (fdtable.h). */
@@ -1175,6 +1188,7 @@ void rs_vfork_prepare(void)
 {
 	int saved = errno;
 
+	vfork_lk = rs_lk_aside();
 	RS_STORE(rs_vm_shared, 1);
 	rs_fdt_lazy_shared();
 	errno = saved;
@@ -1183,6 +1197,7 @@ void rs_vfork_prepare(void)
 long rs_vfork_done(long r) __attribute__((used));
 long rs_vfork_done(long r)
 {
+	rs_lk_restore(vfork_lk);
 	if ((unsigned long)r > -4096UL) {
 		errno = (int)-r;
 		return -1;

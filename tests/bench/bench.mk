@@ -19,10 +19,12 @@ BENCH_BINS = $(BUILD)/tests/bench/iobench $(BUILD)/tests/bench/fastpath $(BUILD)
 # iobench links the range lock itself for its lock microbenchmark, so it
 # needs this explicit rule rather than the Makefile's one-file pattern rule
 # (an explicit rule wins).
+# (A debug build's lock checks need lockorder.c and log.c.)
 $(BUILD)/tests/bench/iobench: tests/bench/iobench.c shim/core/rangelock.c shim/core/rangelock_fast.h \
-		shim/core/futex.h include/rangeshim/rangelock.h
+		shim/core/futex.h include/rangeshim/rangelock.h shim/core/lockorder.c shim/core/log.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ tests/bench/iobench.c shim/core/rangelock.c $(LDFLAGS) -lpthread
+	$(CC) $(CFLAGS) -o $@ tests/bench/iobench.c shim/core/rangelock.c shim/core/lockorder.c \
+	    shim/core/log.c $(LDFLAGS) -lpthread
 
 # $(call bench_need,COMMAND,DEBIAN-PACKAGE): install the package when we are
 # root and have apt-get; otherwise say what to run, and stop.

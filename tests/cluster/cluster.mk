@@ -41,10 +41,12 @@ bench-ceph:
 	@$(MAKE) --no-print-directory bench-cluster CLUSTER_FS=ceph
 
 # test_clusterlock links the cluster grant cache (the agent runs it; the
-# library does not link it); an explicit rule wins over the Makefile's
-# pattern rule for tests.
+# library does not link it), and what a debug build's checks need
+# (lockorder.c, log.c); an explicit rule wins over the Makefile's pattern
+# rule for tests.
 $(BUILD)/tests/test_clusterlock: tests/test_clusterlock.c shim/cluster/clusterlock.c shim/cluster/clusterlock.h \
-		tests/common.h
+		shim/core/lockorder.c shim/core/lockorder.h shim/core/log.c tests/common.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DRS_BUILD_DIR='"$(abspath $(BUILD))"' -DRS_SAN='"$(SAN)"' \
-	    -o $@ $< shim/cluster/clusterlock.c $(LDFLAGS) -lcriterion -lpthread
+	    -o $@ $< shim/cluster/clusterlock.c shim/core/lockorder.c shim/core/log.c \
+	    $(LDFLAGS) -lcriterion -lpthread
