@@ -449,13 +449,21 @@ static void leave_grants(struct rs_io *io)
 	}
 }
 
-static void release(struct rs_io *io)
+/* Let go of the range locks only (a re-plan keeps the offset locks). */
+static void unlock_ranges(struct rs_io *io)
 {
 	while (io->nholds > 0) {
 		struct rs_hold *h = &io->hold[--io->nholds];
 
 		rs_rangelock_unlock(&h->file->rl, &h->node);
 	}
+}
+
+/* Release, in the reverse of the order taken: range locks, grants,
+ * offset locks. */
+static void release(struct rs_io *io)
+{
+	unlock_ranges(io);
 	leave_grants(io);
 	while (io->npos > 0)
 		rs_pos_unlock(io->pos[--io->npos]);
@@ -538,22 +546,36 @@ static int valid(const struct plan *p)
 		       p->fl_append;
 }
 
-/* Returns 1 when the call should go ahead locked, 0 to pass it through,
- * -1 to start over. */
-static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
+/* Nothing held: what the wrappers need to see for a call passed through. */
+static void io_clear(struct rs_io *io)
 {
-	struct plan p[2];
-	int np = 0, waited = 0;
+	io->entered = 0;
+	io->nholds = 0;
+	io->npos = 0;
+	io->ngrefs = 0;
+}
 
+/*
+ * Plan: one plan per tracked target, read from its fd entry.
+ * Pre:  rs_depth raised; nothing held; n is 1 or 2.
+ * Post: the number of plans (0: nothing to lock), or -1 for a call to
+ *       pass through (an iovec array the kernel rejects, or an empty
+ *       one); nothing held either way.
+ */
+static int plan_targets(struct plan *p, const struct rs_target *t, int n)
+{
+	int np = 0;
+
+	RS_ASSERT(RS_LOAD(rs_depth) > 0 && n >= 1 && n <= 2);
 	for (int i = 0; i < n; i++) {
 		uint64_t e = rs_fdt_known(t[i].fd);
 
 		if ((e & 3) != RS_FD_TRACKED)
 			continue;
 		if (t[i].iov && rs_iov_len(t[i].iov, t[i].iovcnt, &((struct rs_target *)t)[i].len) < 0)
-			return 0;	/* the kernel will say EFAULT or EINVAL */
+			return -1;	/* the kernel will say EFAULT or EINVAL */
 		if (t[i].iov && t[i].len == 0 && !(t[i].flags & RS_T_APPEND))
-			return 0;
+			return -1;
 		p[np].fd = t[i].fd;
 		p[np].entry = e;
 		p[np].desc = rs_fdt_desc(e);
@@ -576,10 +598,18 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 			 (!(t[i].flags & RS_T_NOAPPEND) && p[np].fl_append));
 		np++;
 	}
-	if (np == 0)
-		return 0;
+	return np;
+}
 
-	/* Offset locks, lowest address first. */
+/*
+ * Offset locks, lowest address first, of the plans at the file offset
+ * (and of an appender's, which the inline path's appenders share).
+ * Pre:  rs_depth raised; nothing held (io cleared).
+ * Post: io->pos[0 .. npos) held, in address order.
+ */
+static void lock_offsets(struct rs_io *io, const struct plan *p, int np)
+{
+	RS_ASSERT(RS_LOAD(rs_depth) > 0 && io->npos == 0 && io->nholds == 0 && io->ngrefs == 0);
 	for (int i = 0; i < np; i++) {
 		if (p[i].where != RS_AT_CURSOR && p[i].where != RS_POS_ONLY && !p[i].append)
 			continue;
@@ -595,6 +625,101 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 	}
 	for (int i = 0; i < io->npos; i++)
 		rs_pos_lock(io->pos[i]);
+}
+
+/* Two plans on one file become one on their hull (see "Order" above);
+ * two files are put in address order, as the range locks are taken. */
+static void order_plans(struct plan *p, int *np)
+{
+	if (*np == 2 && p[0].file == p[1].file) {
+		p[0].start = p[0].start < p[1].start ? p[0].start : p[1].start;
+		p[0].end = p[0].end > p[1].end ? p[0].end : p[1].end;
+		p[0].mode = RS_RL_WRITE;
+		*np = 1;
+	} else if (*np == 2 && p[0].file > p[1].file) {
+		struct plan tmp = p[0];
+
+		p[0] = p[1];
+		p[1] = tmp;
+	}
+}
+
+/*
+ * The general path's grant-enter, rs_io_grant, recording the grant in io
+ * for release (the inline path leaves ref->file unset; leave_grants
+ * needs it).
+ * Pre:  rs_depth raised; io->ngrefs < 2.
+ * Post: 0 with the grant entered and counted in io (or nothing to enter:
+ *       node scope off); 1 with nothing entered: the cluster lock is lost.
+ */
+static int enter_grant(struct rs_io *io, struct rs_file *f, uint64_t start, uint64_t end,
+		       unsigned gmode)
+{
+	struct rs_gref *ref = &io->gref[io->ngrefs];
+
+	RS_ASSERT(io->ngrefs < 2);
+	if (rs_io_grant(f, start, end, gmode, ref, 0))
+		return 1;
+	ref->file = f;
+	if (ref->g)
+		io->ngrefs++;
+	return 0;
+}
+
+/*
+ * Grants, then range locks, for the plans as computed.
+ * Pre:  rs_depth raised; the plans' offset locks held; no grant or range
+ *       lock held; plans ordered (order_plans).
+ * Post: 0 with every plan's grant (in (dev, ino) order, the same in every
+ *       process) and range lock (in address order) held, *waited raised
+ *       by the range locks waited for; 1 with nothing but the offset
+ *       locks held: the cluster lock is lost.
+ */
+static int lock_ranges(struct rs_io *io, const struct plan *p, int np, int *waited)
+{
+	RS_ASSERT(RS_LOAD(rs_depth) > 0 && io->nholds == 0 && io->ngrefs == 0);
+	for (int k = 0; k < np; k++) {
+		int i = np == 2 && file_key_less(p[1].file, p[0].file) ? 1 - k : k;
+
+		/* Appenders of different processes share the tail
+		 * (RS_G_APPEND); the range lock below stays a write. */
+		if (enter_grant(io, p[i].file, p[i].start, p[i].end,
+				p[i].append ? RS_GRANT_APPEND : p[i].mode)) {
+			leave_grants(io);
+			return 1;
+		}
+	}
+	for (int i = 0; i < np; i++) {
+		struct rs_hold *h = &io->hold[io->nholds];
+		/* Appenders share the tail (rangelock.c, "Appenders"), but not
+		 * under RANGESHIM_LOCK=mutex: one lock a file. */
+		unsigned m = p[i].append && rs_cfg.lock != RS_LOCK_MUTEX ? RS_RL_APPEND : p[i].mode;
+
+		h->file = p[i].file;
+		*waited += rs_io_range(h->file, &h->node, p[i].start, p[i].end, m, p[i].fd, NULL);
+		io->nholds++;
+	}
+	return 0;
+}
+
+/*
+ * Plan, lock and validate one call: the general path's lock protocol.
+ * Pre:  rs_depth raised; nothing held (io cleared); errno saved by the
+ *       caller (our lseek and fstat calls may set it).
+ * Post: 1 with everything held and recorded in io; 0 to pass the call
+ *       through, 2 to fail it (cluster lock lost: EIO), -1 to start over,
+ *       each with nothing held.
+ */
+static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
+{
+	struct plan p[2];
+	int np, waited = 0;
+
+	RS_ASSERT(RS_LOAD(rs_depth) > 0 && io->npos == 0 && io->nholds == 0 && io->ngrefs == 0);
+	np = plan_targets(p, t, n);
+	if (np <= 0)
+		return 0;
+	lock_offsets(io, p, np);
 	if (t[0].where == RS_POS_ONLY) {
 		/* lseek may move the offset (compute clears it for the
 		 * other calls at the offset). */
@@ -607,70 +732,26 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 		}
 		return 1;
 	}
-
 	for (;;) {
+		int covers = 1;
+
 		for (int i = 0; i < np; i++) {
 			if (compute(&p[i], &t[i]) < 0) {
 				release(io);
 				return 0;
 			}
 		}
-		if (np == 2 && p[0].file == p[1].file) {
-			p[0].start = p[0].start < p[1].start ? p[0].start : p[1].start;
-			p[0].end = p[0].end > p[1].end ? p[0].end : p[1].end;
-			p[0].mode = RS_RL_WRITE;
-			np = 1;
-		} else if (np == 2 && p[0].file > p[1].file) {
-			struct plan tmp = p[0];
-
-			p[0] = p[1];
-			p[1] = tmp;
+		order_plans(p, &np);
+		if (lock_ranges(io, p, np, &waited)) {
+			release(io);
+			return 2;	/* cluster lock lost: EIO */
 		}
-		/* Node grants in (dev, ino) order, the same in every process. */
-		for (int k = 0; k < np; k++) {
-			int i = k;
-
-			if (np == 2 && file_key_less(p[1].file, p[0].file))
-				i = 1 - k;
-			/* Appenders of different processes share the tail
-			 * (RS_G_APPEND); the range lock below stays a write. */
-			if (rs_grant_enter_lost(p[i].file, p[i].start, p[i].end,
-						p[i].append ? RS_GRANT_APPEND : p[i].mode,
-						&io->gref[io->ngrefs])) {
-				release(io);
-				return 2;	/* cluster lock lost: EIO */
-			}
-			/* The fast path leaves file unset; leave_grants needs it. */
-			io->gref[io->ngrefs].file = p[i].file;
-			if (io->gref[io->ngrefs].g)
-				io->ngrefs++;
-		}
-		for (int i = 0; i < np; i++) {
-			struct rs_hold *h = &io->hold[io->nholds];
-			/* Appenders share the tail (rangelock.c, "Appenders"),
-			 * but not under RANGESHIM_LOCK=mutex: one lock a file. */
-			unsigned m = p[i].append && rs_cfg.lock != RS_LOCK_MUTEX ? RS_RL_APPEND
-										  : p[i].mode;
-
-			h->file = p[i].file;
-			if (rs_rangelock_lock(&h->file->rl, &h->node, p[i].start, p[i].end, m)) {
-				waited++;
-				RS_FILE_LOCK_WAIT(h->file, p[i].fd, NULL, &h->node);
-			}
-			io->nholds++;
-		}
-		int covers = 1;
-
 		for (int i = 0; i < np; i++)
 			covers &= still_covers(&p[i], &t[i]);
 		if (covers)
 			break;
 		RS_COUNT(append_retries, 1);
-		while (io->nholds > 0) {
-			struct rs_hold *h = &io->hold[--io->nholds];
-
-			rs_rangelock_unlock(&h->file->rl, &h->node);
-		}
+		unlock_ranges(io);
 		leave_grants(io);
 	}
 	for (int i = 0; i < np; i++) {
@@ -688,15 +769,6 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 			RS_COUNT(appends, p[i].append);
 	}
 	return 1;
-}
-
-/* Nothing held: what the wrappers need to see for a call passed through. */
-static void io_clear(struct rs_io *io)
-{
-	io->entered = 0;
-	io->nholds = 0;
-	io->npos = 0;
-	io->ngrefs = 0;
 }
 
 /*
@@ -757,17 +829,28 @@ static void vf_unregister(void)
 	vf.registered = 0;
 }
 
-static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
+/* A file a vfork child's call names, by (dev, ino). */
+struct vf_key {
+	uint64_t dev, ino;
+};
+
+/*
+ * Plan, a vfork child's call: the regular files it names, in (dev, ino)
+ * order, at most one entry a file.  Not the fd table's word on the
+ * descriptor: that table is the parent's, and the child's number may
+ * name another file by now (a redirection, dup2 of a file onto the
+ * number of a pipe of the parent's, would pass its writes through
+ * unlocked; test_edge, vfork_redirect).  So a regular file outside
+ * RANGESHIM_PATHS is locked here too: more exclusion, never less.
+ * Pre:  rs_depth == RS_DEPTH_VFORK (a vfork child); n is 1 or 2.
+ * Post: the number of files in k; errno as it was.
+ */
+static int vf_plan(struct vf_key *k, const struct rs_target *t, int n)
 {
-	struct { uint64_t dev, ino; struct rs_file *f; } k[2], x;
+	struct vf_key x;
 	int m = 0, saved = errno;
 
-	/* Not the fd table's word on the descriptor: that table is the
-	 * parent's, and the child's number may name another file by now (a
-	 * redirection, dup2 of a file onto the number of a pipe of the
-	 * parent's, would pass its writes through unlocked; test_edge,
-	 * vfork_redirect).  So a regular file outside RANGESHIM_PATHS is
-	 * locked here too: more exclusion, never less. */
+	RS_ASSERT(RS_LOAD(rs_depth) == RS_DEPTH_VFORK && n >= 1 && n <= 2);
 	for (int i = 0; i < n && i < 2; i++) {
 		struct stat st;
 
@@ -777,78 +860,93 @@ static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
 			continue;
 		k[m].dev = (uint64_t)st.st_dev;
 		k[m].ino = (uint64_t)st.st_ino;
-		k[m].f = NULL;
 		if (m == 1 && k[0].dev == k[1].dev && k[0].ino == k[1].ino)
 			continue;
 		m++;
 	}
 	errno = saved;
-	if (!m)
-		return;
 	if (m == 2 && (k[1].dev < k[0].dev || (k[1].dev == k[0].dev && k[1].ino < k[0].ino))) {
 		x = k[0];
 		k[0] = k[1];
 		k[1] = x;
 	}
-	rs_depth_add(1);	/* the child's nested calls (its signal handlers) pass */
-	io->entered = 2;
-	if (__atomic_load_n(&rs_node_on, __ATOMIC_RELAXED) &&
-	    __atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE)) {
-		char why[256];
+	return m;
+}
 
-		/* errno is cleared first: the application's own EMFILE may
-		 * still be in it when the registration fails for another
-		 * reason. */
-		for (int tries = 0; (errno = 0, rs_nt_register(&vf.nt, rs_cfg.shm_name, why,
-							       sizeof(why))) < 0; tries++) {
+/*
+ * Node scope, a vfork child: register in the node table as the process
+ * it is and take an exact EXSH grant on each file, whole.
+ * Pre:  rs_depth raised above RS_DEPTH_VFORK (the child's nested calls
+ *       pass); vf holds nothing; node scope on and attached.
+ * Post: 0 with vf registered and every grant held (waiting for them as
+ *       long as it takes: never on unlocked); -1 with nothing held and
+ *       errno EMFILE or ENFILE: no descriptor to register with, so the
+ *       call must fail (rs_cl_eio set to it).
+ */
+static int vf_lock_node(const struct vf_key *k, int m)
+{
+	char why[256];
+
+	RS_ASSERT(RS_LOAD(rs_depth) > RS_DEPTH_VFORK && !vf.registered && !vf.ngrants);
+	/* errno is cleared first: the application's own EMFILE may still be
+	 * in it when the registration fails for another reason. */
+	for (int tries = 0; (errno = 0, rs_nt_register(&vf.nt, rs_cfg.shm_name, why,
+						       sizeof(why))) < 0; tries++) {
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+		/* No descriptor for the registration: the child's fd table
+		 * changes only by the child, which waits here, and its parent
+		 * is stopped until it exits, so waiting would hang the program
+		 * for good (test_edge, vfork_emfile).  The call fails with
+		 * EMFILE (ENFILE), said once, without being made, as a cluster
+		 * pin's does (limitations.md). */
+		if (errno == EMFILE || errno == ENFILE) {
+			static _Atomic int said;
+
+			if (!atomic_exchange(&said, 1))
+				rs_log(RS_LOG_ERROR, "a vfork child's call fails with %s: "
+				       "it has no free descriptor to register in the "
+				       "node lock table with (%s)",
+				       errno == EMFILE ? "EMFILE" : "ENFILE", why);
+			rs_cl_eio = errno;
+			return -1;
+		}
+		/* The parent attached, so the table exists: a full slot table,
+		 * say, frees up.  Wait; never go on unlocked. */
+		if (tries == 500)
+			rs_log(RS_LOG_WARN, "a vfork child waits for a slot in the node "
+			       "lock table (%s)", why);
+		nanosleep(&ts, NULL);
+	}
+	vf.registered = 1;
+	for (int i = 0; i < m; i++) {
+		struct rs_nt_req req = { .dev = k[i].dev, .ino = k[i].ino,
+					 .start = 0, .end = RS_RANGE_EOF,
+					 .mode = RS_G_EXSH, .exact = 1 };
+		struct rs_nt_result res;
+
+		while (rs_nt_acquire(&vf.nt, &req, &res, why, sizeof(why)) < 0) {
 			struct timespec ts = { 0, 10 * 1000 * 1000 };
 
-			/* No descriptor for the registration: the child's fd
-			 * table changes only by the child, which waits here, and
-			 * its parent is stopped until it exits, so waiting would
-			 * hang the program for good (test_edge, vfork_emfile).  The
-			 * call fails with EMFILE (ENFILE), said once, without
-			 * being made, as a cluster pin's does (limitations.md). */
-			if (errno == EMFILE || errno == ENFILE) {
-				static _Atomic int said;
-
-				if (!atomic_exchange(&said, 1))
-					rs_log(RS_LOG_ERROR, "a vfork child's call fails with %s: "
-					       "it has no free descriptor to register in the "
-					       "node lock table with (%s)",
-					       errno == EMFILE ? "EMFILE" : "ENFILE", why);
-				rs_cl_eio = errno;
-				rs_depth_add(-1);
-				io->entered = -1;
-				errno = saved;
-				return;
-			}
-			/* The parent attached, so the table exists: a full slot
-			 * table, say, frees up.  Wait; never go on unlocked. */
-			if (tries == 500)
-				rs_log(RS_LOG_WARN, "a vfork child waits for a slot in the node "
-				       "lock table (%s)", why);
 			nanosleep(&ts, NULL);
 		}
-		vf.registered = 1;
-		for (int i = 0; i < m; i++) {
-			struct rs_nt_req req = { .dev = k[i].dev, .ino = k[i].ino,
-						 .start = 0, .end = RS_RANGE_EOF,
-						 .mode = RS_G_EXSH, .exact = 1 };
-			struct rs_nt_result res;
-
-			while (rs_nt_acquire(&vf.nt, &req, &res, why, sizeof(why)) < 0) {
-				struct timespec ts = { 0, 10 * 1000 * 1000 };
-
-				nanosleep(&ts, NULL);
-			}
-			vf.gidx[i] = res.idx;
-			vf.ggen[i] = res.gen;
-			vf.ngrants = i + 1;
-		}
-		errno = saved;
-		return;
+		vf.gidx[i] = res.idx;
+		vf.ggen[i] = res.gen;
+		vf.ngrants = i + 1;
 	}
+	return 0;
+}
+
+/*
+ * Process scope, a vfork child: each file's range lock, whole, with a
+ * node in this thread's TLS that the parent can withdraw.
+ * Pre:  rs_depth raised above RS_DEPTH_VFORK; vf holds no range lock.
+ * Post: every file some thread of the parent has open locked, counted in
+ *       vf.nnodes before it is queued.
+ */
+static void vf_lock_process(const struct vf_key *k, int m)
+{
+	RS_ASSERT(RS_LOAD(rs_depth) > RS_DEPTH_VFORK && vf.nnodes == 0);
 	for (int i = 0; i < m; i++) {
 		int64_t idx = rs_fdt_find(k[i].dev, k[i].ino);
 
@@ -862,6 +960,34 @@ static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
 		atomic_signal_fence(memory_order_seq_cst);
 		rs_rangelock_lock(&vf.file[vf.nnodes - 1]->rl, &vf.node[vf.nnodes - 1], 0,
 				  RS_RANGE_EOF, RS_RL_WRITE);
+	}
+}
+
+/* A vfork child's call: plan, then lock in the scope in force (above,
+ * "vfork children").
+ * Pre:  rs_depth == RS_DEPTH_VFORK; io cleared.
+ * Post: io->entered 2 with the files locked (vfork_end lets go), 0 with
+ *       nothing to lock, or -1 for a call that must fail; errno as it
+ *       was. */
+static void vfork_begin(struct rs_io *io, const struct rs_target *t, int n)
+{
+	struct vf_key k[2];
+	int m, saved = errno;
+
+	RS_ASSERT(RS_LOAD(rs_depth) == RS_DEPTH_VFORK && io->entered == 0);
+	m = vf_plan(k, t, n);
+	if (!m)
+		return;
+	rs_depth_add(1);	/* the child's nested calls (its signal handlers) pass */
+	io->entered = 2;
+	if (__atomic_load_n(&rs_node_on, __ATOMIC_RELAXED) &&
+	    __atomic_load_n(&rs_node_seg, __ATOMIC_ACQUIRE)) {
+		if (vf_lock_node(k, m) < 0) {
+			rs_depth_add(-1);
+			io->entered = -1;
+		}
+	} else {
+		vf_lock_process(k, m);
 	}
 	errno = saved;
 }
@@ -1062,18 +1188,14 @@ void rs_io_begin_path(struct rs_io *io, const char *path, int64_t len)
 		if (rs_cfg.lock == RS_LOCK_MUTEX)
 			start = 0;
 		io->hold[0].file = f;
-		if (rs_grant_enter_lost(f, start, RS_RANGE_EOF, RS_RL_WRITE, &io->gref[0])) {
+		if (enter_grant(io, f, start, RS_RANGE_EOF, RS_RL_WRITE)) {
 			errno = saved;
 			rs_depth_add(-1);
 			io->entered = -1;	/* cluster lock lost: EIO */
 			return;
 		}
-		io->gref[0].file = f;
-		io->ngrefs = io->gref[0].g != NULL;
-		if (rs_rangelock_lock(&f->rl, &io->hold[0].node, start, RS_RANGE_EOF, RS_RL_WRITE)) {
+		if (rs_io_range(f, &io->hold[0].node, start, RS_RANGE_EOF, RS_RL_WRITE, -1, path))
 			RS_COUNT(lock_waits, 1);
-			RS_FILE_LOCK_WAIT(f, -1, path, &io->hold[0].node);
-		}
 		io->nholds = 1;
 		if (stat(path, &st) == 0 &&
 		    atomic_load_explicit(&f->dev, memory_order_relaxed) == (uint64_t)st.st_dev &&

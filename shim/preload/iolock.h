@@ -20,6 +20,7 @@
 
 #include "cluster.h"
 #include "config.h"
+#include "invariant.h"
 #include "fdtable.h"
 #include "filewaits.h"
 #include "grants.h"
@@ -384,15 +385,222 @@ int rs_iov_solo(int fd, struct rs_file *f, unsigned mode, unsigned how, int64_t 
 #define RS_LEAN_SPLIT(lean, how) ((lean) && !((how) & RS_HOW_CURSOR))
 
 /*
- * The locking half of the inline path (rs_io_fast_body), once the entry
- * and the description are read: append is a constant in each copy, so
- * that a call pays for the append steps only when it is one.
+ * The inline path's lock protocol, in the steps every call takes in this
+ * order (the general path, iolock.c, takes the same ones for up to two
+ * files): plan the range (a vector call's length in rs_io_fast_lock, the
+ * file offset in rs_fast_offset), the offset lock (rs_fast_offset), the node grant and the
+ * range lock (rs_io_grant, rs_io_range), validate (rs_fast_valid), and
+ * on failure release in reverse (rs_fast_release_pos).  Each is
+ * always_inline and its flags (how, solo, lean, append) are constants,
+ * so that every wrapper's copy keeps only its own steps and the steps
+ * cost nothing as calls (tests/callgrind.sh).
+ */
+
+/* A step's outcome. */
+#define RS_STEP_NEXT    0 /* done: go on to the next step */
+#define RS_STEP_ENTERED 1 /* a grant entered that covers all the call may
+			   * touch, and no range to lock: go to validate */
+#define RS_STEP_GENERAL 2 /* nothing of this step held: the general path */
+
+/*
+ * Enter the node grant for [start, end) of f, in ref: the one grant-enter
+ * of every path (gmode: the range lock's mode, or RS_GRANT_APPEND).
+ * lean: a copy that makes no call, which leaves a grant not cached to
+ * the full copy.
+ * Pre:  rs_depth raised (a revoker's wait, signal handlers' calls).
+ * Post: 0 with ref->g entered, or ref->g NULL with nothing to enter (node
+ *       scope off); 1 with nothing entered: the cluster lock is lost
+ *       (the call must fail with EIO, rs_grant_lost), or, lean, the grant
+ *       is not cached.
+ */
+static inline __attribute__((always_inline)) int
+rs_io_grant(struct rs_file *f, uint64_t start, uint64_t end, unsigned gmode, struct rs_gref *ref,
+	    const int lean)
+{
+	RS_ASSERT(RS_LOAD(rs_depth) > 0 && f && start < end);
+	if (lean)
+		return !__builtin_expect(rs_grant_enter_fast(f, start, end, gmode, ref), 1);
+	return rs_grant_enter_lost(f, start, end, gmode, ref);
+}
+
+/*
+ * Take f's range lock on [start, end) with node, waiting if it is busy;
+ * the wait is recorded for f's stats (fd: a descriptor of f or -1, path
+ * its name or NULL).  Used by every path.
+ * Pre:  rs_depth raised; the node grant for the range entered (grants
+ *       before range locks: iolock.c, "Order").
+ * Post: the range is held by node; 1 if the call waited for it, else 0.
+ */
+static inline __attribute__((always_inline)) int
+rs_io_range(struct rs_file *f, struct rs_rl_node *node, uint64_t start, uint64_t end,
+	    unsigned mode, int fd, const char *path)
+{
+	RS_ASSERT(RS_LOAD(rs_depth) > 0 && f && node && start < end);
+	if (__builtin_expect(rs_rangelock_lock_fast(&f->rl, node, start, end, mode), 0)) {
+		RS_FILE_LOCK_WAIT(f, fd, path, node);
+		return 1;
+	}
+	return 0;
+}
+
+/* Release the offset lock rs_fast_offset took (none when solo: no other
+ * thread to order). */
+static inline __attribute__((always_inline)) void
+rs_fast_release_pos(struct rs_desc *desc, const int solo, const int append)
+{
+	RS_ASSERT(solo || (atomic_load_explicit(&desc->pos, memory_order_relaxed) &
+			   (append ? ~(RS_POS_HELD | RS_POS_SLEEP) : RS_POS_HELD)));
+	if (!solo && append)
+		rs_pos_app_leave(desc);
+	else if (!solo)
+		rs_pos_unlock(desc);
+}
+
+/*
+ * Offset lock and plan, a call at the file offset: take the offset lock
+ * (shared among appenders, who do not use the offset: fdtable.h,
+ * rs_pos_lock), then learn where the call starts.  Nothing in this
+ * process moves the offset while we hold the offset lock; lseek tells us
+ * where the kernel will start.  (Nothing cheaper is safe: stdio,
+ * dprintf, another process sharing the description move it unseen;
+ * design.md (d).)
+ * Pre:  rs_depth raised; desc and file the tracked entry's; nothing held.
+ * Post: RS_STEP_NEXT with the offset lock held (not solo; io->fdesc set)
+ *       and *off the start (an append's: the hint or end of file, checked
+ *       again under the locks by rs_fast_valid); RS_STEP_ENTERED, solo
+ *       only, with a whole-file grant entered in io->gref[0];
+ *       RS_STEP_GENERAL with nothing held.
+ */
+static inline __attribute__((always_inline)) int
+rs_fast_offset(struct rs_io *io, int fd, unsigned mode, int64_t *off, struct rs_desc *desc,
+	       struct rs_file *file, const int solo, const int lean, const int append)
+{
+	RS_ASSERT(RS_LOAD(rs_depth) > 0 && desc && file && (!lean || solo));
+	if (!solo && append)
+		rs_pos_app_enter(desc);
+	else if (!solo)
+		rs_pos_lock(desc);
+	if (append) {
+		uint64_t size;
+
+		/* Our own hint (an end of file, so never negative), or end of
+		 * file now (checked again under the locks). */
+		if (__builtin_expect(RS_LOAD(rs_ap.file) == file, 1))
+			*off = (int64_t)RS_LOAD(rs_ap.eof);
+		else if (rs_append_eof(fd, &size) == 0)
+			*off = (int64_t)size;
+		else
+			goto unlock_pos;
+	} else {
+		/* Alone, one load tells both whether a grant of ours covers
+		 * the whole file, so that there is no range and no offset to
+		 * learn, and whether our description may be fresh (grants.h,
+		 * RS_WHOLE_*).  With other threads, the flags under the
+		 * offset lock. */
+		uint64_t h = solo ? atomic_load_explicit(&file->whole, memory_order_relaxed)
+				  : atomic_load_explicit(&desc->flags, memory_order_relaxed) &
+					    RS_DESC_FRESH;
+
+		if (__builtin_expect(h != 0, 0)) {
+			uint32_t dfl = atomic_load_explicit(&desc->flags, memory_order_relaxed);
+
+			if (solo && rs_grant_enter_whole(h, mode, &io->gref[0])) {
+				if (dfl & RS_DESC_FRESH)
+					atomic_fetch_and_explicit(&desc->flags, ~RS_DESC_FRESH,
+								  memory_order_relaxed);
+				return RS_STEP_ENTERED;
+			}
+			if (dfl & RS_DESC_FRESH) {
+				/* The lean copy may yet leave the call to the full
+				 * one (a grant not cached, the first call on a
+				 * file), which must find the flag still set: it
+				 * has the rest of the call to make.  Lean is
+				 * solo: no offset lock to let go of. */
+				if (lean)
+					return RS_STEP_GENERAL;
+				/* Under the offset lock (or alone): nobody has
+				 * used the offset since the open (fdtable.h). */
+				atomic_fetch_and_explicit(&desc->flags, ~RS_DESC_FRESH,
+							  memory_order_relaxed);
+				*off = 0;
+				goto have_off;
+			}
+			/* Ours is not fresh: stop looking (a fresh one of
+			 * another description then pays an lseek). */
+			if (solo && (h & RS_WHOLE_FRESH))
+				atomic_fetch_and_explicit(&file->whole, ~RS_WHOLE_FRESH,
+							  memory_order_relaxed);
+		}
+		*off = rs_lseek_cur(fd);
+		if (__builtin_expect(*off < 0, 0))
+			goto unlock_pos;
+	have_off:;
+	}
+	if (!solo)	/* the offset lock to let go of at the end */
+		io->fdesc = desc;
+	return RS_STEP_NEXT;
+unlock_pos:
+	rs_fast_release_pos(desc, solo, append);
+	return RS_STEP_GENERAL;
+}
+
+/*
+ * Validate, under the locks: is this still the call we planned?
+ * An append: ZFS's RL_APPEND re-check, is start still at or below end of
+ * file?  End of file cannot shrink now (every coordinated shrink
+ * conflicts with us), only grow; but an uncoordinated one may have moved
+ * it below the hint before we locked (rs_ap_hint), and then the general
+ * path re-reads it before and after locking.  io->eof keeps end of file
+ * for the next hint.
+ * Every call re-checks the entry, even when the lock was free at once: a
+ * dup2 onto fd may have run to completion between our read of the entry
+ * and our lock, and only the entry tells (interpose.c, dup_begin).  The
+ * entry suffices for that: one equal to e is the same incarnation of the
+ * description, so of the file too (new_entry, fdtable.c).  A write also
+ * re-reads O_APPEND, which decided where it writes (and is all of the
+ * flags that does: append is the bit as read before): an fcntl(F_SETFL)
+ * that changed it waited for calls in flight and set it before we
+ * locked (interpose.c, setfl_begin).
+ * Alone at the file offset, the entry's address is found again from fd
+ * (rs_fd_entries never moves once set, fdtable.c) rather than kept
+ * across the lseek: one value fewer to keep there, which gcc would spill
+ * in write_solo (tests/callgrind.sh counts it).
+ * Pre:  the offset lock (at the file offset, not solo), the grant and
+ *       the range lock (not solo) held for [start, ...).
+ * Post: 1 if the call may go ahead as planned, 0 if it must let go and
+ *       take the general path.  Nothing is taken or released.
+ */
+static inline __attribute__((always_inline)) int
+rs_fast_valid(struct rs_io *io, int fd, unsigned mode, unsigned how, uint64_t start,
+	      _Atomic uint64_t *ep, uint64_t e, struct rs_desc *desc, const int solo,
+	      const int append)
+{
+	RS_ASSERT(RS_LOAD(rs_depth) > 0 && desc);
+	if (append &&
+	    __builtin_expect(rs_fstat_size(fd, &io->eof) < 0 || io->eof < start, 0))
+		return 0;
+	return !__builtin_expect((atomic_load_explicit((solo && (how & RS_HOW_CURSOR))
+							       ? &rs_fd_entries[fd] : ep,
+						       memory_order_acquire) != e) |
+				 (mode == RS_RL_WRITE &&
+				  (atomic_load_explicit(&desc->flags, memory_order_relaxed) &
+				   RS_DESC_APPEND) != (append ? RS_DESC_APPEND : 0)), 0);
+}
+
+/*
+ * The inline path's lock protocol (rs_io_fast_body), once the entry and
+ * the description are read: plan, offset lock, grant, range lock,
+ * validate, and on failure release in reverse.  append is a constant in
+ * each copy, so that a call pays for the append steps only when it is
+ * one.
  * Pre:  rs_depth raised; e the tracked entry read from ep, desc and file
  *       its description and file; append: a write that found O_APPEND
  *       set in the description's flags (not append: found it clear).
  * Post: RS_FAST_LOCKED or RS_FAST_APPEND with everything held and
  *       recorded in io; or RS_FAST_GENERAL with nothing held and rs_depth
- *       back at 0.
+ *       back at 0; or, lean at an explicit offset, RS_FAST_UNDO with the
+ *       grant still entered (io->gref[0], its file in .file) and rs_depth
+ *       raised.
  */
 static inline __attribute__((always_inline)) int
 rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t off, uint64_t len,
@@ -405,11 +613,17 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	 * (rangelock.c and nodelock.c, "Appenders"); one mode for both
 	 * locks: the values agree (below). */
 	const unsigned lmode = append ? RS_RL_APPEND : mode;
+	int s;
 
+	RS_ASSERT(RS_LOAD(rs_depth) == 1 && desc && file && ep == &rs_fd_entries[fd]);
+	RS_ASSERT(!append || (mode == RS_RL_WRITE && (how & RS_HOW_CURSOR)));
+	/* Plan, a vector call: the array's length, read once for the lock
+	 * (the kernel reads it again), inline from the stack when it can
+	 * be.  The careful path's result goes through memory, so it has a
+	 * variable of its own and len stays in a register.  (Kept here,
+	 * not in a step of its own: gcc lays the threaded copies out one
+	 * instruction worse then.) */
 	if (how & RS_HOW_IOV) {
-		/* Once, for the lock; the kernel reads the array again.  The
-		 * careful path's result goes through memory, so it has a
-		 * variable of its own and len stays in a register. */
 		if (__builtin_expect(!rs_iov_len_stack(iov, cnt, &len), 0)) {
 			uint64_t n;
 
@@ -436,121 +650,27 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 		}
 	}
 	if (how & RS_HOW_CURSOR) {
-		/* Nothing in this process moves the offset while we hold the
-		 * offset lock; lseek tells us where the kernel will start.
-		 * (Nothing cheaper is safe: stdio, dprintf, another process
-		 * sharing the description move it unseen; design.md (d).) */
-		/* An appender shares the offset lock with other appenders: it
-		 * does not use the offset (fdtable.h, rs_pos_lock). */
-		if (!solo && append)
-			rs_pos_app_enter(desc);
-		else if (!solo)
-			rs_pos_lock(desc);
-		if (append) {
-			uint64_t size;
-
-			/* Our own hint (an end of file, so never negative), or
-			 * end of file now (checked again below). */
-			if (__builtin_expect(RS_LOAD(rs_ap.file) == file, 1))
-				off = (int64_t)RS_LOAD(rs_ap.eof);
-			else if (rs_append_eof(fd, &size) == 0)
-				off = (int64_t)size;
-			else
-				goto unlock_pos;
-		} else {
-			/* Alone, one load tells both whether a grant of ours
-			 * covers the whole file, so that there is no range and
-			 * no offset to learn, and whether our description may
-			 * be fresh (grants.h, RS_WHOLE_*).  With other threads,
-			 * the flags under the offset lock. */
-			uint64_t h = solo ? atomic_load_explicit(&file->whole, memory_order_relaxed)
-					  : atomic_load_explicit(&desc->flags, memory_order_relaxed) &
-						    RS_DESC_FRESH;
-
-			if (__builtin_expect(h != 0, 0)) {
-				uint32_t dfl = atomic_load_explicit(&desc->flags, memory_order_relaxed);
-
-				if (solo && rs_grant_enter_whole(h, mode, &io->gref[0])) {
-					if (dfl & RS_DESC_FRESH)
-						atomic_fetch_and_explicit(&desc->flags, ~RS_DESC_FRESH,
-									  memory_order_relaxed);
-					goto entered;
-				}
-				if (dfl & RS_DESC_FRESH) {
-					/* The lean copy may yet leave the call to the
-					 * full one (a grant not cached, the first call
-					 * on a file), which must find the flag still
-					 * set: it has the rest of the call to make. */
-					if (lean)
-						goto general;
-					/* Under the offset lock (or alone): nobody has
-					 * used the offset since the open (fdtable.h). */
-					atomic_fetch_and_explicit(&desc->flags, ~RS_DESC_FRESH,
-								  memory_order_relaxed);
-					off = 0;
-					goto have_off;
-				}
-				/* Ours is not fresh: stop looking (a fresh one
-				 * of another description then pays an lseek). */
-				if (solo && (h & RS_WHOLE_FRESH))
-					atomic_fetch_and_explicit(&file->whole, ~RS_WHOLE_FRESH,
-								  memory_order_relaxed);
-			}
-			off = rs_lseek_cur(fd);
-			if (__builtin_expect(off < 0, 0))
-				goto unlock_pos;
-		have_off:;
-		}
-		if (!solo)	/* the offset lock to let go of at the end */
-			io->fdesc = desc;
+		s = rs_fast_offset(io, fd, mode, &off, desc, file, solo, lean, append);
+		if (s == RS_STEP_ENTERED)
+			goto entered;
+		if (s == RS_STEP_GENERAL)
+			goto general;
 	}
 	start = (uint64_t)off;
 	/* off < 2^63 and the clamped len < 2^31: no overflow.  A vector
 	 * call's len is clamped already. */
 	end = append ? RS_RANGE_EOF
 		     : start + ((how & RS_HOW_IOV) || len <= RS_MAX_RW ? len : RS_MAX_RW);
-	/* Other processes first, then the other threads (grants.h). */
-	if (lean ? !__builtin_expect(rs_grant_enter_fast(file, start, end, lmode, &io->gref[0]), 1)
-		 : rs_grant_enter_lost(file, start, end, lmode, &io->gref[0])) {
-		/* Not cached (lean: the full copy enters it), or the cluster
-		 * lock lost (the general path fails the call). */
+	/* Other processes first, then the other threads (grants.h).  Not
+	 * cached (lean: the full copy enters it), or the cluster lock lost
+	 * (the general path fails the call): nothing entered. */
+	if (rs_io_grant(file, start, end, lmode, &io->gref[0], lean))
 		goto unlock_pos;
-	}
 entered:
-	if (!solo && __builtin_expect(rs_rangelock_lock_fast(&file->rl, &io->hold[0].node, start,
-							    end, lmode), 0)) {
+	if (!solo && rs_io_range(file, &io->hold[0].node, start, end, lmode, fd, NULL))
 		RS_COUNT(lock_waits, 1);
-		RS_FILE_LOCK_WAIT(file, fd, NULL, &io->hold[0].node);
-	}
-	if (append) {
-		/* ZFS's RL_APPEND re-check: is start still at or below end of
-		 * file?  End of file cannot shrink now (every coordinated
-		 * shrink conflicts with us), only grow; but an uncoordinated
-		 * one may have moved it below the hint before we locked
-		 * (rs_ap_hint), and then the general path re-reads it before
-		 * and after locking. */
-		if (__builtin_expect(rs_fstat_size(fd, &io->eof) < 0 || io->eof < start, 0))
-			goto undo;
-	}
-	/* Re-checked even when the lock was free at once: a dup2 onto fd
-	 * may have run to completion between our read of the entry and our
-	 * lock, and only the entry tells (interpose.c, dup_begin).  The
-	 * entry suffices for that: one equal to e is the same incarnation of
-	 * the description, so of the file too (new_entry, fdtable.c). */
-	/* A write also re-reads O_APPEND, which decided where it writes (and
-	 * is all of the flags that does: append is the bit as read before):
-	 * an fcntl(F_SETFL) that changed it waited for calls in flight and
-	 * set it before we locked (interpose.c, setfl_begin). */
-	/* Alone at the file offset, the entry's address is found again
-	 * from fd (rs_fd_entries never moves once set, fdtable.c) rather
-	 * than kept across the lseek: one value fewer to keep there, which
-	 * gcc would spill in write_solo (tests/callgrind.sh counts it). */
-	if (__builtin_expect((atomic_load_explicit((solo && (how & RS_HOW_CURSOR))
-							   ? &rs_fd_entries[fd] : ep,
-						   memory_order_acquire) != e) |
-			     (mode == RS_RL_WRITE &&
-			      (atomic_load_explicit(&desc->flags, memory_order_relaxed) &
-			       RS_DESC_APPEND) != (append ? RS_DESC_APPEND : 0)), 0))
+	if (__builtin_expect(!rs_fast_valid(io, fd, mode, how, start, ep, e, desc, solo, append),
+			     0))
 		goto undo;
 	io->hold[0].file = file;
 	return append ? RS_FAST_APPEND : RS_FAST_LOCKED;
@@ -567,10 +687,8 @@ undo:
 	}
 	rs_grant_leave(&io->gref[0], file);
 unlock_pos:
-	if ((how & RS_HOW_CURSOR) && !solo && append)
-		rs_pos_app_leave(desc);
-	else if ((how & RS_HOW_CURSOR) && !solo)
-		rs_pos_unlock(desc);
+	if (how & RS_HOW_CURSOR)
+		rs_fast_release_pos(desc, solo, append);
 general:
 	RS_STORE(rs_depth, 0);
 	return RS_FAST_GENERAL;
@@ -675,10 +793,7 @@ rs_io_end_fast(struct rs_io *io, unsigned mode, unsigned how, long long r, const
 			RS_STORE(rs_ap.file, io->hold[0].file);
 			RS_STORE(rs_ap.eof, io->eof + (r > 0 ? (uint64_t)r : 0));
 		}
-		if (!solo && append)
-			rs_pos_app_leave(io->fdesc);
-		else if (!solo)
-			rs_pos_unlock(io->fdesc);
+		rs_fast_release_pos(io->fdesc, solo, append);
 	}
 	RS_STORE(rs_depth, 0);	/* the fast path runs only from depth 0 */
 	if (__builtin_expect(rs_stats_on, 0)) {
