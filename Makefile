@@ -102,6 +102,7 @@ deps:
 
 test: deps
 	@$(MAKE) --no-print-directory all $(HELPERS) $(PRELOADLIBS) $(TESTS)
+	@sh tests/structure.sh
 	@sh tests/run.sh $(BUILD) $(SAN)
 
 test-asan:
