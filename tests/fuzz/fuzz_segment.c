@@ -80,7 +80,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (g->state == RS_G_FREE)
 			continue;
 		if (g->owner >= RS_NPROC || (g->mode != RS_G_SHARED && g->mode != RS_G_EXSH) ||
-		    g->start >= g->end || g->users > RS_MAX_USERS)
+		    g->start >= g->end ||
+		    RS_GW_USERS(atomic_load_explicit(&g->gw, memory_order_relaxed)) > RS_MAX_USERS)
 			abort();
 	}
 	return 0;
