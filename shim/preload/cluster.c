@@ -60,6 +60,7 @@
 #include "config.h"
 #include "futex.h"
 #include "invariant.h"
+#include "lockorder.h"
 #include "log.h"
 #include "rawsyscall.h"
 
@@ -208,7 +209,7 @@ static int pin_begin(uint64_t dev, uint64_t ino)
 {
 	int slot = -1;
 
-	rs_mutex_lock(&pfiles_mtx);
+	rs_lk_mutex_lock(RS_LK_PFILES, &pfiles_mtx);
 	for (int i = 0; i < NINPIN; i++) {
 		if (inpin[i].n && inpin[i].dev == dev && inpin[i].ino == ino) {
 			slot = i;
@@ -224,7 +225,7 @@ static int pin_begin(uint64_t dev, uint64_t ino)
 	} else {
 		inpin_over++;
 	}
-	rs_mutex_unlock(&pfiles_mtx);
+	rs_lk_mutex_unlock(RS_LK_PFILES, &pfiles_mtx);
 	return slot;
 }
 
@@ -232,12 +233,12 @@ static int pin_begin(uint64_t dev, uint64_t ino)
 static void pin_end(int slot)
 {
 	RS_ASSERT(slot >= -1 && slot < NINPIN);
-	rs_mutex_lock(&pfiles_mtx);
+	rs_lk_mutex_lock(RS_LK_PFILES, &pfiles_mtx);
 	if (slot >= 0 && slot < NINPIN && inpin[slot].n)
 		inpin[slot].n--;
 	else if (slot < 0 && inpin_over)
 		inpin_over--;
-	rs_mutex_unlock(&pfiles_mtx);
+	rs_lk_mutex_unlock(RS_LK_PFILES, &pfiles_mtx);
 }
 
 /* The description of (dev, ino) this process holds a copy of and that
@@ -246,12 +247,12 @@ static uint64_t pfile_have(uint64_t dev, uint64_t ino)
 {
 	uint64_t id = 0;
 
-	rs_mutex_lock(&pfiles_mtx);
+	rs_lk_mutex_lock(RS_LK_PFILES, &pfiles_mtx);
 	for (size_t i = 0; i < npfile; i++)
 		if (pfiles[i].fd && pfiles[i].dev == dev && pfiles[i].ino == ino &&
 		    pfiles[i].current)
 			id = pfiles[i].id;
-	rs_mutex_unlock(&pfiles_mtx);
+	rs_lk_mutex_unlock(RS_LK_PFILES, &pfiles_mtx);
 	return id;
 }
 
@@ -260,11 +261,11 @@ static int pfile_holds(uint64_t dev, uint64_t ino, uint64_t id)
 {
 	int have = 0;
 
-	rs_mutex_lock(&pfiles_mtx);
+	rs_lk_mutex_lock(RS_LK_PFILES, &pfiles_mtx);
 	for (size_t i = 0; i < npfile && !have; i++)
 		have = pfiles[i].fd && pfiles[i].dev == dev && pfiles[i].ino == ino &&
 		       pfiles[i].id == id;
-	rs_mutex_unlock(&pfiles_mtx);
+	rs_lk_mutex_unlock(RS_LK_PFILES, &pfiles_mtx);
 	return have;
 }
 
@@ -279,6 +280,7 @@ static int pfiles_trylock(void)
 		if (atomic_compare_exchange_weak_explicit(&pfiles_mtx, &z, 1, memory_order_acquire,
 							  memory_order_relaxed)) {
 			rs_tsan_acquire(&pfiles_mtx);
+			rs_lk_acquire_try(RS_LK_PFILES, &pfiles_mtx);
 			return 1;
 		}
 		rs_cpu_relax();
@@ -305,7 +307,7 @@ void rs_cluster_file_closed(uint64_t dev, uint64_t ino)
 			rs_sys(SYS_close, pfiles[i].fd - 1);
 			pfiles[i].fd = 0;
 		}
-	rs_mutex_unlock(&pfiles_mtx);
+	rs_lk_mutex_unlock(RS_LK_PFILES, &pfiles_mtx);
 }
 
 /* Pre: pfiles_mtx held.  Post: pfiles has twice the slots (at least
@@ -317,7 +319,7 @@ static int pfile_grow(void)
 	struct pfile *t = mmap(NULL, n * sizeof *t, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
-	RS_ASSERT(atomic_load_explicit(&pfiles_mtx, memory_order_relaxed) != 0);
+	RS_ASSERT(rs_lk_held(RS_LK_PFILES, &pfiles_mtx));
 	if (t == MAP_FAILED)
 		return -1;
 	if (pfiles) {
@@ -350,7 +352,7 @@ static int pfile_keep(uint64_t dev, uint64_t ino, uint64_t id, int fd)
 	int slot = -1;
 
 	RS_ASSERT(fd >= 0);
-	rs_mutex_lock(&pfiles_mtx);
+	rs_lk_mutex_lock(RS_LK_PFILES, &pfiles_mtx);
 	for (size_t i = 0; i < npfile; i++) {
 		if (pfiles[i].fd && pfiles[i].dev == dev && pfiles[i].ino == ino) {
 			if (pfiles[i].id == id) {
@@ -367,7 +369,7 @@ static int pfile_keep(uint64_t dev, uint64_t ino, uint64_t id, int fd)
 	if (slot == -1) {
 		slot = (int)npfile;
 		if (pfile_grow() < 0) {
-			rs_mutex_unlock(&pfiles_mtx);
+			rs_lk_mutex_unlock(RS_LK_PFILES, &pfiles_mtx);
 			return -1;
 		}
 	}
@@ -376,7 +378,7 @@ static int pfile_keep(uint64_t dev, uint64_t ino, uint64_t id, int fd)
 		pfiles[slot] = (struct pfile){ dev, ino, id, ++pfile_seq, pfile_hide(fd) + 1, 1 };
 		fd = -1;
 	}
-	rs_mutex_unlock(&pfiles_mtx);
+	rs_lk_mutex_unlock(RS_LK_PFILES, &pfiles_mtx);
 	if (fd >= 0)	/* a second copy of one we keep */
 		rs_sys(SYS_close, fd);
 	return 0;
@@ -390,7 +392,7 @@ static int pfile_old(uint64_t dev, uint64_t ino, int *slot)
 	int fd = -1;
 
 	*slot = -1;
-	rs_mutex_lock(&pfiles_mtx);
+	rs_lk_mutex_lock(RS_LK_PFILES, &pfiles_mtx);
 	for (size_t i = 0; i < npfile; i++)
 		if (pfiles[i].fd && pfiles[i].dev == dev && pfiles[i].ino == ino &&
 		    !pfiles[i].current) {
@@ -398,7 +400,7 @@ static int pfile_old(uint64_t dev, uint64_t ino, int *slot)
 			fd = pfiles[i].fd - 1;
 			break;
 		}
-	rs_mutex_unlock(&pfiles_mtx);
+	rs_lk_mutex_unlock(RS_LK_PFILES, &pfiles_mtx);
 	return fd;
 }
 
@@ -407,22 +409,22 @@ static int pfile_old(uint64_t dev, uint64_t ino, int *slot)
  * clears the marks: pfile_agent). */
 static void pfile_current(int slot, int fd)
 {
-	rs_mutex_lock(&pfiles_mtx);
+	rs_lk_mutex_lock(RS_LK_PFILES, &pfiles_mtx);
 	if (slot >= 0 && (size_t)slot < npfile && pfiles[slot].fd == fd + 1)
 		pfiles[slot].current = 1;
-	rs_mutex_unlock(&pfiles_mtx);
+	rs_lk_mutex_unlock(RS_LK_PFILES, &pfiles_mtx);
 }
 
 static void pfile_agent(pid_t pid)
 {
 	static pid_t last;
 
-	rs_mutex_lock(&pfiles_mtx);
+	rs_lk_mutex_lock(RS_LK_PFILES, &pfiles_mtx);
 	if (pid != last)
 		for (size_t i = 0; i < npfile; i++)
 			pfiles[i].current = 0;
 	last = pid;
-	rs_mutex_unlock(&pfiles_mtx);
+	rs_lk_mutex_unlock(RS_LK_PFILES, &pfiles_mtx);
 }
 
 /* The new agent unlocked everything on that old description: drop it. */
@@ -430,12 +432,12 @@ static void pfile_drop(int slot, int fd)
 {
 	if (slot < 0)
 		return;
-	rs_mutex_lock(&pfiles_mtx);
+	rs_lk_mutex_lock(RS_LK_PFILES, &pfiles_mtx);
 	if ((size_t)slot < npfile && pfiles[slot].fd == fd + 1) {
 		pfiles[slot].fd = 0;
 		rs_sys(SYS_close, fd);
 	}
-	rs_mutex_unlock(&pfiles_mtx);
+	rs_lk_mutex_unlock(RS_LK_PFILES, &pfiles_mtx);
 }
 
 /* An fd of ours on (dev, ino), for the agent to open its own description
