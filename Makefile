@@ -50,7 +50,7 @@ TESTS     = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 
 # Unit tests link these modules directly, without interposition.
 UNIT_SRCS = shim/core/rangelock.c shim/core/lockorder.c shim/node/nodelock.c shim/node/segment.c \
-            shim/preload/config.c shim/core/log.c shim/preload/real.c shim/preload/stats.c \
+            shim/preload/config.c shim/core/log.c shim/preload/stats.c \
             shim/cluster/clusterfs.c
 
 .PHONY: all clean test test-asan test-tsan demo deps install uninstall install-manifest check-callgrind FORCE
@@ -102,7 +102,7 @@ deps:
 
 test: deps
 	@$(MAKE) --no-print-directory all $(HELPERS) $(PRELOADLIBS) $(TESTS)
-	@sh tests/structure.sh
+	@sh tests/structure.sh . $(BUILD)
 	@sh tests/run.sh $(BUILD) $(SAN)
 
 test-asan:

@@ -7,12 +7,18 @@
 #    and the command too;
 #  - no function in the library longer than RS_MAX_FN_LINES (100) lines,
 #    counted from the line that names it to its closing brace;
-#  - no issue or tracker numbers in shim/ (comments say why, now).
+#  - no issue or tracker numbers in shim/ (comments say why, now);
+#  - internal system calls never go through an exported wrapper: no
+#    syscall() call in shim/ but in the raw-call helper (core/rawsyscall.h,
+#    whose fallback is libc's own where syscall() is not wrapped), and,
+#    given BUILD_DIR, no library object that calls a symbol the library
+#    exports, but for the public range-lock API (include/rangeshim/).
 # Prints every violation and exits 1 if there is one.
 #
-#   sh tests/structure.sh [SRC_DIR]
+#   sh tests/structure.sh [SRC_DIR [BUILD_DIR]]
 set -u
 cd "${1:-.}" || exit 2
+BUILD_DIR=${2:-}
 MAX=${RS_MAX_FN_LINES:-100}
 layers="core node cluster preload cli"
 rank() { n=0; for l in $layers; do [ "$l" = "$1" ] && { echo $n; return; }; n=$((n + 1)); done; echo 99; }
@@ -58,5 +64,29 @@ done)
 issues=$(grep -rnE '\b[Ii]ssues? #?[0-9]+' shim || true)
 [ -n "$issues" ] && { echo "$issues" | sed 's/^/structure: tracker number in code: /'; bad=1; }
 
-[ $bad = 0 ] && echo "structure: layers core < node < cluster < preload < cli hold; no function over $MAX lines; no tracker numbers in shim/"
+calls=$(grep -rnE '(^|[^_[:alnum:]])syscall\(' shim --include='*.c' --include='*.h' |
+	grep -vE '^[^:]+:[0-9]+:[[:space:]]*(/?\*|//)' |
+	grep -vE '^shim/core/rawsyscall\.h:|^shim/preload/interpose\.c:[0-9]+:RS_EXPORT long syscall\(' || true)
+[ -n "$calls" ] && { echo "$calls" | sed 's/^/structure: syscall() outside the raw-call helper: /'; bad=1; }
+
+wrapped=""
+if [ -n "$BUILD_DIR" ]; then
+	lib=$BUILD_DIR/librangeshim.so
+	if [ ! -e "$lib" ]; then
+		echo "structure: $lib is not built"; bad=1
+	else
+		exports=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TWi]$/ { sub(/@.*/, "", $3); print $3 }' |
+			grep -v '^rs_rangelock_' | sort -u)
+		for o in "$BUILD_DIR"/obj/*/*.o; do
+			[ -e "$o" ] || continue
+			for sym in $(nm -u "$o" | awk '{ print $2 }' | grep -Fx "$exports"); do
+				echo "structure: $o calls $sym, which the library exports (a wrapper): use rs_sys or rs_real"
+				bad=1
+			done
+		done
+		wrapped="; no internal call through an exported wrapper"
+	fi
+fi
+
+[ $bad = 0 ] && echo "structure: layers core < node < cluster < preload < cli hold; no function over $MAX lines; no tracker numbers in shim/; no syscall() outside the raw-call helper$wrapped"
 exit $bad

@@ -116,7 +116,7 @@ int cmd_agent(const struct command *cmd, int argc, char **argv)
 	int fg = 0, grants = 0, rc;
 
 	/* Nothing of the process that started us: its pipes, its files. */
-	syscall(SYS_close_range, 3U, ~0U, 0);
+	rs_sys(SYS_close_range, 3U, ~0U, 0);
 	rc = agent_options(cmd, argc, argv, &shm, &fg, &grants);
 	if (rc >= 0)
 		return rc;

@@ -647,7 +647,7 @@ static void serve_adopt(struct afile *f, const struct rs_ag_msg *m, int pfd_old,
 		 * kcmp compares descriptions; where it is missing, only a
 		 * description of another agent could be adopted wrongly,
 		 * so then nothing is (and limitations.md says so). */
-		long same = syscall(SYS_kcmp, getpid(), getpid(), KCMP_FILE, f->fd, pfd_old);
+		long same = rs_sys(SYS_kcmp, getpid(), getpid(), KCMP_FILE, f->fd, pfd_old);
 
 		if (same == 0)
 			r->flags |= RS_AG_CURRENT;

@@ -146,7 +146,8 @@ static inline int rs_ag_send(int s, const struct rs_ag_msg *m, int fd)
 		c->cmsg_len = CMSG_LEN(sizeof(int));
 		memcpy(CMSG_DATA(c), &fd, sizeof(int));
 	}
-	return sendmsg(s, &h, MSG_NOSIGNAL) == (ssize_t)sizeof *m ? 0 : -1;
+	/* Not sendmsg(): the library wraps it. */
+	return rs_sys(SYS_sendmsg, s, &h, MSG_NOSIGNAL) == (long)sizeof *m ? 0 : -1;
 }
 
 #endif

@@ -12,14 +12,16 @@
 
 int rs_log_level = RS_LOG_WARN;
 
-/* Through syscall(), not rs_sys: inside the library that is the exported
- * wrapper, which tells the fd table that fd's offset moved.  fd may be
- * the application's stderr on a regular file, whose description the fast
- * path would otherwise still take for fresh (offset 0: RS_DESC_FRESH). */
+void (*_Atomic rs_log_wrote)(int fd);
+
 int rs_write_all(int fd, const char *buf, unsigned long len)
 {
+	void (*wrote)(int) = rs_log_wrote;
+
+	if (wrote)
+		wrote(fd);
 	while (len > 0) {
-		long n = syscall(SYS_write, fd, buf, len);
+		long n = rs_sys(SYS_write, fd, buf, len);
 
 		if (n < 0 && errno == EINTR)
 			continue;

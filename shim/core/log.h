@@ -15,6 +15,11 @@ extern int rs_log_level;
 void rs_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Writes all of buf to fd with raw syscalls; returns 0 or -1. */
 int rs_write_all(int fd, const char *buf, unsigned long len);
+/* Told, when set, of each descriptor rs_write_all is about to write to:
+ * fd may be the application's stderr on a regular file, whose offset
+ * the write moves, and the layer that tracks file offsets must know (it
+ * sets this before it tracks any). */
+extern void (*_Atomic rs_log_wrote)(int fd);
 
 #define rs_warn(...)  rs_log(RS_LOG_WARN, __VA_ARGS__)
 #define rs_info(...)  rs_log(RS_LOG_INFO, __VA_ARGS__)

@@ -10,6 +10,7 @@
 #define RS_RAWSYSCALL_H
 
 #include <errno.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -108,6 +109,17 @@ static inline int rs_fstat(int fd, struct stat *st)
 #else
 	return fstat(fd, st);
 #endif
+}
+
+/* mmap for the library's own memory: not through the exported mmap
+ * wrapper, which counts the application's shared mappings.  Inlined, so
+ * that the TSan-free stand-in for mmap (coverage.c) stays TSan-free. */
+static inline __attribute__((always_inline)) void *
+rs_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	long r = rs_sys(SYS_mmap, addr, len, prot, flags, fd, off);
+
+	return r == -1 ? MAP_FAILED : (void *)r;
 }
 
 /* getpid, without errno or a libc call (it cannot fail). */

@@ -234,7 +234,7 @@ static void *map_away(int fd, size_t len)
 	(void)rnd;
 	(void)r;
 	(void)p;
-	return mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	return rs_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 #endif
 	/* AT_RANDOM: 16 bytes the kernel gave the process; the last 8, since
 	 * glibc takes the first ones for the stack protector's canary. */
@@ -246,14 +246,14 @@ static void *map_away(int fd, size_t len)
 
 		if (sizeof(uintptr_t) < 8)
 			break;
-		p = mmap((void *)want, len, PROT_READ | PROT_WRITE,
+		p = rs_mmap((void *)want, len, PROT_READ | PROT_WRITE,
 			 MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
 		if (p == (void *)want)
 			return p;
 		if (p != MAP_FAILED)
 			munmap(p, len);
 	}
-	return mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	return rs_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 }
 
 /*

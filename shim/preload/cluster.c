@@ -316,7 +316,7 @@ void rs_cluster_file_closed(uint64_t dev, uint64_t ino)
 static int pfile_grow(void)
 {
 	size_t n = npfile ? npfile * 2 : 64;
-	struct pfile *t = mmap(NULL, n * sizeof *t, PROT_READ | PROT_WRITE,
+	struct pfile *t = rs_mmap(NULL, n * sizeof *t, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
 	RS_ASSERT(rs_lk_held(RS_LK_PFILES, &pfiles_mtx));
@@ -476,6 +476,16 @@ static int find_fd(uint64_t dev, uint64_t ino)
 	}
 	rs_sys(SYS_close, dir);
 	return -1;
+}
+
+/* A description sent to the agent is shared with another process: lazy
+ * entries stop taking their offset for 0 (fdtable.h), as they do when
+ * the application sends one (the sendmsg wrapper). */
+static int send_to_agent(int s, const struct rs_ag_msg *m, int fd)
+{
+	if (fd >= 0)
+		rs_fdt_lazy_shared();
+	return rs_ag_send(s, m, fd);
 }
 
 
@@ -698,7 +708,10 @@ static void spawn_agent(void)
 #if __GLIBC_PREREQ(2, 34)
 	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
 #endif
-	if (posix_spawn(&pid, path, &fa, NULL, argv, envp) == 0)
+	/* The agent inherits descriptors 0 to 2, as any spawned child
+	 * would (the posix_spawn wrapper, which is the application's). */
+	rs_fdt_lazy_shared();
+	if (rs_real.posix_spawn(&pid, path, &fa, NULL, argv, envp) == 0)
 		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 			;
 	posix_spawn_file_actions_destroy(&fa);
@@ -798,7 +811,7 @@ static int pin_ask(struct pin_try *t)
 	t->old = pfile_old(t->dev, t->ino, &t->oldslot);
 	t->m.desc_id = t->have = pfile_have(t->dev, t->ino);
 	t->m.flags = (t->old >= 0 ? RS_AG_OLD_FD : 0) | t->wflag;
-	if (rs_ag_send(t->sock, &t->m, t->old) < 0 ||
+	if (send_to_agent(t->sock, &t->m, t->old) < 0 ||
 	    (rc = recv_msg(t->sock, &t->m, &t->r, &t->rfd)) == -1)
 		return PIN_AGAIN;
 	if (rc == -2)
@@ -810,7 +823,7 @@ static int pin_ask(struct pin_try *t)
 	if (fd == -EMFILE || fd == -ENFILE)
 		return fd_limit(-fd, t->dev, t->ino);
 	t->m.flags |= RS_AG_HAS_FD;
-	if (fd < 0 || rs_ag_send(t->sock, &t->m, fd) < 0 ||
+	if (fd < 0 || send_to_agent(t->sock, &t->m, fd) < 0 ||
 	    (rc = recv_msg(t->sock, &t->m, &t->r, &t->rfd)) == -1)
 		return PIN_AGAIN;
 	return rc == -2 ? fd_limit(EMFILE, t->dev, t->ino) : 0;

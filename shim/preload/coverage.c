@@ -52,6 +52,7 @@
 #include "filewaits.h"
 #include "stats.h"
 #include "rawsyscall.h"
+#include "real.h"
 #include "fileid.h"
 #include "elfinterp.h"
 
@@ -94,7 +95,8 @@ static const char *const cov_what[COV_NKINDS] = {
  * (its symbolizer, from _dl_init, before any constructor): anything
  * instrumented on that path crashes the program.  So mmap and this
  * stand-in are left uninstrumented, and the stand-in makes the system
- * call itself rather than through the (instrumented) syscall() wrapper.
+ * call itself (rs_mmap) rather than through the instrumented
+ * rs_app_syscall.
  */
 #if defined(__SANITIZE_THREAD__)
 #define RS_NO_TSAN __attribute__((no_sanitize_thread))
@@ -104,22 +106,12 @@ static const char *const cov_what[COV_NKINDS] = {
 
 RS_NO_TSAN static void *raw_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off)
 {
-#if defined(__x86_64__)
-	long r = rs_raw_syscall6(SYS_mmap, (long)a, (long)n, prot, flags, fd, off);
-
-	if ((unsigned long)r > -4096UL) {
-		errno = (int)-r;
-		return MAP_FAILED;
-	}
-	return (void *)r;
-#else
-	return (void *)syscall(SYS_mmap, a, n, prot, flags, fd, off);
-#endif
+	return rs_mmap(a, n, prot, flags, fd, off);
 }
 
 static ssize_t raw_splice(int in, loff_t *ioff, int out, loff_t *ooff, size_t n, unsigned fl)
 {
-	return syscall(SYS_splice, in, ioff, out, ooff, n, fl);
+	return rs_app_syscall(SYS_splice, in, (long)ioff, out, (long)ooff, (long)n, fl);
 }
 
 /* X(return type, name, parameter list), as real.h's table. */

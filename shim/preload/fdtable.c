@@ -127,7 +127,7 @@ void rs_fd_evict(int fd)
 static void *reserve(size_t bytes)
 {
 	/* Reserved, not committed: untouched pages cost nothing. */
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+	void *p = rs_mmap(NULL, bytes, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	return p == MAP_FAILED ? NULL : p;
 }
@@ -451,7 +451,7 @@ static int wanted(int fd, uint64_t *dev, uint64_t *ino)
 {
 	struct stat st;
 
-	if (fstat(fd, &st) < 0)
+	if (rs_fstat(fd, &st) < 0)
 		return -1;
 	return wanted_st(fd, &st, dev, ino);
 }

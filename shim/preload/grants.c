@@ -308,7 +308,7 @@ static int attach_locked(void)
 	 * on a number the parent may close (rs_grants_fork_child).  A fork
 	 * of ours replaces this mapping (above), so it never keeps us alive. */
 	if (shares_files && table.map.fd >= 0)
-		mmap(table.map.seg, sizeof(struct rs_segment), PROT_READ | PROT_WRITE,
+		rs_mmap(table.map.seg, sizeof(struct rs_segment), PROT_READ | PROT_WRITE,
 		     MAP_SHARED | MAP_FIXED, table.map.fd, 0);
 	rs_node_me = table.me;
 	__atomic_store_n(&rs_node_seg, table.map.seg, __ATOMIC_RELEASE);
@@ -840,7 +840,7 @@ void rs_grants_files_shared(void)
 	shares_files = 1;
 	fd = atomic_load(&rs_private_fd[0]);
 	if (attach_state == 1 && table.map.seg && fd >= 0)
-		mmap(table.map.seg, sizeof(struct rs_segment), PROT_READ | PROT_WRITE,
+		rs_mmap(table.map.seg, sizeof(struct rs_segment), PROT_READ | PROT_WRITE,
 		     MAP_SHARED | MAP_FIXED, fd, 0);
 	rs_lk_mutex_unlock(RS_LK_ATTACH, &attach_mtx);
 }
@@ -897,7 +897,7 @@ void rs_grants_fork_child(int files_shared)
 	shares_files = files_shared;
 	table.map.fd_slot = NULL;
 	if (table.map.seg)
-		mmap(table.map.seg, sizeof(struct rs_segment), PROT_READ | PROT_WRITE,
+		rs_mmap(table.map.seg, sizeof(struct rs_segment), PROT_READ | PROT_WRITE,
 		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 	rs_nt_forget(&table);	/* closes it */
 	__atomic_store_n(&rs_node_seg, NULL, __ATOMIC_RELAXED);

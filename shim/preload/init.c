@@ -106,6 +106,7 @@ void rs_init_slow(void)
 		return;
 	}
 	initializing_here = 1;
+	rs_log_wrote = rs_fdt_moved;
 	rs_real_resolve();
 	rs_cov_resolve();
 	rs_exit_resolve();

@@ -1042,12 +1042,12 @@ RS_EXPORT FILE *fdopen(int fd, const char *mode)
 /*
  * syscall(SYS_fcntl, fd, F_SETFL, O_APPEND) changes O_APPEND as fcntl
  * does, so syscall is wrapped too, for that one case.  The shim's own
- * system calls use rs_sys (rawsyscall.h) and never come here, except
- * those that are the application's or stand for its calls (real.c's
- * stand-ins, rs_write_all: -Bsymbolic-functions binds them here); and a
- * call may arrive before dlsym has answered, or from inside it: so the
- * system call is made here, with the instruction itself, not through
- * glibc's syscall, and nothing is resolved.  Six arguments are always
+ * system calls use rs_sys (rawsyscall.h) and never come here; the ones
+ * that stand for the application's (real.c's stand-ins) call
+ * rs_app_syscall, the wrapper's body.  A call may arrive before dlsym
+ * has answered, or from inside it: so the system call is made here, with
+ * the instruction itself, not through glibc's syscall, and nothing is
+ * resolved.  Six arguments are always
  * passed, as glibc's syscall does (sysdeps/unix/sysv/linux/x86_64/
  * syscall.S reads the sixth from the caller's stack whether it was given
  * or not); the kernel ignores the ones a call does not take.  The result
@@ -1337,22 +1337,10 @@ static int offset_moving(long nr)
 	       nr == SYS_sendfile || nr == SYS_splice || nr == SYS_copy_file_range;
 }
 
-/* va_arg past the arguments given reads the caller's frame, as glibc's
- * assembly does; ASan would take that for an overflow. */
-__attribute__((no_sanitize("address")))
-RS_EXPORT long syscall(long nr, ...)
+long rs_app_syscall(long nr, long a, long b, long c, long d, long e, long f)
 {
-	va_list ap;
-	long a, b, c, d, e, f, r;
+	long r;
 
-	va_start(ap, nr);
-	a = va_arg(ap, long);
-	b = va_arg(ap, long);
-	c = va_arg(ap, long);
-	d = va_arg(ap, long);
-	e = va_arg(ap, long);
-	f = va_arg(ap, long);
-	va_end(ap);
 	if (__builtin_expect(nr == SYS_exit_group, 0))
 		rs_exit_report();
 	if (__builtin_expect(thread_like(nr, a), 0))
@@ -1394,6 +1382,30 @@ RS_EXPORT long syscall(long nr, ...)
 		return -1;
 	}
 	return r;
+}
+
+/* va_arg past the arguments given reads the caller's frame, as glibc's
+ * assembly does; ASan would take that for an overflow. */
+__attribute__((no_sanitize("address")))
+RS_EXPORT long syscall(long nr, ...)
+{
+	va_list ap;
+	long a, b, c, d, e, f;
+
+	va_start(ap, nr);
+	a = va_arg(ap, long);
+	b = va_arg(ap, long);
+	c = va_arg(ap, long);
+	d = va_arg(ap, long);
+	e = va_arg(ap, long);
+	f = va_arg(ap, long);
+	va_end(ap);
+	return rs_app_syscall(nr, a, b, c, d, e, f);
+}
+#else
+long rs_app_syscall(long nr, long a, long b, long c, long d, long e, long f)
+{
+	return rs_sys(nr, a, b, c, d, e, f);
 }
 #endif
 

@@ -141,7 +141,7 @@ static int file_size(int fd, uint64_t *size)
 {
 	struct stat st;
 
-	if (fstat(fd, &st) < 0)
+	if (rs_fstat(fd, &st) < 0)
 		return -1;
 	*size = (uint64_t)st.st_size;
 	return 0;
@@ -172,22 +172,8 @@ extern void *__libc_stack_end;
 static long vm_copy(int to_user, const struct iovec *ours, unsigned long nours,
 		    const struct iovec *theirs, unsigned long ntheirs)
 {
-#if defined(RS_HAVE_RAW_SYSCALL)
-	/* Made here, not through syscall(), which is ours too and looks at
-	 * every call for the ones it must follow. */
-	long r = rs_raw_syscall6(to_user ? SYS_process_vm_writev : SYS_process_vm_readv,
-				 rs_raw_getpid(), (long)ours, (long)nours, (long)theirs,
-				 (long)ntheirs, 0);
-
-	if (r < 0 && r > -4096) {
-		errno = (int)-r;
-		return -1;
-	}
-	return r;
-#else
-	return syscall(to_user ? SYS_process_vm_writev : SYS_process_vm_readv, rs_raw_getpid(),
-		       ours, nours, theirs, ntheirs, 0UL);
-#endif
+	return rs_sys(to_user ? SYS_process_vm_writev : SYS_process_vm_readv, rs_raw_getpid(),
+		      ours, nours, theirs, ntheirs, 0);
 }
 
 /* The sum of k lengths, saturated at UINT64_MAX.  Lengths below 2^53
@@ -856,7 +842,7 @@ static int vf_plan(struct vf_key *k, const struct rs_target *t, int n)
 
 		if (t[i].where == RS_POS_ONLY)
 			continue;
-		if (fstat(t[i].fd, &st) < 0 || !S_ISREG(st.st_mode))
+		if (rs_fstat(t[i].fd, &st) < 0 || !S_ISREG(st.st_mode))
 			continue;
 		k[m].dev = (uint64_t)st.st_dev;
 		k[m].ino = (uint64_t)st.st_ino;

@@ -14,9 +14,13 @@
  * allocator, a tracer) may do I/O from inside our dlsym call; those calls
  * land here and must neither recurse into dlsym nor fail.  The calls such
  * code makes are the plain syscalls below; the rest report ENOSYS.
- * They are the application's calls, so they go through syscall(), our
- * wrapper, which follows what they do to file offsets and F_SETFL.
+ * They are the application's calls, so they go through rs_app_syscall,
+ * which follows what they do to file offsets and F_SETFL.
  */
+#define APP_SYS_(nr, a, b, c, d, e, f, ...) \
+	rs_app_syscall((long)(nr), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f))
+#define app_sys(...) APP_SYS_(__VA_ARGS__, 0, 0, 0, 0, 0, 0, 0)
+
 static mode_t va_mode(int flags, va_list ap)
 {
 	return (flags & (O_CREAT | O_TMPFILE)) ? (mode_t)va_arg(ap, int) : 0;
@@ -30,7 +34,7 @@ static int raw_open(const char *p, int flags, ...)
 	va_start(ap, flags);
 	m = va_mode(flags, ap);
 	va_end(ap);
-	return (int)syscall(SYS_openat, AT_FDCWD, p, flags, m);
+	return (int)app_sys(SYS_openat, AT_FDCWD, p, flags, m);
 }
 
 static int raw_openat(int dirfd, const char *p, int flags, ...)
@@ -41,27 +45,27 @@ static int raw_openat(int dirfd, const char *p, int flags, ...)
 	va_start(ap, flags);
 	m = va_mode(flags, ap);
 	va_end(ap);
-	return (int)syscall(SYS_openat, dirfd, p, flags, m);
+	return (int)app_sys(SYS_openat, dirfd, p, flags, m);
 }
 
-static int raw_close(int fd) { return (int)syscall(SYS_close, fd); }
-static ssize_t raw_read(int fd, void *b, size_t n) { return syscall(SYS_read, fd, b, n); }
-static ssize_t raw_write(int fd, const void *b, size_t n) { return syscall(SYS_write, fd, b, n); }
-static ssize_t raw_pread(int fd, void *b, size_t n, off_t o) { return syscall(SYS_pread64, fd, b, n, o); }
-static ssize_t raw_pwrite(int fd, const void *b, size_t n, off_t o) { return syscall(SYS_pwrite64, fd, b, n, o); }
-static off_t raw_lseek(int fd, off_t o, int w) { return (off_t)syscall(SYS_lseek, fd, o, w); }
+static int raw_close(int fd) { return (int)app_sys(SYS_close, fd); }
+static ssize_t raw_read(int fd, void *b, size_t n) { return app_sys(SYS_read, fd, b, n); }
+static ssize_t raw_write(int fd, const void *b, size_t n) { return app_sys(SYS_write, fd, b, n); }
+static ssize_t raw_pread(int fd, void *b, size_t n, off_t o) { return app_sys(SYS_pread64, fd, b, n, o); }
+static ssize_t raw_pwrite(int fd, const void *b, size_t n, off_t o) { return app_sys(SYS_pwrite64, fd, b, n, o); }
+static off_t raw_lseek(int fd, off_t o, int w) { return (off_t)app_sys(SYS_lseek, fd, o, w); }
 #if defined(SYS_newfstatat)
 /* struct stat is the kernel's on the 64-bit architectures that have
  * newfstatat; elsewhere these wait for dlsym (ENOSYS until then). */
-static int raw_fstat(int fd, struct stat *st) { return (int)syscall(SYS_fstat, fd, st); }
-static int raw_fstat64(int fd, struct stat64 *st) { return (int)syscall(SYS_fstat, fd, st); }
+static int raw_fstat(int fd, struct stat *st) { return (int)app_sys(SYS_fstat, fd, st); }
+static int raw_fstat64(int fd, struct stat64 *st) { return (int)app_sys(SYS_fstat, fd, st); }
 static int raw_fstatat(int d, const char *p, struct stat *st, int fl)
 {
-	return (int)syscall(SYS_newfstatat, d, p, st, fl);
+	return (int)app_sys(SYS_newfstatat, d, p, st, fl);
 }
 static int raw_fstatat64(int d, const char *p, struct stat64 *st, int fl)
 {
-	return (int)syscall(SYS_newfstatat, d, p, st, fl);
+	return (int)app_sys(SYS_newfstatat, d, p, st, fl);
 }
 #define RS_RAW_FSTAT .fstat = raw_fstat, .fstat64 = raw_fstat64, \
 		     .fstatat = raw_fstatat, .fstatat64 = raw_fstatat64,
@@ -77,7 +81,7 @@ static int raw_fcntl(int fd, int cmd, ...)
 	va_start(ap, cmd);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	return (int)syscall(SYS_fcntl, fd, cmd, arg);
+	return (int)app_sys(SYS_fcntl, fd, cmd, arg);
 }
 
 struct rs_real rs_real = {

@@ -108,4 +108,10 @@ extern struct rs_real rs_real;
 /* Idempotent; resolves every entry.  Safe to call from any wrapper. */
 void rs_real_resolve(void);
 
+/* The application's system call nr, with what it does to the shim's
+ * state (file offsets, forks, F_SETFL): the body of the exported
+ * syscall() (interpose.c), for calls made on the application's behalf.
+ * The result and errno are syscall()'s. */
+long rs_app_syscall(long nr, long a, long b, long c, long d, long e, long f);
+
 #endif
