@@ -72,6 +72,8 @@
 #include "clusteragent.h"
 #include "fileid.h"
 #include "clusterlock.h"
+#include "invariant.h"
+#include "lockorder.h"
 #include "log.h"
 #include "nodelock.h"
 #include "rangeshim/rangelock.h"
@@ -118,6 +120,19 @@ static uint32_t openings;   /* files_mu */
 static uint64_t table_dev, table_ino;   /* the node table we serve */
 static const char *table_name;
 
+/* files_mu at its level of the lock order (lockorder.h). */
+static void files_lock(void)
+{
+	rs_lk_acquire(RS_LK_AGENT_FILES, &files_mu);
+	pthread_mutex_lock(&files_mu);
+}
+
+static void files_unlock(void)
+{
+	rs_lk_release(RS_LK_AGENT_FILES, &files_mu);
+	pthread_mutex_unlock(&files_mu);
+}
+
 static uint64_t now_ns(void)
 {
 	struct timespec t;
@@ -158,6 +173,7 @@ static void drain(void *arg, uint64_t s, uint64_t e)
 	struct rs_nt_result res;
 	char why[256];
 
+	RS_ASSERT(rs_lk_held(RS_LK_CLUSTER, &f->cl));
 	while (rs_nt_acquire(&nt, &q, &res, why, sizeof why) < 0) {
 		/* Never give a range back undrained: wait, and say why. */
 		fprintf(stderr, "rangeshim agent[%d]: cannot drain the node (%s); retrying\n",
@@ -197,9 +213,9 @@ static void lost(struct afile *f)
 static void poll_file(struct afile *f)
 {
 	if (rs_cl_poll(&f->cl) < 0) {
-		pthread_mutex_lock(&f->cl.mu);
+		rs_cl_lock(&f->cl);
 		lost(f);
-		pthread_mutex_unlock(&f->cl.mu);
+		rs_cl_unlock(&f->cl);
 	}
 	f->next_poll_ns = now_ns() + rs_cl_poll_interval(&f->cl);
 }
@@ -315,6 +331,7 @@ static void grace_warn(void *arg)
  * revoked, calls inside are waited for), and its description closed. */
 static void forget(struct afile *f)
 {
+	RS_ASSERT(f->evicting || rs_lk_held(RS_LK_AGENT_FILES, &files_mu));
 	if (f->has_poller) {
 		atomic_store(&f->stop, 1);
 		pthread_join(f->poller, NULL);
@@ -339,6 +356,7 @@ static int make_room(void)
 	struct afile *v = NULL;
 	int v_busy = 1;
 
+	RS_ASSERT(rs_lk_held(RS_LK_AGENT_FILES, &files_mu));
 	for (int i = 0; i < MAX_FILES; i++) {
 		struct afile *f = &files[i];
 		int busy;
@@ -354,10 +372,10 @@ static int make_room(void)
 	if (!v)
 		return 0;
 	v->evicting = 1;
-	pthread_mutex_unlock(&files_mu);
+	files_unlock();
 	forget(v);
 	say("file %s given back (room for another)", RS_FILE_ID(v->dev, v->ino));
-	pthread_mutex_lock(&files_mu);
+	files_lock();
 	v->used = 0;
 	v->evicting = 0;
 	return 1;
@@ -371,7 +389,7 @@ static struct afile *get_file(uint64_t dev, uint64_t ino, int fd, int *err)
 	struct afile *f = NULL, *free_f = NULL;
 
 	*err = fd >= 0 ? -EAGAIN : -ENOENT;
-	pthread_mutex_lock(&files_mu);
+	files_lock();
 again:
 	f = NULL;
 	free_f = NULL;
@@ -380,9 +398,9 @@ again:
 			if (files[i].evicting) {
 				/* Its grants are on their way back: wait, then
 				 * open it afresh. */
-				pthread_mutex_unlock(&files_mu);
+				files_unlock();
 				usleep(1000);
-				pthread_mutex_lock(&files_mu);
+				files_lock();
 				goto again;
 			}
 			f = &files[i];
@@ -448,17 +466,17 @@ again:
 		f->pins++;
 		f->last_use_ns = now_ns();
 	}
-	pthread_mutex_unlock(&files_mu);
+	files_unlock();
 	return f;
 }
 
 static void put_file(struct afile *f)
 {
-	pthread_mutex_lock(&files_mu);
+	files_lock();
 	f->pins--;
 	f->idle_since_ns = 0;
 	f->last_use_ns = now_ns();
-	pthread_mutex_unlock(&files_mu);
+	files_unlock();
 }
 
 
@@ -475,13 +493,13 @@ static void adopt(struct afile *f, int old)
 {
 	struct flock fl = { .l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
 
-	pthread_mutex_lock(&f->cl.mu);
+	rs_cl_lock(&f->cl);
 	drain(f, 0, RS_CL_EOF);
 	if (fcntl(old, F_OFD_SETLK, &fl) < 0)
 		fprintf(stderr, "rangeshim agent[%d]: cannot unlock a dead agent's description: "
 			"%s\n", (int)getpid(), strerror(errno));
 	undrain(f);
-	pthread_mutex_unlock(&f->cl.mu);
+	rs_cl_unlock(&f->cl);
 	say("file %s: took over a dead agent's description", RS_FILE_ID(f->dev, f->ino));
 }
 
@@ -528,13 +546,13 @@ static void list_grants(int s)
 	struct timespec dl;
 	int nv = 0;
 
-	pthread_mutex_lock(&files_mu);
+	files_lock();
 	for (int i = 0; i < MAX_FILES; i++)
 		if (files[i].used && !files[i].evicting) {
 			files[i].listers++;
 			v[nv++] = &files[i];
 		}
-	pthread_mutex_unlock(&files_mu);
+	files_unlock();
 	clock_gettime(CLOCK_REALTIME, &dl);
 	dl.tv_nsec += (long)LIST_WAIT_NS;
 	dl.tv_sec += dl.tv_nsec / 1000000000L;
@@ -556,10 +574,10 @@ static void list_grants(int s)
 			nout++;
 		}
 	}
-	pthread_mutex_lock(&files_mu);
+	files_lock();
 	for (int k = 0; k < nv; k++)
 		v[k]->listers--;
-	pthread_mutex_unlock(&files_mu);
+	files_unlock();
 	for (size_t k = 0; k < nout; k++)
 		if (rs_ag_send(s, &out[k], -1) < 0)
 			break;
@@ -673,20 +691,21 @@ static void serve_grant(int s, struct afile *f, const struct rs_ag_msg *m, struc
 	uint64_t graces;
 	int pfd;
 
-	pthread_mutex_lock(&f->cl.mu);
+	RS_ASSERT(!rs_lk_held(RS_LK_CLUSTER, &f->cl));
+	rs_cl_lock(&f->cl);
 	graces = f->cl.st.graces;
-	pthread_mutex_unlock(&f->cl.mu);
+	rs_cl_unlock(&f->cl);
 	r->rc = rs_cl_acquire_ex(&f->cl, m->start, m->end, &r->gs, &r->ge, &r->locks, &r->wait_ns);
-	pthread_mutex_lock(&f->cl.mu);
+	rs_cl_lock(&f->cl);
 	if (f->cl.st.graces != graces && r->rc == 0)
 		r->flags |= RS_AG_GRACE;
 	r->revokes = f->cl.st.revokes - f->reported_revokes;
 	f->reported_revokes = f->cl.st.revokes;
-	pthread_mutex_unlock(&f->cl.mu);
+	rs_cl_unlock(&f->cl);
 	if (r->rc == -EIO) {
-		pthread_mutex_lock(&f->cl.mu);
+		rs_cl_lock(&f->cl);
 		lost(f);
-		pthread_mutex_unlock(&f->cl.mu);
+		rs_cl_unlock(&f->cl);
 	}
 	r->desc_id = f->desc_id;
 	/* The carrier goes only to a process without a copy of it: a pin
@@ -815,16 +834,16 @@ static void tick(void)
 		int poll_it;
 
 		/* used is written under files_mu (get_file, make_room). */
-		pthread_mutex_lock(&files_mu);
+		files_lock();
 		poll_it = f->used && !f->evicting && !f->has_poller && now >= f->next_poll_ns;
-		pthread_mutex_unlock(&files_mu);
+		files_unlock();
 		/* Unlocked: a poll may drain.  Only tick frees a file without
 		 * a poller thread (make_room never takes one). */
 		if (poll_it)
 			poll_file(f);
-		pthread_mutex_lock(&files_mu);
+		files_lock();
 		if (!f->used || f->evicting) {
-			pthread_mutex_unlock(&files_mu);
+			files_unlock();
 			continue;
 		}
 		/* The time now, not at the tick's start: a poll above, or a
@@ -844,7 +863,7 @@ static void tick(void)
 			f->used = 0;
 			say("file %s given back (idle)", RS_FILE_ID(f->dev, f->ino));
 		}
-		pthread_mutex_unlock(&files_mu);
+		files_unlock();
 	}
 	table_check(now_ns(), 0);
 }
@@ -868,6 +887,7 @@ static int idle_exit(void)
 {
 	uint64_t last, now;
 
+	RS_ASSERT(rs_lk_held(RS_LK_AGENT_FILES, &files_mu));
 	for (int i = 0; i < MAX_FILES; i++)
 		if (files[i].used)
 			return 0;
@@ -889,12 +909,12 @@ static void *poller(void *arg)
 	(void)arg;
 	for (;;) {
 		tick();
-		pthread_mutex_lock(&files_mu);
+		files_lock();
 		if (idle_exit()) {
 			say("idle: exiting");
 			exit(0);	/* files_mu held: see idle_exit */
 		}
-		pthread_mutex_unlock(&files_mu);
+		files_unlock();
 		usleep(2000);
 	}
 	return NULL;

@@ -205,18 +205,15 @@ static int lk(struct rs_cl *c, int cmd, short type, uint64_t base, uint64_t star
 	return 0;
 }
 
-/* c->mu, with the lock order checks of debug builds (lockorder.h): the
- * first of the agent's locks that the library knows, held across the
- * drain of the node (drain_fn), which takes node grants.  agent.c takes
- * it too, around its own short sections, untracked: they call nothing
- * here that expects it. */
-static void cl_lock(struct rs_cl *c)
+/* c->mu, with the lock order checks of debug builds (lockorder.h): held
+ * across the drain of the node (drain_fn), which takes node grants. */
+void rs_cl_lock(struct rs_cl *c)
 {
 	rs_lk_acquire(RS_LK_CLUSTER, c);
 	pthread_mutex_lock(&c->mu);
 }
 
-static void cl_unlock(struct rs_cl *c)
+void rs_cl_unlock(struct rs_cl *c)
 {
 	rs_lk_release(RS_LK_CLUSTER, c);
 	pthread_mutex_unlock(&c->mu);
@@ -605,14 +602,14 @@ static int lock_window(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *lo, ui
 		if (rc != -ENOLCK)
 			break;
 		/* Refused for now (a grace period?): back off, ask again. */
-		cl_lock(c);
+		rs_cl_lock(c);
 		if (c->lost || !in_grace(c, rc)) {
-			cl_unlock(c);
+			rs_cl_unlock(c);
 			break;
 		}
 		pause = c->grace_ns;
 		c->grace_ns = pause * 2 > 2000 * MS ? 2000 * MS : pause * 2;
-		cl_unlock(c);
+		rs_cl_unlock(c);
 		usleep((useconds_t)(pause / 1000));
 		*lo = wlo;
 		*hi = whi;
@@ -631,14 +628,14 @@ static int admit(struct rs_cl *c, struct rs_cl_grant *p, int rc, uint64_t lo, ui
 		 uint64_t locks, uint64_t polls, uint64_t waited)
 {
 	RS_ASSERT(!rs_lk_held(RS_LK_CLUSTER, c));
-	cl_lock(c);
+	rs_cl_lock(c);
 	c->st.locks += locks;
 	c->st.polls += polls;
 	c->st.wait_ns += waited;
 	if (rc < 0) {
 		p->state = RS_CL_FREE;
 		set_lost(c, -rc);
-		cl_unlock(c);
+		rs_cl_unlock(c);
 		return -EIO;
 	}
 	c->grace_since = 0;
@@ -651,7 +648,7 @@ static int admit(struct rs_cl *c, struct rs_cl_grant *p, int rc, uint64_t lo, ui
 			     c->p.hold_max_ns : c->hold_ns + HOLD_INCR_NS;
 	c->poll_ns = c->p.poll_min_ns;
 	pthread_cond_broadcast(&c->cv);
-	cl_unlock(c);
+	rs_cl_unlock(c);
 	return 0;
 }
 
@@ -666,10 +663,10 @@ int rs_cl_acquire_ex(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, uint
 		return -EINVAL;
 	if (e > RS_CL_EOF)
 		return -EOVERFLOW;
-	cl_lock(c);
+	rs_cl_lock(c);
 	rc = join_or_clear(c, s, e, &lo, &hi);
 	if (rc != 0) {
-		cl_unlock(c);
+		rs_cl_unlock(c);
 		if (rc < 0)
 			return rc;
 		acquired(gs, ge, locks_out, wait_out, lo, hi, 0, 0);
@@ -678,7 +675,7 @@ int rs_cl_acquire_ex(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, uint
 	window(c, s, e, &lo, &hi);
 	p = free_slot(c);
 	if (!p) {
-		cl_unlock(c);
+		rs_cl_unlock(c);
 		return c->lost ? -EIO : -ENOLCK;
 	}
 	/* A pending grant reserves its whole window: two requests of this
@@ -686,7 +683,7 @@ int rs_cl_acquire_ex(struct rs_cl *c, uint64_t s, uint64_t e, uint64_t *gs, uint
 	 * giving one back would then unlock the other. */
 	*p = (struct rs_cl_grant){ .start = lo, .end = hi, .state = RS_CL_PENDING };
 	until = c->courtesy_until;
-	cl_unlock(c);
+	rs_cl_unlock(c);
 	courtesy(c, s, e, until);
 
 	rc = lock_window(c, s, e, &lo, &hi, &locks, &polls, &waited);
@@ -707,7 +704,7 @@ void rs_cl_release(struct rs_cl *c, uint64_t s, uint64_t e)
 {
 	struct rs_cl_grant *g;
 
-	cl_lock(c);
+	rs_cl_lock(c);
 	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++) {
 		if (g->state != RS_CL_HELD || !g->users || g->start > s || e > g->end)
 			continue;
@@ -720,7 +717,7 @@ void rs_cl_release(struct rs_cl *c, uint64_t s, uint64_t e)
 		}
 		break;
 	}
-	cl_unlock(c);
+	rs_cl_unlock(c);
 }
 
 int rs_cl_poll(struct rs_cl *c)
@@ -730,9 +727,9 @@ int rs_cl_poll(struct rs_cl *c)
 	uint64_t a, b, now;
 	int rc, gave = 0, held = 0;
 
-	cl_lock(c);
+	rs_cl_lock(c);
 	if (c->lost) {
-		cl_unlock(c);
+		rs_cl_unlock(c);
 		return -EIO;
 	}
 	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++)
@@ -765,7 +762,7 @@ int rs_cl_poll(struct rs_cl *c)
 		}
 		if (g->wanted && !g->users && draining(c, g, now)) {
 			if (give_back(c, g) < 0) {
-				cl_unlock(c);
+				rs_cl_unlock(c);
 				return -EIO;
 			}
 			c->st.revokes++;
@@ -774,15 +771,15 @@ int rs_cl_poll(struct rs_cl *c)
 		}
 	}
 	c->poll_ns = c->p.poll_min_ns;
-	cl_unlock(c);
+	rs_cl_unlock(c);
 	return gave;
 idle:
 	c->poll_ns = c->poll_ns * 2 > c->p.poll_max_ns ? c->p.poll_max_ns : c->poll_ns * 2;
-	cl_unlock(c);
+	rs_cl_unlock(c);
 	return 0;
 lost:
 	set_lost(c, -rc);
-	cl_unlock(c);
+	rs_cl_unlock(c);
 	return -EIO;
 }
 
@@ -790,9 +787,9 @@ uint64_t rs_cl_poll_interval(struct rs_cl *c)
 {
 	uint64_t v;
 
-	cl_lock(c);
+	rs_cl_lock(c);
 	v = c->poll_ns;
-	cl_unlock(c);
+	rs_cl_unlock(c);
 	return v;
 }
 
@@ -811,13 +808,13 @@ static int copy_grants(struct rs_cl *c, struct rs_cl_grant *out, int max)
 			out[n] = *g;
 		n++;
 	}
-	cl_unlock(c);
+	rs_cl_unlock(c);
 	return n;
 }
 
 int rs_cl_grants(struct rs_cl *c, struct rs_cl_grant *out, int max)
 {
-	cl_lock(c);
+	rs_cl_lock(c);
 	return copy_grants(c, out, max);
 }
 
@@ -840,9 +837,9 @@ int rs_cl_check(struct rs_cl *c)
 {
 	int lost;
 
-	cl_lock(c);
+	rs_cl_lock(c);
 	lost = c->lost;
-	cl_unlock(c);
+	rs_cl_unlock(c);
 	return lost ? -EIO : 0;
 }
 
@@ -850,11 +847,11 @@ void rs_cl_fini(struct rs_cl *c)
 {
 	struct rs_cl_grant *g;
 
-	cl_lock(c);
+	rs_cl_lock(c);
 	for (g = c->g; g < c->g + RS_CL_MAX_GRANTS; g++)
 		if (g->state == RS_CL_HELD)
 			give_back(c, g);
-	cl_unlock(c);
+	rs_cl_unlock(c);
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->mu);
 }

@@ -124,5 +124,9 @@ int rs_cl_grants_until(struct rs_cl *c, struct rs_cl_grant *out, int max,
 int rs_cl_check(struct rs_cl *c);
 /* Pre: no users.  Writes back and unlocks every grant. */
 void rs_cl_fini(struct rs_cl *c);
+/* c's mutex (c->mu), at its level of the lock order (lockorder.h), for
+ * the agent's own short sections on c's counters and its lost file. */
+void rs_cl_lock(struct rs_cl *c);
+void rs_cl_unlock(struct rs_cl *c);
 
 #endif

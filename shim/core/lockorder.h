@@ -37,8 +37,11 @@
 
 enum rs_lk_level {
 	RS_LK_NONE = 0,
-	/* The agent: a file's cluster cache mutex (clusterlock.c, c->mu),
-	 * held across the drain of the node, which takes node grants. */
+	/* The agent: its file table (agent.c, files_mu), held while an idle
+	 * file is forgotten; a file's cluster cache mutex (clusterlock.c,
+	 * c->mu), held across the drain of the node, which takes node
+	 * grants. */
+	RS_LK_AGENT_FILES,
 	RS_LK_CLUSTER,
 	/* (h) 1: offset locks (fdtable.h, rs_pos_lock). */
 	RS_LK_POS,

@@ -102,13 +102,13 @@ static int cluster_dev(uint64_t dev, int *flock_posix)
 {
 	int ok, n;
 
-	rs_mutex_lock(&devs_mtx);
+	rs_lk_mutex_lock(RS_LK_DEVS, &devs_mtx);
 	n = atomic_load_explicit(&ndev, memory_order_relaxed);
 	for (int i = 0; i < n; i++)
 		if (devs[i].dev == dev) {
 			ok = devs[i].ok;
 			*flock_posix = devs[i].flock_posix;
-			rs_mutex_unlock(&devs_mtx);
+			rs_lk_mutex_unlock(RS_LK_DEVS, &devs_mtx);
 			return ok;
 		}
 	ok = decide(dev, flock_posix);
@@ -120,7 +120,7 @@ static int cluster_dev(uint64_t dev, int *flock_posix)
 		devs[n].flock_posix = *flock_posix;
 		atomic_store_explicit(&ndev, n + 1, memory_order_release);
 	}
-	rs_mutex_unlock(&devs_mtx);
+	rs_lk_mutex_unlock(RS_LK_DEVS, &devs_mtx);
 	return ok;
 }
 
