@@ -469,7 +469,7 @@ static int compute(struct plan *p, const struct rs_target *t)
 		    (atomic_load_explicit(&p->desc->flags, memory_order_relaxed) & RS_DESC_FRESH))
 			atomic_fetch_and_explicit(&p->desc->flags, ~RS_DESC_FRESH,
 						  memory_order_relaxed);
-		if (file_size(p->fd, &size) < 0)
+		if (rs_append_eof(p->fd, &size) < 0)
 			return -1;
 		p->start = size;
 		p->end = RS_RANGE_EOF;
@@ -508,17 +508,19 @@ static int compute(struct plan *p, const struct rs_target *t)
 }
 
 /* Under the lock, end of file may have moved below where we started (a
- * truncation finished between fstat and the grant); then start over. */
+ * truncation finished between reading it and the grant); then start
+ * over.  An append re-checks as the inline path does (rs_append_moved). */
 static int still_covers(const struct plan *p, const struct rs_target *t)
 {
-	uint64_t size, start;
+	uint64_t size;
 
-	if (!p->append && p->where != RS_TRUNCATE)
+	if ((!p->append && p->where != RS_TRUNCATE) || rs_cfg.lock == RS_LOCK_MUTEX)
 		return 1;
-	if (rs_cfg.lock == RS_LOCK_MUTEX || file_size(p->fd, &size) < 0)
+	if (p->append)
+		return !rs_append_moved(p->fd, p->start, &size);
+	if (file_size(p->fd, &size) < 0)
 		return 1;
-	start = p->append ? size : (size < (uint64_t)t->off ? size : (uint64_t)t->off);
-	return start >= p->start;
+	return (size < (uint64_t)t->off ? size : (uint64_t)t->off) >= p->start;
 }
 
 /* Still the fd, description and file we planned for, and O_APPEND as it

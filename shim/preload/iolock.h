@@ -245,6 +245,22 @@ static inline __attribute__((always_inline)) int rs_fstat_size(int fd, uint64_t 
 int rs_append_eof(int fd, uint64_t *size);
 
 /*
+ * Validate an append, under its locks, on both paths: end of file now,
+ * in *eof; nonzero if it cannot be read or lies below start, where the
+ * append's locks begin, and then the call lets go and plans again.  End
+ * of file cannot shrink while the locks are held (every coordinated
+ * shrink conflicts with them), only grow; but an uncoordinated shrink may
+ * have moved it below start before they were granted (rs_ap_hint, below;
+ * ZFS's RL_APPEND re-check).  Read the same way as the plan read it
+ * (rs_fstat_size, rs_append_eof), so that a re-plan agrees with it.
+ */
+static inline __attribute__((always_inline)) int rs_append_moved(int fd, uint64_t start,
+								 uint64_t *eof)
+{
+	return rs_fstat_size(fd, eof) < 0 || *eof < start;
+}
+
+/*
  * An appender's end-of-file hint: the end of file this thread's last
  * append to the file left (the start it locked plus what it wrote), a
  * guess at where the next append will land, so that it can lock
@@ -546,12 +562,9 @@ unlock_pos:
 
 /*
  * Validate, under the locks: is this still the call we planned?
- * An append: ZFS's RL_APPEND re-check, is start still at or below end of
- * file?  End of file cannot shrink now (every coordinated shrink
- * conflicts with us), only grow; but an uncoordinated one may have moved
- * it below the hint before we locked (rs_ap_hint), and then the general
- * path re-reads it before and after locking.  io->eof keeps end of file
- * for the next hint.
+ * An append: is start still at or below end of file (rs_append_moved)?
+ * If not, the general path plans it again from end of file.  io->eof
+ * keeps end of file for the next hint.
  * Every call re-checks the entry, even when the lock was free at once: a
  * dup2 onto fd may have run to completion between our read of the entry
  * and our lock, and only the entry tells (interpose.c, dup_begin).  The
@@ -576,8 +589,7 @@ rs_fast_valid(struct rs_io *io, int fd, unsigned mode, unsigned how, uint64_t st
 	      const int append)
 {
 	RS_ASSERT(RS_LOAD(rs_depth) > 0 && desc);
-	if (append &&
-	    __builtin_expect(rs_fstat_size(fd, &io->eof) < 0 || io->eof < start, 0))
+	if (append && __builtin_expect(rs_append_moved(fd, start, &io->eof), 0))
 		return 0;
 	return !__builtin_expect((atomic_load_explicit((solo && (how & RS_HOW_CURSOR))
 							       ? &rs_fd_entries[fd] : ep,
