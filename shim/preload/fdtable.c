@@ -618,8 +618,9 @@ void rs_fdt_lazy_shared(void)
 		       !atomic_compare_exchange_weak(&rs_fd_entries[fd], &e, e | RS_FD_LAZY_SHARED))
 			;
 		if ((e & 3) == RS_FD_TRACKED)
-			atomic_fetch_and_explicit(&rs_fdt_desc(e)->flags, ~RS_DESC_FRESH,
-						  memory_order_relaxed);
+			rs_desc_unfresh(rs_fdt_desc(e),
+					atomic_load_explicit(&rs_fdt_desc(e)->flags,
+							     memory_order_relaxed));
 	}
 }
 
@@ -635,8 +636,8 @@ void rs_fdt_moved(int fd)
 	       !atomic_compare_exchange_weak(&rs_fd_entries[fd], &e, e | RS_FD_LAZY_SHARED))
 		;
 	if ((e & 3) == RS_FD_TRACKED)
-		atomic_fetch_and_explicit(&rs_fdt_desc(e)->flags, ~RS_DESC_FRESH,
-					  memory_order_relaxed);
+		rs_desc_unfresh(rs_fdt_desc(e),
+				atomic_load_explicit(&rs_fdt_desc(e)->flags, memory_order_relaxed));
 }
 
 uint64_t rs_fdt_classify(int fd)

@@ -100,6 +100,26 @@ struct rs_desc {
 	uint32_t refs;              /* fds using it (table mutex) */
 };
 
+/* Clear d's RS_DESC_FRESH; seen is d->flags as the caller read it, so
+ * that the common case (not fresh) writes nothing to a line that other
+ * threads read. */
+static inline __attribute__((always_inline)) void rs_desc_unfresh(struct rs_desc *d,
+								   uint32_t seen)
+{
+	if (seen & RS_DESC_FRESH)
+		atomic_fetch_and_explicit(&d->flags, ~RS_DESC_FRESH, memory_order_relaxed);
+}
+
+/* Take RS_DESC_FRESH: 1 if it was set (the offset is 0), and it is clear
+ * now.  Pre: the offset lock held (or alone), so that no call of ours
+ * moved the offset since it was set. */
+static inline int rs_desc_take_fresh(struct rs_desc *d)
+{
+	return (atomic_load_explicit(&d->flags, memory_order_relaxed) & RS_DESC_FRESH) &&
+	       (atomic_fetch_and_explicit(&d->flags, ~RS_DESC_FRESH, memory_order_relaxed) &
+		RS_DESC_FRESH);
+}
+
 /*
  * The offset lock of a description: exclusive for a call that uses or
  * moves the file offset (read and write at the offset, lseek, and the

@@ -465,10 +465,8 @@ static int compute(struct plan *p, const struct rs_target *t)
 		 * RWF_APPEND on a descriptor without O_APPEND) leaves the
 		 * offset at end of file: no longer 0 (RS_DESC_FRESH).  We
 		 * hold the offset lock. */
-		if (p->where == RS_AT_CURSOR &&
-		    (atomic_load_explicit(&p->desc->flags, memory_order_relaxed) & RS_DESC_FRESH))
-			atomic_fetch_and_explicit(&p->desc->flags, ~RS_DESC_FRESH,
-						  memory_order_relaxed);
+		if (p->where == RS_AT_CURSOR)
+			rs_desc_take_fresh(p->desc);
 		if (rs_append_eof(p->fd, &size) < 0)
 			return -1;
 		p->start = size;
@@ -478,10 +476,7 @@ static int compute(struct plan *p, const struct rs_target *t)
 			return -1;
 		p->start = size < (uint64_t)t->off ? size : (uint64_t)t->off;
 		p->end = RS_RANGE_EOF;
-	} else if (p->where == RS_AT_CURSOR &&
-		   (atomic_load_explicit(&p->desc->flags, memory_order_relaxed) & RS_DESC_FRESH) &&
-		   (atomic_fetch_and_explicit(&p->desc->flags, ~RS_DESC_FRESH,
-					      memory_order_relaxed) & RS_DESC_FRESH)) {
+	} else if (p->where == RS_AT_CURSOR && rs_desc_take_fresh(p->desc)) {
 		/* Under the offset lock: nobody has used the offset since
 		 * the open (fdtable.h, RS_DESC_FRESH). */
 		p->start = 0;
@@ -523,15 +518,14 @@ static int still_covers(const struct plan *p, const struct rs_target *t)
 	return (size < (uint64_t)t->off ? size : (uint64_t)t->off) >= p->start;
 }
 
-/* Still the fd, description and file we planned for, and O_APPEND as it
- * was (an fcntl(F_SETFL) waits for our lock, then changes it: interpose.c,
- * setfl_begin). */
+/* Still the call planned (rs_io_changed, as on the inline path). */
 static int valid(const struct plan *p)
 {
-	return rs_fdt_get(p->fd) == p->entry &&
-	       atomic_load_explicit(&p->desc->file, memory_order_relaxed) == p->file_idx &&
-	       (atomic_load_explicit(&p->desc->flags, memory_order_relaxed) & RS_DESC_APPEND) ==
-		       p->fl_append;
+	uint64_t now = rs_fdt_get(p->fd);
+
+	RS_ASSERT(now != p->entry ||
+		  atomic_load_explicit(&p->desc->file, memory_order_relaxed) == p->file_idx);
+	return !rs_io_changed(now, p->entry, p->desc, p->mode, p->fl_append);
 }
 
 /* Nothing held: what the wrappers need to see for a call passed through. */
@@ -700,20 +694,23 @@ static int lock_ranges(struct rs_io *io, const struct plan *p, int np, int *wait
  */
 static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 {
-	struct plan p[2];
-	int np, waited = 0;
+	/* q: the plans as made, one per target in the targets' order, which
+	 * are validated; p: the same, computed and ordered (order_plans may
+	 * swap them, or merge two on one file into their hull), which are
+	 * locked. */
+	struct plan p[2], q[2];
+	int np, nq, waited = 0;
 
 	RS_ASSERT(RS_LOAD(rs_depth) > 0 && io->npos == 0 && io->nholds == 0 && io->ngrefs == 0);
-	np = plan_targets(p, t, n);
+	nq = np = plan_targets(p, t, n);
 	if (np <= 0)
 		return 0;
+	memcpy(q, p, sizeof(struct plan) * (size_t)nq);
 	lock_offsets(io, p, np);
 	if (t[0].where == RS_POS_ONLY) {
 		/* lseek may move the offset (compute clears it for the
 		 * other calls at the offset). */
-		if (atomic_load_explicit(&p[0].desc->flags, memory_order_relaxed) & RS_DESC_FRESH)
-			atomic_fetch_and_explicit(&p[0].desc->flags, ~RS_DESC_FRESH,
-						  memory_order_relaxed);
+		rs_desc_take_fresh(p[0].desc);
 		if (!valid(&p[0])) {
 			release(io);
 			return -1;
@@ -741,9 +738,11 @@ static int try_begin(struct rs_io *io, const struct rs_target *t, int n)
 		RS_COUNT(append_retries, 1);
 		unlock_ranges(io);
 		leave_grants(io);
+		memcpy(p, q, sizeof(struct plan) * (size_t)nq);
+		np = nq;
 	}
-	for (int i = 0; i < np; i++) {
-		if (!valid(&p[i])) {
+	for (int i = 0; i < nq; i++) {
+		if (!valid(&q[i])) {
 			RS_COUNT(fd_races, 1);
 			release(io);
 			return -1;

@@ -401,15 +401,18 @@ int rs_iov_solo(int fd, struct rs_file *f, unsigned mode, unsigned how, int64_t 
 #define RS_LEAN_SPLIT(lean, how) ((lean) && !((how) & RS_HOW_CURSOR))
 
 /*
- * The inline path's lock protocol, in the steps every call takes in this
- * order (the general path, iolock.c, takes the same ones for up to two
- * files): plan the range (a vector call's length in rs_io_fast_lock, the
- * file offset in rs_fast_offset), the offset lock (rs_fast_offset), the node grant and the
- * range lock (rs_io_grant, rs_io_range), validate (rs_fast_valid), and
- * on failure release in reverse (rs_fast_release_pos).  Each is
- * always_inline and its flags (how, solo, lean, append) are constants,
- * so that every wrapper's copy keeps only its own steps and the steps
- * cost nothing as calls (tests/callgrind.sh).
+ * The lock protocol, in the steps every call takes in this order: plan
+ * the range (a vector call's length in rs_io_fast_lock, the file offset
+ * in rs_fast_offset), the offset lock (rs_fast_offset), the node grant
+ * and the range lock (rs_io_grant, rs_io_range), validate (rs_fast_valid),
+ * and on failure release in reverse (rs_fast_release_pos).  The general
+ * path (iolock.c, try_begin) takes the same steps for up to two files
+ * and shares every one that decides something: the grant-enter and the
+ * range lock above, the offset's freshness (rs_desc_take_fresh), the
+ * append re-check (rs_append_moved) and the validation (rs_io_changed).
+ * Here each step is always_inline and its flags (how, solo, lean,
+ * append) are constants, so that every wrapper's copy keeps only its own
+ * steps and the steps cost nothing as calls (tests/callgrind.sh).
  */
 
 /* A step's outcome. */
@@ -521,9 +524,7 @@ rs_fast_offset(struct rs_io *io, int fd, unsigned mode, int64_t *off, struct rs_
 			uint32_t dfl = atomic_load_explicit(&desc->flags, memory_order_relaxed);
 
 			if (solo && rs_grant_enter_whole(h, mode, &io->gref[0])) {
-				if (dfl & RS_DESC_FRESH)
-					atomic_fetch_and_explicit(&desc->flags, ~RS_DESC_FRESH,
-								  memory_order_relaxed);
+				rs_desc_unfresh(desc, dfl);
 				return RS_STEP_ENTERED;
 			}
 			if (dfl & RS_DESC_FRESH) {
@@ -536,8 +537,7 @@ rs_fast_offset(struct rs_io *io, int fd, unsigned mode, int64_t *off, struct rs_
 					return RS_STEP_GENERAL;
 				/* Under the offset lock (or alone): nobody has
 				 * used the offset since the open (fdtable.h). */
-				atomic_fetch_and_explicit(&desc->flags, ~RS_DESC_FRESH,
-							  memory_order_relaxed);
+				rs_desc_unfresh(desc, dfl);
 				*off = 0;
 				goto have_off;
 			}
@@ -561,19 +561,31 @@ unlock_pos:
 }
 
 /*
+ * Has the call changed since it was planned?  Both paths' check, under
+ * the locks.  now: fd's entry read again; e: as planned.  An equal entry
+ * is the same incarnation of the description, so of its file too
+ * (new_entry, fdtable.c): a dup2 onto fd that ran between the plan and
+ * the locks shows here, and only here (interpose.c, dup_begin).  A write
+ * also re-reads O_APPEND (want: RS_DESC_APPEND or 0, as planned), which
+ * decided where it writes: an fcntl(F_SETFL) that changed it waited for
+ * calls in flight and set it before we locked (interpose.c, setfl_begin).
+ * Nonzero when changed.
+ */
+static inline __attribute__((always_inline)) int
+rs_io_changed(uint64_t now, uint64_t e, struct rs_desc *desc, unsigned mode, uint32_t want)
+{
+	return (now != e) |
+	       (mode == RS_RL_WRITE &&
+		(atomic_load_explicit(&desc->flags, memory_order_relaxed) & RS_DESC_APPEND) != want);
+}
+
+/*
  * Validate, under the locks: is this still the call we planned?
  * An append: is start still at or below end of file (rs_append_moved)?
  * If not, the general path plans it again from end of file.  io->eof
  * keeps end of file for the next hint.
- * Every call re-checks the entry, even when the lock was free at once: a
- * dup2 onto fd may have run to completion between our read of the entry
- * and our lock, and only the entry tells (interpose.c, dup_begin).  The
- * entry suffices for that: one equal to e is the same incarnation of the
- * description, so of the file too (new_entry, fdtable.c).  A write also
- * re-reads O_APPEND, which decided where it writes (and is all of the
- * flags that does: append is the bit as read before): an fcntl(F_SETFL)
- * that changed it waited for calls in flight and set it before we
- * locked (interpose.c, setfl_begin).
+ * Every call re-checks the entry and O_APPEND (rs_io_changed), even when
+ * the lock was free at once.
  * Alone at the file offset, the entry's address is found again from fd
  * (rs_fd_entries never moves once set, fdtable.c) rather than kept
  * across the lseek: one value fewer to keep there, which gcc would spill
@@ -591,12 +603,10 @@ rs_fast_valid(struct rs_io *io, int fd, unsigned mode, unsigned how, uint64_t st
 	RS_ASSERT(RS_LOAD(rs_depth) > 0 && desc);
 	if (append && __builtin_expect(rs_append_moved(fd, start, &io->eof), 0))
 		return 0;
-	return !__builtin_expect((atomic_load_explicit((solo && (how & RS_HOW_CURSOR))
-							       ? &rs_fd_entries[fd] : ep,
-						       memory_order_acquire) != e) |
-				 (mode == RS_RL_WRITE &&
-				  (atomic_load_explicit(&desc->flags, memory_order_relaxed) &
-				   RS_DESC_APPEND) != (append ? RS_DESC_APPEND : 0)), 0);
+	return !__builtin_expect(rs_io_changed(atomic_load_explicit((solo && (how & RS_HOW_CURSOR))
+									    ? &rs_fd_entries[fd] : ep,
+								    memory_order_acquire),
+					       e, desc, mode, append ? RS_DESC_APPEND : 0), 0);
 }
 
 /*
@@ -646,11 +656,10 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 				if (rs_iov_solo(fd, file, mode, how, off, iov, cnt, &io->gref[0]) < 0)
 					goto general;
 				/* The kernel moves the offset: not fresh now. */
-				if ((how & RS_HOW_CURSOR) &&
-				    (atomic_load_explicit(&desc->flags, memory_order_relaxed) &
-				     RS_DESC_FRESH))
-					atomic_fetch_and_explicit(&desc->flags, ~RS_DESC_FRESH,
-								  memory_order_relaxed);
+				if (how & RS_HOW_CURSOR)
+					rs_desc_unfresh(desc, atomic_load_explicit(
+								      &desc->flags,
+								      memory_order_relaxed));
 				goto entered;
 			}
 			/* A failed read: the kernel fails the call; an empty
