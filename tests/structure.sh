@@ -47,6 +47,21 @@ for f in shim/*.c shim/*.h; do
 	[ -e "$f" ] && { echo "structure: $f is in no layer (shim/<layer>/)"; bad=1; }
 done
 
+# Files too: x.c and x.h are one module, and no module includes, through
+# others, itself (tsort names a loop).
+loop=$(for l in $layers; do
+	[ "$l" = cli ] && continue
+	for f in shim/$l/*.c shim/$l/*.h; do
+		[ -e "$f" ] || continue
+		m=${f##*/}; m=${m%.*}
+		echo "$m $m"
+		sed -n 's/^#include "\([^"/]*\)\.h".*/\1/p' "$f" | sed "s/^/$m /"
+	done
+done | awk -v hs="$(echo "$map" | awk '{ sub(/\.h$/, "", $1); print $1 }')" '
+	BEGIN { n = split(hs, h, "\n"); for (i = 1; i <= n; i++) ours[h[i]] = 1 }
+	($2 in ours) && ($1 == $2 || !seen[$0]++)' | tsort 2>&1 >/dev/null)
+[ -n "$loop" ] && { echo "$loop" | sed 's/^/structure: include loop: /'; bad=1; }
+
 long=$(for f in shim/*/*.c shim/*/*.h; do
 	awk -v f="$f" -v max="$MAX" '
 		/^[A-Za-z_]/ && !/;[ \t]*$/ && !/^(typedef|struct|enum|union)[ \t]/ && !start { start = NR; sig = "" }
@@ -84,7 +99,21 @@ if [ -n "$BUILD_DIR" ]; then
 				bad=1
 			done
 		done
-		wrapped="; no internal call through an exported wrapper"
+		# Calls too: no object of a layer calls a function defined in a
+		# higher layer (a lower layer learns of a higher one by a hook).
+		up=$(for o in "$BUILD_DIR"/obj/*/*.o; do
+			l=${o%/*}; l=${l##*/}
+			nm --defined-only "$o" | awk -v l="$l" '$2 ~ /^[TDBR]$/ { print "D", $3, l }'
+			nm -u "$o" | awk -v l="$l" -v o="$o" '{ print "U", $2, l, o }'
+		done | awk -v order="$layers" '
+			BEGIN { n = split(order, w, " "); for (i = 1; i <= n; i++) rank[w[i]] = i }
+			$1 == "D" { def[$2] = $3; next }
+			{ use[++k] = $0 }
+			END { for (i = 1; i <= k; i++) { split(use[i], u, " ")
+				if ((u[2] in def) && rank[def[u[2]]] > rank[u[3]])
+					printf "structure: %s (layer %s) calls %s of the higher layer %s\n", u[4], u[3], u[2], def[u[2]] } }')
+		[ -n "$up" ] && { echo "$up"; bad=1; }
+		wrapped="; no internal call through an exported wrapper or into a higher layer"
 	fi
 fi
 
