@@ -4,7 +4,8 @@
 #    of the layers below it (core < node < cluster < preload < cli), so the
 #    folder graph has no cycle; the Makefile's per-layer -I paths make the
 #    library's objects fail to compile otherwise, and this covers headers
-#    and the command too;
+#    and the command too; and no include loop between modules (x.c with
+#    x.h) inside a layer either;
 #  - no function in the library longer than RS_MAX_FN_LINES (100) lines,
 #    counted from the line that names it to its closing brace;
 #  - no issue or tracker numbers in shim/ (comments say why, now);
@@ -12,7 +13,8 @@
 #    syscall() call in shim/ but in the raw-call helper (core/rawsyscall.h,
 #    whose fallback is libc's own where syscall() is not wrapped), and,
 #    given BUILD_DIR, no library object that calls a symbol the library
-#    exports, but for the public range-lock API (include/rangeshim/).
+#    exports, but for the public range-lock API (include/rangeshim/), nor
+#    a function of a higher layer.
 # Prints every violation and exits 1 if there is one.
 #
 #   sh tests/structure.sh [SRC_DIR [BUILD_DIR]]
