@@ -451,6 +451,10 @@ static void release(struct rs_io *io)
 {
 	unlock_ranges(io);
 	leave_grants(io);
+	if (io->pos_app) {
+		rs_pos_app_leave(io->pos[--io->npos]);
+		io->pos_app = 0;
+	}
 	while (io->npos > 0)
 		rs_pos_unlock(io->pos[--io->npos]);
 }
@@ -534,6 +538,7 @@ static void io_clear(struct rs_io *io)
 	io->entered = 0;
 	io->nholds = 0;
 	io->npos = 0;
+	io->pos_app = 0;
 	io->ngrefs = 0;
 }
 
@@ -584,14 +589,22 @@ static int plan_targets(struct plan *p, const struct rs_target *t, int n)
 }
 
 /*
- * Offset locks, lowest address first, of the plans at the file offset
- * (and of an appender's, which the inline path's appenders share).
+ * Offset locks, lowest address first, of the plans at the file offset;
+ * an append's (always a call's only target) shared with other appenders,
+ * as on the inline path (fdtable.h, rs_pos_lock).
  * Pre:  rs_depth raised; nothing held (io cleared).
- * Post: io->pos[0 .. npos) held, in address order.
+ * Post: io->pos[0 .. npos) held, in address order; io->pos_app set when
+ *       the one held is an appender's.
  */
 static void lock_offsets(struct rs_io *io, const struct plan *p, int np)
 {
 	RS_ASSERT(RS_LOAD(rs_depth) > 0 && io->npos == 0 && io->nholds == 0 && io->ngrefs == 0);
+	if (np == 1 && p[0].append) {
+		io->pos[io->npos++] = p[0].desc;
+		io->pos_app = 1;
+		rs_pos_app_enter(p[0].desc);
+		return;
+	}
 	for (int i = 0; i < np; i++) {
 		if (p[i].where != RS_AT_CURSOR && p[i].where != RS_POS_ONLY && !p[i].append)
 			continue;

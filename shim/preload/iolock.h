@@ -78,6 +78,7 @@ struct rs_io {
 	struct rs_gref gref[2]; /* node grants entered, in (dev, ino) order */
 	int entered;            /* this call raised rs_depth; -1: fail it with EIO */
 	int nholds, npos;
+	int pos_app;            /* pos[0] held as an appender's (shared) */
 	struct rs_desc *pos[2];
 	struct rs_hold hold[2];
 };
