@@ -113,6 +113,19 @@
  *               opened by name take no seals (F_SEAL_SHRINK), and
  *               catching SIGBUS means a process-wide handler that
  *               chains with the application's.  Enable when fixed.
+ * merged_targets_dup2 copy_file_range(X, &0, Y, &4096, 4096) with X and
+ *               Y both on file F, waiting for F's node grant (held by the
+ *               test), while another thread dup2s Z (on file G) onto Y;
+ *               the test then lets F go and holds G's exact grant.  The
+ *               general path merged the two targets on F into one plan
+ *               on their hull and validated only that plan, i.e. X's fd:
+ *               Y's new entry went unseen, and the call wrote G, locked
+ *               as F, under another process's exclusive grant on G: G's
+ *               second half was 'a' while the test held G (5 of 5 runs
+ *               with that validation put back).  Now every target is
+ *               validated as planned (fd_races counts the dup2), the
+ *               call plans again and waits for G: G unchanged while held,
+ *               the copy lands on G once it is let go.
  * growsdown_hole LTP's mmap18 (the one of 307 LTP syscall tests whose
  *               result the shim changed): a hole left below a
  *               MAP_GROWSDOWN stack for it to grow into, then the first
@@ -127,10 +140,13 @@
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "common.h"
+#include "nodelock.h"
+#include "rangeshim/rangelock.h"
 
 #ifndef RS_SAN
 #define RS_SAN ""
@@ -498,4 +514,137 @@ Test(edge, vfork_emfile)
 	cr_expect(rs_field(r->out, "child") == 0 || rs_field(r->out, "child") == EMFILE,
 		  "the child's call returned neither its result nor EMFILE: %s", r->out);
 	free(r);
+}
+
+/* ---- merged_targets_dup2 ----------------------------------------------- */
+
+/* An exact EXSH grant on all of path, held by the test itself (counted
+ * in, as a thread inside a call would be); *gw its state word. */
+static struct rs_nt_result hold_file(struct rs_nt *t, const char *path, _Atomic uint64_t **gw)
+{
+	struct stat st;
+	struct rs_nt_result res;
+	char why[256];
+
+	cr_assert_eq(stat(path, &st), 0);
+	struct rs_nt_req q = { .dev = st.st_dev, .ino = st.st_ino, .start = 0,
+			       .end = RS_RANGE_EOF, .mode = RS_G_EXSH, .exact = 1 };
+	cr_assert_eq(rs_nt_acquire(t, &q, &res, why, sizeof(why)), 0, "%s", why);
+	*gw = &t->map.seg->grants[res.idx].gw;
+	return res;
+}
+
+static void let_go(struct rs_nt *t, struct rs_nt_result *res, _Atomic uint64_t *gw)
+{
+	atomic_fetch_sub(gw, 1);
+	rs_nt_release(t, res->idx, res->gen);
+}
+
+/* Wait (at most ms) until another process wants the grant of *gw. */
+static int wanted(_Atomic uint64_t *gw, int ms)
+{
+	uint64_t end = rs_bg_now_ns() + (uint64_t)ms * 1000000ull;
+
+	while (!(atomic_load(gw) & RS_WANTED)) {
+		if (rs_bg_now_ns() > end)
+			return 0;
+		usleep(1000);
+	}
+	return 1;
+}
+
+static void write_bytes(const char *path, const char *first, const char *second)
+{
+	char b[8192];
+	int f = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	memset(b, first[0], 4096);
+	memset(b + 4096, second[0], 4096);
+	cr_assert_geq(f, 0);
+	cr_assert_eq(write(f, b, sizeof(b)), (ssize_t)sizeof(b));
+	close(f);
+}
+
+/* How many bytes of path's [off, off + 4096) are c. */
+static int count_of(const char *path, off_t off, char c)
+{
+	char b[4096];
+	int f = open(path, O_RDONLY), n = 0;
+
+	cr_assert_geq(f, 0);
+	cr_assert_eq(pread(f, b, sizeof(b), off), (ssize_t)sizeof(b));
+	close(f);
+	for (size_t i = 0; i < sizeof(b); i++)
+		n += b[i] == c;
+	return n;
+}
+
+Test(edge, merged_targets_dup2, .timeout = 60 * RS_SLOW)
+{
+	char *base = rs_make_base("/dev/shm", "rs-edge-");
+	char f[PATH_MAX], g[PATH_MAX], stats[PATH_MAX], shm[80], shm_env[100], stats_env[PATH_MAX + 32];
+	char *argv[] = { EPROBE, "cfr_dup2", f, g, NULL };
+	const char *env[] = { shm_env, stats_env, "RANGESHIM_SCOPE=node", NULL };
+	struct rs_nt t;
+	struct rs_nt_result hf, hg;
+	_Atomic uint64_t *gwf, *gwg;
+	struct rs_bg *b = calloc(1, sizeof(*b));
+	char why[256];
+	int st, g_wanted, g_held, found;
+	long long races;
+
+	cr_assert_not_null(b);
+	snprintf(f, sizeof(f), "%s/f.dat", base);
+	snprintf(g, sizeof(g), "%s/g.dat", base);
+	snprintf(stats, sizeof(stats), "%s/stats.json", base);
+	snprintf(shm, sizeof(shm), "/rs-test-edge-cfr-%d", (int)getpid());
+	snprintf(shm_env, sizeof(shm_env), "RANGESHIM_SHM=%s", shm);
+	snprintf(stats_env, sizeof(stats_env), "RANGESHIM_STATS=%s", stats);
+	write_bytes(f, "a", "f");
+	write_bytes(g, "g", "g");
+	memset(&t, 0, sizeof(t));
+	cr_assert_eq(rs_nt_register(&t, shm, why, sizeof(why)), 0, "%s", why);
+	hf = hold_file(&t, f, &gwf);
+	hg = hold_file(&t, g, &gwg);
+
+	rs_bg_start_env(b, env, 1, argv);
+	/* The copier has planned (X and Y both on F) and waits for F. */
+	if (!wanted(gwf, 20000 * RS_SLOW)) {
+		kill(b->pid, SIGKILL);
+		rs_bg_finish(b, 1000);
+		cr_assert_fail("the copy never asked for F's grant: %s", b->out);
+	}
+	kill(b->pid, SIGUSR1);
+	if (!rs_bg_wait_for(b, "dup2 done", 20000 * RS_SLOW)) {
+		kill(b->pid, SIGKILL);
+		rs_bg_finish(b, 1000);
+		cr_assert_fail("no dup2: %s", b->out);
+	}
+	/* Y is on G now.  Let F go, keep G: the copy must wait for G.
+	 * Either it asks for G's grant (it saw the dup2) or it finishes
+	 * (it did not, and wrote G under our grant); the bound only ends a
+	 * wait for neither, and G is checked whatever happened. */
+	let_go(&t, &hf, gwf);
+	g_wanted = wanted(gwg, 500 * RS_SLOW);
+	if (!g_wanted)
+		rs_bg_wait_for(b, "cfr=", 5000 * RS_SLOW);
+	g_held = count_of(g, 4096, 'g');
+	cr_log_info("merged_targets_dup2: G wanted=%d, G[4096, 8192) while held: %d of 4096 "
+		    "bytes 'g'; out: %s", g_wanted, g_held, b->out);
+	let_go(&t, &hg, gwg);
+	st = rs_bg_finish(b, 20000 * RS_SLOW);
+	rs_nt_unregister(&t);
+	snprintf(shm_env, sizeof(shm_env), "/dev/shm%s", shm);
+	unlink(shm_env);
+
+	cr_assert_eq(g_held, 4096, "the copy wrote G while another process held G's exclusive "
+		     "grant (%d of 4096 bytes still 'g'): %s", g_held, b->out);
+	cr_assert_eq(st, 0, "the rig exited %d: %s", st, b->out);
+	cr_expect_eq(rs_field(b->out, "cfr"), 4096, "copy_file_range: %s", b->out);
+	cr_expect_eq(count_of(g, 4096, 'a'), 4096, "the copy did not land on G: %s", b->out);
+	cr_expect_eq(count_of(f, 4096, 'f'), 4096, "the copy wrote F, not G: %s", b->out);
+	races = rs_stats_file_num(stats, "fd_races", &found);
+	cr_log_info("merged_targets_dup2: fd_races=%lld", races);
+	cr_expect_geq(races, 1, "no fd race counted (stats %s)", found ? "read" : "missing");
+	free(b);
 }

@@ -111,6 +111,14 @@
  *                 "child=E" (0: written; -1: killed).  A child that waits
  *                 for a descriptor it can never get hangs the program
  *                 (the test's timeout ends it).
+ *   cfr_dup2 F G  opens X and Y on F and Z on G (none truncated); a
+ *                 thread copy_file_range(X, &0, Y, &4096, 4096) with
+ *                 explicit offsets (no offset lock held) while the main
+ *                 thread waits for SIGUSR1 (the test sends it once the
+ *                 thread waits for F's node grant, which the test holds),
+ *                 then dup2(Z, Y) and prints "dup2 done"; then prints the
+ *                 thread's "cfr=R" (R: the result, or -errno) and
+ *                 "verdict=done".
  *   growsdown FILE  LTP mmap18's first case: reserve 256 pages plus a
  *                 thread stack, unmap it all and map only the stack's top
  *                 with MAP_GROWSDOWN, leaving the hole below for the stack
@@ -931,6 +939,50 @@ static int dlmopen_race(double ms)
 	return 0;
 }
 
+/* ---- cfr_dup2 ----------------------------------------------------------- */
+
+static int cfr_x, cfr_y;
+static ssize_t cfr_result;
+
+static void *cfr_copier(void *arg)
+{
+	off_t in = 0, out = 4096;
+
+	(void)arg;
+	cfr_result = copy_file_range(cfr_x, &in, cfr_y, &out, 4096, 0);
+	if (cfr_result < 0)
+		cfr_result = -errno;
+	return NULL;
+}
+
+static int cfr_dup2(const char *f, const char *g)
+{
+	sigset_t usr1;
+	pthread_t t;
+	int z, sig;
+
+	cfr_x = open(f, O_RDWR);
+	cfr_y = open(f, O_RDWR);
+	z = open(g, O_RDWR);
+	if (cfr_x < 0 || cfr_y < 0 || z < 0)
+		abort();
+	/* Blocked before the thread exists (it inherits the mask), so the
+	 * test's signal, sent once the thread waits, is never lost. */
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	if (pthread_sigmask(SIG_BLOCK, &usr1, NULL) || pthread_create(&t, NULL, cfr_copier, NULL))
+		abort();
+	if (sigwait(&usr1, &sig))
+		abort();
+	if (dup2(z, cfr_y) != cfr_y)
+		abort();
+	printf("dup2 done\n");
+	fflush(stdout);
+	pthread_join(t, NULL);
+	printf("cfr=%zd\nverdict=done\n", cfr_result);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -942,6 +994,8 @@ int main(int argc, char **argv)
 		return sparse(path, atol(argv[3]));
 	if (!strcmp(argv[1], "write"))
 		return write_back(path);
+	if (!strcmp(argv[1], "cfr_dup2") && argc >= 4)
+		return cfr_dup2(path, argv[3]);
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	if (fd < 0)
 		abort();
