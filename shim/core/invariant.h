@@ -3,11 +3,12 @@
  * Debug builds (`make DEBUG=1`) and the sanitizer builds (`make test-asan`,
  * `make test-tsan`) compile the checks in; a failed one prints the
  * expression, file, line and function on stderr and aborts, since a broken
- * lock invariant means exclusion can no longer be trusted (BRIEF §2: fail
- * safe).  Release builds compile them out: the expression is still type-
- * checked but never evaluated, so the fast path's instruction counts
- * (tests/callgrind.sh) do not move.  The anchors do the same: KASSERT in
- * FreeBSD, ASSERT in OpenZFS, assert(unixMutexHeld()) in SQLite. */
+ * lock invariant means exclusion can no longer be trusted (docs/design.md,
+ * "The fail-safe principle").  Release builds compile them out: the
+ * expression is still type-checked but never evaluated, so the fast path's
+ * instruction counts (tests/callgrind.sh) do not move.  The anchors do the
+ * same: KASSERT in FreeBSD, ASSERT in OpenZFS, assert(unixMutexHeld()) in
+ * SQLite. */
 #ifndef RS_INVARIANT_H
 #define RS_INVARIANT_H
 
