@@ -111,10 +111,11 @@ static inline __attribute__((always_inline)) void rs_desc_unfresh(struct rs_desc
 }
 
 /* Take RS_DESC_FRESH: 1 if it was set (the offset is 0), and it is clear
- * now.  Pre: the offset lock held (or alone), so that no call of ours
- * moved the offset since it was set. */
+ * now.  Pre: d's offset lock held, so that no call of ours moved the
+ * offset since it was set. */
 static inline int rs_desc_take_fresh(struct rs_desc *d)
 {
+	RS_ASSERT(rs_lk_held(RS_LK_POS, d));
 	return (atomic_load_explicit(&d->flags, memory_order_relaxed) & RS_DESC_FRESH) &&
 	       (atomic_fetch_and_explicit(&d->flags, ~RS_DESC_FRESH, memory_order_relaxed) &
 		RS_DESC_FRESH);

@@ -908,7 +908,8 @@ static void flags_changed(int fd)
  * the flags we record are in place before anyone locks again; a call
  * that read the old flags before locking sees, once locked, that they
  * changed, and starts over (rs_io_fast and try_begin re-check them).
- * Pre:  no shim lock held by this thread (a wrapper, not nested).
+ * Pre:  no shim lock held by this thread, unless nested in the shim (a
+ *       signal handler), when nothing is taken (dup_begin asserts it).
  * Post (setfl_end): rs_desc.flags says what the kernel's flags say, and
  *       no call locked under other flags is still running.
  */
