@@ -875,7 +875,7 @@ static void *barge_victim(void *arg)
 	return NULL;
 }
 
-Test(rangelock, waiter_not_starved_by_barging_writers, .timeout = 10)
+Test(rangelock, waiter_not_starved_by_barging_writers, .timeout = 30 * RS_SLOW)
 {
 	static struct barge b;
 	pthread_t ht[BG_HAMMERS], vt;
@@ -895,10 +895,19 @@ Test(rangelock, waiter_not_starved_by_barging_writers, .timeout = 10)
 	cr_assert_eq(pthread_create(&vt, NULL, barge_victim, &b), 0);
 	pthread_barrier_wait(&b.go);
 
+	/* At least 1 s of contention, and on a slow build or a loaded
+	 * machine until the victim has had its 10 turns: a bound for a
+	 * starved victim, not a speed. */
 	sleep_us(1000000);
+	{
+		uint64_t deadline = now_ns() + 10ull * RS_SLOW * 1000000000u;
+
+		while (atomic_load(&b.victim_ops) < 10 && now_ns() < deadline)
+			sleep_us(10000);
+	}
 	atomic_store(&b.stop_victim, 1);
 	/* The hammers keep going: the victim must finish while they run. */
-	finished = wait_flag(&b.victim_finished, 1000);
+	finished = wait_flag(&b.victim_finished, 1000 * RS_SLOW);
 	ops = atomic_load(&b.victim_ops);
 	rel = atomic_load(&b.releases);
 	atomic_store(&b.stop_hammers, 1);
@@ -925,12 +934,12 @@ Test(rangelock, waiter_not_starved_by_barging_writers, .timeout = 10)
 		    "over %llu hammer releases; hammers %llu releases in all",
 		    (unsigned long long)ops, (unsigned long long)waits, maxw / 1e6,
 		    (unsigned long long)maxr, (unsigned long long)rel);
-	cr_assert(finished, "victim starved: its lock did not return within 1 s "
+	cr_assert(finished, "victim starved: its lock did not return within %d s "
 		  "while the hammers kept relocking (%llu acquisitions before that)",
-		  (unsigned long long)ops);
-	cr_assert_geq(ops, 10, "victim got the lock only %llu times in ~1 s",
-		      (unsigned long long)ops);
-	cr_assert_lt(maxw, 1000000000ull, "victim waited %.3f ms once", maxw / 1e6);
+		  RS_SLOW, (unsigned long long)ops);
+	cr_assert_geq(ops, 10, "victim got the lock only %llu times in %d s",
+		      (unsigned long long)ops, 1 + 10 * RS_SLOW);
+	cr_assert_lt(maxw, RS_SLOW * 1000000000ull, "victim waited %.3f ms once", maxw / 1e6);
 	/* With the hand-off a wait spans ~1 ms of the hammers' ~1 s: about
 	 * 1% of their releases (0.4-1.1% measured); without it 40-90%. */
 	cr_assert_lt(maxr, rel / 10 + 1, "victim waited through %llu of the hammers' "
