@@ -191,6 +191,7 @@ static int64_t get_file(uint64_t dev, uint64_t ino, int fd)
 	atomic_store_explicit(&f->dev, dev, memory_order_relaxed);
 	atomic_store_explicit(&f->ino, ino, memory_order_relaxed);
 	f->refs = 1;
+	atomic_store_explicit(&f->tail_only, 0, memory_order_relaxed);
 	f->hnext = buckets[h];
 	buckets[h] = (uint32_t)idx + 1;
 	/* Before any call can find the file through a descriptor. */

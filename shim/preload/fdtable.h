@@ -85,6 +85,10 @@ struct rs_file {
 	_Atomic uint64_t strided;
 	_Atomic uint32_t grants_mtx;
 	_Atomic uint32_t acquire_mtx;         /* one acquisition at a time */
+	/* Set for good once a call that is not an append waited for this
+	 * file's range lock: appenders then lock only the tail, never the
+	 * whole file (iolock.h, rs_fast_offset). */
+	_Atomic uint32_t tail_only;
 	/* Where the inline path counts this file's calls and bytes when
 	 * stats are on: never NULL once the file is in the table (a shared
 	 * record for files beyond the per-file table, or with stats off).

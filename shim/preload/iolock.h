@@ -458,6 +458,8 @@ rs_io_range(struct rs_file *f, struct rs_rl_node *node, uint64_t start, uint64_t
 	RS_ASSERT(RS_LOAD(rs_depth) > 0 && f && node && start < end);
 	if (__builtin_expect(rs_rangelock_lock_fast(&f->rl, node, start, end, mode), 0)) {
 		RS_FILE_LOCK_WAIT(f, fd, path, node);
+		if (mode != RS_RL_APPEND)
+			atomic_store_explicit(&f->tail_only, 1, memory_order_relaxed);
 		return 1;
 	}
 	return 0;
@@ -486,9 +488,10 @@ rs_fast_release_pos(struct rs_desc *desc, const int solo, const int append)
  * design.md (d).)
  * Pre:  rs_depth raised; desc and file the tracked entry's; nothing held.
  * Post: RS_STEP_NEXT with the offset lock held (not solo; io->fdesc set)
- *       and *off the start (an append's: the hint or end of file, checked
- *       again under the locks by rs_fast_valid); RS_STEP_ENTERED, solo
- *       only, with a whole-file grant entered in io->gref[0];
+ *       and *off the start (an append's: 0, or the hint or end of file,
+ *       checked again under the locks by rs_fast_valid); RS_STEP_ENTERED,
+ *       solo only, with a whole-file grant entered in io->gref[0] (an
+ *       append's from 0);
  *       RS_STEP_GENERAL with nothing held.
  */
 static inline __attribute__((always_inline)) int
@@ -502,7 +505,24 @@ rs_fast_offset(struct rs_io *io, int fd, unsigned mode, int64_t *off, struct rs_
 		rs_pos_lock(desc);
 	if (append) {
 		uint64_t size;
+		uint64_t h = atomic_load_explicit(&file->whole, memory_order_relaxed);
 
+		/* From 0, where no other process can lose by it: ours is the
+		 * only grant on the file (RS_WHOLE_*), or there are no grants
+		 * (process scope).  The append lands at end of file, which is
+		 * at or above 0 whatever shrank it, so nothing needs checking
+		 * under the locks (rs_fast_valid).  With other threads, only
+		 * until a call of another kind has waited for them
+		 * (tail_only): a whole-file append lock would hold readers of
+		 * the file off for as long as appenders keep coming. */
+		if ((solo || !atomic_load_explicit(&file->tail_only, memory_order_relaxed)) &&
+		    ((RS_WHOLE_WORD(h) && !(h & RS_WHOLE_RDONLY)) ||
+		     !__atomic_load_n(&rs_node_on, __ATOMIC_RELAXED))) {
+			*off = 0;
+			if (solo && rs_grant_enter_whole(h, RS_RL_APPEND, &io->gref[0]))
+				return RS_STEP_ENTERED;
+			goto have_start;
+		}
 		/* Our own hint (an end of file, so never negative), or end of
 		 * file now (checked again under the locks). */
 		if (__builtin_expect(RS_LOAD(rs_ap.file) == file, 1))
@@ -553,6 +573,7 @@ rs_fast_offset(struct rs_io *io, int fd, unsigned mode, int64_t *off, struct rs_
 			goto unlock_pos;
 	have_off:;
 	}
+have_start:
 	if (!solo)	/* the offset lock to let go of at the end */
 		io->fdesc = desc;
 	return RS_STEP_NEXT;
@@ -602,7 +623,10 @@ rs_fast_valid(struct rs_io *io, int fd, unsigned mode, unsigned how, uint64_t st
 	      const int append)
 {
 	RS_ASSERT(RS_LOAD(rs_depth) > 0 && desc);
-	if (append && __builtin_expect(rs_append_moved(fd, start, &io->eof), 0))
+	/* From 0 there is nothing to check: end of file is at or above it
+	 * (and 0 plus what the append writes a hint at or below it). */
+	if (append && (start == 0 ? (io->eof = 0, 0)
+				  : __builtin_expect(rs_append_moved(fd, start, &io->eof), 0)))
 		return 0;
 	return !__builtin_expect(rs_io_changed(atomic_load_explicit((solo && (how & RS_HOW_CURSOR))
 									    ? &rs_fd_entries[fd] : ep,
