@@ -29,8 +29,9 @@
  * A lone process.  When no other process has any grant on the file and
  * the process's own policy has seen it move through 8 windows without
  * meeting another one there, nor within a second (req->whole, grants.c),
- * a SHARED or EXSH request is granted the whole
- * file, [0, infinity): one process moving anywhere in a file makes one
+ * a request is granted the whole file, [0, infinity), in its mode (an
+ * appender's too, so that its appends need not know where end of file
+ * is: iolock.h): one process moving anywhere in a file makes one
  * acquisition (GFS2 grants a node the whole inode's glock).  When another
  * process arrives, it meets that grant as any other: an idle one is
  * revoked, a busy one drained, and both go on with windows.
@@ -1443,8 +1444,7 @@ static inline int acq_grant(struct rs_nt *t, const struct rs_nt_req *r, uint64_t
 		res->table_full = 1;
 		return -1;
 	}
-	if (!contended && !r->exact && r->whole && !sc->others &&
-	    (r->mode == RS_G_SHARED || r->mode == RS_G_EXSH)) {
+	if (!contended && !r->exact && r->whole && !sc->others) {
 		start = 0;
 		end = RS_RANGE_EOF;
 	} else if (!contended && !r->exact && r->window && end != RS_RANGE_EOF) {

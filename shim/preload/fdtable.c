@@ -794,6 +794,7 @@ void rs_fdt_fork_child(void)
 		for (int k = 0; k < RS_NCACHE; k++)
 			atomic_store_explicit(&rs_files[i].grants[k], 0, memory_order_relaxed);
 		atomic_store_explicit(&rs_files[i].whole, 0, memory_order_relaxed);
+		atomic_store_explicit(&rs_files[i].app_whole, 0, memory_order_relaxed);
 		atomic_store_explicit(&rs_files[i].strided, 0, memory_order_relaxed);
 		atomic_store_explicit(&rs_files[i].grants_mtx, 0, memory_order_relaxed);
 		atomic_store_explicit(&rs_files[i].acquire_mtx, 0, memory_order_relaxed);

@@ -80,6 +80,9 @@ struct rs_file {
 	 * RS_WHOLE_* bits: a call at the file offset of a single-threaded
 	 * process enters it without learning the offset (grants.h). */
 	_Atomic uint64_t whole;
+	/* The cache word of an APPEND grant of ours on [0, infinity), or 0:
+	 * appends then lock from 0 (iolock.h, rs_fast_offset). */
+	_Atomic uint64_t app_whole;
 	/* A strided grant's word, or 0: tried only when the words above
 	 * miss, so that the fast path pays nothing for it (grants.c). */
 	_Atomic uint64_t strided;

@@ -140,15 +140,17 @@ static int policy_exact(const struct policy *p, uint64_t now)
  * at once, a busy one after one read call); in return a single-threaded
  * reader's calls at the file offset need no lseek (grants.h,
  * rs_grant_enter_whole), which for a program reading many small files
- * (tar, cp -r) is one system call of every few.  And not within
+ * (tar, cp -r) is one system call of every few.  An append, at once
+ * too: appenders share it, and with it a process's appends lock from 0
+ * and read no size (iolock.h, rs_fast_offset).  And not within
  * RS_QUIET_NS of meeting another process here: two processes taking the
  * whole file from each other in turn would revoke each other on every
  * miss (the window policy's case). */
-static int policy_whole(const struct policy *p, uint64_t now, int shared)
+static int policy_whole(const struct policy *p, uint64_t now, int at_once)
 {
 	uint64_t met = atomic_load_explicit(&p->met_ns, memory_order_relaxed);
 
-	return (shared || atomic_load_explicit(&p->alone, memory_order_relaxed) >= RS_WHOLE_AFTER) &&
+	return (at_once || atomic_load_explicit(&p->alone, memory_order_relaxed) >= RS_WHOLE_AFTER) &&
 	       (!met || now - met > RS_QUIET_NS);
 }
 
@@ -334,22 +336,33 @@ static void whole_drop(struct rs_file *f, uint64_t w)
 	 * generation check (grants.h). */
 	if (RS_WHOLE_WORD(h) == w)
 		atomic_compare_exchange_strong(&f->whole, &h, h & RS_WHOLE_FRESH);
+	h = w;
+	atomic_compare_exchange_strong(&f->app_whole, &h, 0);
 }
 
-/* f's whole-file word, if its grant has gone (revoked while idle: the
+/* f's whole-file words, if their grant has gone (revoked while idle: the
  * generation moved on, and nothing told us): dropped, so that the calls
- * at the file offset stop trying it before their lseek. */
+ * at the file offset stop trying it before their lseek, and appends stop
+ * locking from 0. */
 static void whole_stale(struct rs_segment *seg, struct rs_file *f)
 {
 	uint64_t h = atomic_load_explicit(&f->whole, memory_order_relaxed);
 	uint64_t w = RS_WHOLE_WORD(h);
 	struct rs_seg_grant *g;
 
-	if (!w)
-		return;
-	g = &seg->grants[RS_GWORD_IDX(w) & (RS_NGRANT - 1)];
-	if (RS_GW_GEN(atomic_load_explicit(&g->gw, memory_order_relaxed)) != RS_GWORD_GEN(w))
-		atomic_compare_exchange_strong(&f->whole, &h, h & RS_WHOLE_FRESH);
+	if (w) {
+		g = &seg->grants[RS_GWORD_IDX(w) & (RS_NGRANT - 1)];
+		if (RS_GW_GEN(atomic_load_explicit(&g->gw, memory_order_relaxed)) !=
+		    RS_GWORD_GEN(w))
+			atomic_compare_exchange_strong(&f->whole, &h, h & RS_WHOLE_FRESH);
+	}
+	w = atomic_load_explicit(&f->app_whole, memory_order_relaxed);
+	if (w) {
+		g = &seg->grants[RS_GWORD_IDX(w) & (RS_NGRANT - 1)];
+		if (RS_GW_GEN(atomic_load_explicit(&g->gw, memory_order_relaxed)) !=
+		    RS_GWORD_GEN(w))
+			atomic_compare_exchange_strong(&f->app_whole, &w, 0);
+	}
 }
 
 static void cache_remove(struct rs_file *f, uint64_t w)
@@ -526,7 +539,8 @@ static void request_of(struct rs_segment *seg, struct rs_file *f, struct policy 
 	req->exact = policy_exact(pol, coarse_ns()) ||
 		     atomic_load_explicit(&f->strided, memory_order_relaxed) != 0;
 	req->mode = rlmode == 1 ? RS_G_SHARED : rlmode == RS_GRANT_APPEND ? RS_G_APPEND : RS_G_EXSH;
-	req->whole = !req->exact && (whole || policy_whole(pol, coarse_ns(), req->mode == RS_G_SHARED));
+	req->whole = !req->exact && (whole || policy_whole(pol, coarse_ns(),
+							   req->mode != RS_G_EXSH));
 	req->bounded = 0;
 	req->stride = req->blen = 0;
 	/* Never in cluster scope: a cluster grant is one range. */
@@ -578,6 +592,9 @@ static int keep_acquired(struct rs_segment *seg, struct rs_file *f, const struct
 		atomic_store_explicit(&f->grants[slot], word(res->idx, res->gen), memory_order_release);
 		/* The whole file (grants.h, RS_WHOLE_RDONLY): calls at the
 		 * file offset may enter it without learning the offset. */
+		if (res->start == 0 && res->end == RS_RANGE_EOF && req->mode == RS_G_APPEND)
+			atomic_store_explicit(&f->app_whole, word(res->idx, res->gen),
+					      memory_order_release);
 		if (res->start == 0 && res->end == RS_RANGE_EOF &&
 		    (req->mode == RS_G_EXSH || req->mode == RS_G_SHARED)) {
 			uint64_t h = atomic_load_explicit(&f->whole, memory_order_relaxed);

@@ -506,20 +506,21 @@ rs_fast_offset(struct rs_io *io, int fd, unsigned mode, int64_t *off, struct rs_
 	if (append) {
 		uint64_t size;
 		uint64_t h = atomic_load_explicit(&file->whole, memory_order_relaxed);
+		uint64_t a = atomic_load_explicit(&file->app_whole, memory_order_relaxed);
 
 		/* From 0, where no other process can lose by it: ours is the
-		 * only grant on the file (RS_WHOLE_*), or there are no grants
-		 * (process scope).  The append lands at end of file, which is
+		 * only grant on the file (RS_WHOLE_*, or an appender's whole
+		 * grant), or there are no grants (process scope).  The append lands at end of file, which is
 		 * at or above 0 whatever shrank it, so nothing needs checking
 		 * under the locks (rs_fast_valid).  With other threads, only
 		 * until a call of another kind has waited for them
 		 * (tail_only): a whole-file append lock would hold readers of
 		 * the file off for as long as appenders keep coming. */
 		if ((solo || !atomic_load_explicit(&file->tail_only, memory_order_relaxed)) &&
-		    ((RS_WHOLE_WORD(h) && !(h & RS_WHOLE_RDONLY)) ||
+		    (a || (RS_WHOLE_WORD(h) && !(h & RS_WHOLE_RDONLY)) ||
 		     !__atomic_load_n(&rs_node_on, __ATOMIC_RELAXED))) {
 			*off = 0;
-			if (solo && rs_grant_enter_whole(h, RS_RL_APPEND, &io->gref[0]))
+			if (solo && rs_grant_enter_whole(a ? a : h, RS_RL_APPEND, &io->gref[0]))
 				return RS_STEP_ENTERED;
 			goto have_start;
 		}
