@@ -44,6 +44,17 @@
  *               lands at end of file or at the file offset (rewound to 0
  *               now and then), whichever the flag said when the kernel
  *               ran it; readers read across end of file and at offset 0.
+ *   headreads   not a tearing rig: for test_append.c's count of lock
+ *               waits (RANGESHIM_STATS).  The file starts with 8 KiB;
+ *               two threads append 100-byte lines through their own
+ *               O_APPEND descriptors while one reads the head, pread of
+ *               4 KiB at 0, until it has read STOP times (MS only caps
+ *               the run).  Appends never touch the head, so a reader
+ *               that waits for them waits for locks wider than the
+ *               appends (iolock.h, rs_fast_offset: tail_only).  A read
+ *               whose bytes are not the first 4 KiB counts as torn.
+ *               Run with the shim only: without it there are no locks to
+ *               count; its control is a library whose flag is never set.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -77,6 +88,7 @@ static _Atomic int stop;
 static _Atomic long torn, reads, writes, bad_results;
 static long stop_after;
 static int mode_fork, mode_huge, mode_rwf, mode_beyond, mode_fcntl, mode_sharedfd;
+static int mode_headreads;
 static int shared_fd;
 
 static void full_write(int fd, const void *b, size_t n)
@@ -230,6 +242,55 @@ static void *appender(void *arg)
 	return NULL;
 }
 
+#define HEAD 8192
+#define HEAD_READ 4096
+#define LINE 100
+
+/* headreads: the file's first HEAD bytes, which no append changes. */
+static unsigned char head_byte(long i)
+{
+	return (unsigned char)('a' + i % 26);
+}
+
+/* headreads: 100-byte lines through an O_APPEND descriptor of its own. */
+static void *line_appender(void *arg)
+{
+	int fd = open(path, O_WRONLY | O_APPEND);
+	char b[LINE];
+
+	if (fd < 0)
+		abort();
+	memset(b, 'A' + (int)(long)arg, LINE - 1);
+	b[LINE - 1] = '\n';
+	while (!atomic_load(&stop))
+		full_write(fd, b, LINE);
+	close(fd);
+	return NULL;
+}
+
+/* headreads: STOP reads of the head, then stops the appenders. */
+static void *head_reader(void *arg)
+{
+	int fd = open(path, O_RDONLY);
+	unsigned char b[HEAD_READ];
+
+	(void)arg;
+	if (fd < 0)
+		abort();
+	while (!atomic_load(&stop) && atomic_load(&reads) < stop_after) {
+		int bad = pread(fd, b, HEAD_READ, 0) != HEAD_READ;
+
+		for (long i = 0; !bad && i < HEAD_READ; i++)
+			bad = b[i] != head_byte(i);
+		atomic_fetch_add(&reads, 1);
+		if (bad)
+			atomic_fetch_add(&torn, 1);
+	}
+	atomic_store(&stop, 1);
+	close(fd);
+	return NULL;
+}
+
 /* Records one record past end of file, leaving a hole. */
 static void *beyond_writer(void *arg)
 {
@@ -347,8 +408,8 @@ int main(int argc, char **argv)
 	const char *m;
 
 	if (argc < 5) {
-		fprintf(stderr, "usage: append_probe trunc_proc|fork|huge|rwf|beyond|fcntl|sharedfd "
-			"PATH MS STOP\n");
+		fprintf(stderr, "usage: append_probe "
+			"trunc_proc|fork|huge|rwf|beyond|fcntl|sharedfd|headreads PATH MS STOP\n");
 		return 2;
 	}
 	m = argv[1];
@@ -361,14 +422,28 @@ int main(int argc, char **argv)
 	mode_beyond = !strcmp(m, "beyond");
 	mode_fcntl = !strcmp(m, "fcntl");
 	mode_sharedfd = !strcmp(m, "sharedfd");
+	mode_headreads = !strcmp(m, "headreads");
 	if (!mode_fork && !mode_huge && !mode_rwf && !mode_beyond && !mode_fcntl && !mode_sharedfd &&
-	    strcmp(m, "trunc_proc") != 0) {
+	    !mode_headreads && strcmp(m, "trunc_proc") != 0) {
 		fprintf(stderr, "append_probe: unknown mode %s\n", m);
 		return 2;
 	}
 	shared_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_APPEND, 0600);
 	if (shared_fd < 0)
 		abort();
+	if (mode_headreads) {
+		unsigned char h[HEAD];
+
+		for (long i = 0; i < HEAD; i++)
+			h[i] = head_byte(i);
+		if (write(shared_fd, h, HEAD) != HEAD)
+			abort();
+		nappend = 0;
+		in_truncator = 0;
+		for (long i = 0; i < 2; i++)
+			pthread_create(&t[nt++], NULL, line_appender, (void *)i);
+		pthread_create(&t[nt++], NULL, head_reader, NULL);
+	}
 	if (!strcmp(m, "trunc_proc")) {
 		child = start_truncating_child();
 		in_truncator = 0;
@@ -381,7 +456,7 @@ int main(int argc, char **argv)
 		nappend = 2;
 	for (long i = 0; i < nappend; i++)
 		pthread_create(&t[nt++], NULL, appender, (void *)i);
-	for (long i = 0; i < 2; i++)
+	for (long i = 0; i < 2 && !mode_headreads; i++)
 		pthread_create(&t[nt++], NULL, reader, NULL);
 	if (in_truncator)
 		pthread_create(&t[nt++], NULL, truncator, NULL);
