@@ -419,7 +419,8 @@ int rs_iov_solo(int fd, struct rs_file *f, unsigned mode, unsigned how, int64_t 
 /* A step's outcome. */
 #define RS_STEP_NEXT    0 /* done: go on to the next step */
 #define RS_STEP_ENTERED 1 /* a grant entered that covers all the call may
-			   * touch, and no range to lock: go to validate */
+			   * touch: go to the range lock (an append's, not
+			   * solo) and validate */
 #define RS_STEP_GENERAL 2 /* nothing of this step held: the general path */
 
 /*
@@ -488,10 +489,11 @@ rs_fast_release_pos(struct rs_desc *desc, const int solo, const int append)
  * design.md (d).)
  * Pre:  rs_depth raised; desc and file the tracked entry's; nothing held.
  * Post: RS_STEP_NEXT with the offset lock held (not solo; io->fdesc set)
- *       and *off the start (an append's: 0, or the hint or end of file,
- *       checked again under the locks by rs_fast_valid); RS_STEP_ENTERED,
- *       solo only, with a whole-file grant entered in io->gref[0] (an
- *       append's from 0);
+ *       and *off the start (an append's: 0 in process scope, or the hint
+ *       or end of file, checked again under the locks by rs_fast_valid);
+ *       RS_STEP_ENTERED with a whole-file grant entered in io->gref[0]:
+ *       solo, or an append's from 0 (*off 0; the offset lock held, not
+ *       solo, and io->fdesc set);
  *       RS_STEP_GENERAL with nothing held.
  */
 static inline __attribute__((always_inline)) int
@@ -508,21 +510,28 @@ rs_fast_offset(struct rs_io *io, int fd, unsigned mode, int64_t *off, struct rs_
 		uint64_t h = atomic_load_explicit(&file->whole, memory_order_relaxed);
 		uint64_t a = atomic_load_explicit(&file->app_whole, memory_order_relaxed);
 
-		/* From 0, where no other process can lose by it: ours is the
-		 * only grant on the file (RS_WHOLE_*, or an appender's whole
-		 * grant), or there are no grants (process scope).  The append lands at end of file, which is
-		 * at or above 0 whatever shrank it, so nothing needs checking
-		 * under the locks (rs_fast_valid).  With other threads, only
-		 * until a call of another kind has waited for them
-		 * (tail_only): a whole-file append lock would hold readers of
-		 * the file off for as long as appenders keep coming. */
-		if ((solo || !atomic_load_explicit(&file->tail_only, memory_order_relaxed)) &&
-		    (a || (RS_WHOLE_WORD(h) && !(h & RS_WHOLE_RDONLY)) ||
-		     !__atomic_load_n(&rs_node_on, __ATOMIC_RELAXED))) {
-			*off = 0;
-			if (solo && rs_grant_enter_whole(a ? a : h, RS_RL_APPEND, &io->gref[0]))
+		/* From 0, where no other process can lose by it: in process
+		 * scope (no grants), or inside a grant of ours on the whole
+		 * file (RS_WHOLE_*, or an appender's), entered from its word
+		 * here so that a stale one falls back to the tail instead of
+		 * asking the table for the whole file.  The append lands at
+		 * end of file, at or above 0 whatever shrank it, so nothing
+		 * needs checking under the locks (rs_fast_valid).  With other
+		 * threads, only until a call of another kind has waited for
+		 * them (tail_only): a whole-file append lock would hold
+		 * readers of the file off for as long as appenders come. */
+		if (solo || !atomic_load_explicit(&file->tail_only, memory_order_relaxed)) {
+			if (!__atomic_load_n(&rs_node_on, __ATOMIC_RELAXED)) {
+				*off = 0;
+				goto have_start;
+			}
+			if ((a || (RS_WHOLE_WORD(h) && !(h & RS_WHOLE_RDONLY))) &&
+			    rs_grant_enter_whole(a ? a : h, RS_RL_APPEND, &io->gref[0])) {
+				*off = 0;
+				if (!solo)
+					io->fdesc = desc;
 				return RS_STEP_ENTERED;
-			goto have_start;
+			}
 		}
 		/* Our own hint (an end of file, so never negative), or end of
 		 * file now (checked again under the locks). */
@@ -698,8 +707,12 @@ rs_io_fast_lock(struct rs_io *io, int fd, unsigned mode, unsigned how, int64_t o
 	}
 	if (how & RS_HOW_CURSOR) {
 		s = rs_fast_offset(io, fd, mode, &off, desc, file, solo, lean, append);
-		if (s == RS_STEP_ENTERED)
+		if (s == RS_STEP_ENTERED) {
+			/* An append's grant from 0 (start is 0): its range
+			 * lock, with other threads, from 0 too. */
+			end = append ? RS_RANGE_EOF : 0;
 			goto entered;
+		}
 		if (s == RS_STEP_GENERAL)
 			goto general;
 	}
