@@ -591,6 +591,12 @@ static void beyond_table(int fd)
 		       "such fds is NOT coordinated", fd, rs_fd_cap);
 }
 
+/* d's offset may move, or have moved, unseen: not fresh. */
+static void desc_unfresh_now(struct rs_desc *d)
+{
+	rs_desc_unfresh(d, atomic_load_explicit(&d->flags, memory_order_relaxed));
+}
+
 /* A lazy entry's open flags, as desc_flags made them. */
 static uint32_t lazy_flags(uint64_t e)
 {
@@ -619,9 +625,7 @@ void rs_fdt_lazy_shared(void)
 		       !atomic_compare_exchange_weak(&rs_fd_entries[fd], &e, e | RS_FD_LAZY_SHARED))
 			;
 		if ((e & 3) == RS_FD_TRACKED)
-			rs_desc_unfresh(rs_fdt_desc(e),
-					atomic_load_explicit(&rs_fdt_desc(e)->flags,
-							     memory_order_relaxed));
+			desc_unfresh_now(rs_fdt_desc(e));
 	}
 }
 
@@ -637,8 +641,7 @@ void rs_fdt_moved(int fd)
 	       !atomic_compare_exchange_weak(&rs_fd_entries[fd], &e, e | RS_FD_LAZY_SHARED))
 		;
 	if ((e & 3) == RS_FD_TRACKED)
-		rs_desc_unfresh(rs_fdt_desc(e),
-				atomic_load_explicit(&rs_fdt_desc(e)->flags, memory_order_relaxed));
+		desc_unfresh_now(rs_fdt_desc(e));
 }
 
 uint64_t rs_fdt_classify(int fd)

@@ -340,29 +340,27 @@ static void whole_drop(struct rs_file *f, uint64_t w)
 	atomic_compare_exchange_strong(&f->app_whole, &h, 0);
 }
 
-/* f's whole-file words, if their grant has gone (revoked while idle: the
- * generation moved on, and nothing told us): dropped, so that the calls
- * at the file offset stop trying it before their lseek, and appends stop
- * locking from 0. */
+/* Has the grant of cache word w gone (revoked while idle: its generation
+ * moved on, and nothing told us)?  0 for no word. */
+static int word_gone(struct rs_segment *seg, uint64_t w)
+{
+	struct rs_seg_grant *g = &seg->grants[RS_GWORD_IDX(w) & (RS_NGRANT - 1)];
+
+	return w && RS_GW_GEN(atomic_load_explicit(&g->gw, memory_order_relaxed)) != RS_GWORD_GEN(w);
+}
+
+/* f's whole-file words, if their grant has gone: dropped, so that the
+ * calls at the file offset stop trying it before their lseek, and
+ * appends stop locking from 0. */
 static void whole_stale(struct rs_segment *seg, struct rs_file *f)
 {
 	uint64_t h = atomic_load_explicit(&f->whole, memory_order_relaxed);
-	uint64_t w = RS_WHOLE_WORD(h);
-	struct rs_seg_grant *g;
+	uint64_t a = atomic_load_explicit(&f->app_whole, memory_order_relaxed);
 
-	if (w) {
-		g = &seg->grants[RS_GWORD_IDX(w) & (RS_NGRANT - 1)];
-		if (RS_GW_GEN(atomic_load_explicit(&g->gw, memory_order_relaxed)) !=
-		    RS_GWORD_GEN(w))
-			atomic_compare_exchange_strong(&f->whole, &h, h & RS_WHOLE_FRESH);
-	}
-	w = atomic_load_explicit(&f->app_whole, memory_order_relaxed);
-	if (w) {
-		g = &seg->grants[RS_GWORD_IDX(w) & (RS_NGRANT - 1)];
-		if (RS_GW_GEN(atomic_load_explicit(&g->gw, memory_order_relaxed)) !=
-		    RS_GWORD_GEN(w))
-			atomic_compare_exchange_strong(&f->app_whole, &w, 0);
-	}
+	if (word_gone(seg, RS_WHOLE_WORD(h)))
+		atomic_compare_exchange_strong(&f->whole, &h, h & RS_WHOLE_FRESH);
+	if (word_gone(seg, a))
+		atomic_compare_exchange_strong(&f->app_whole, &a, 0);
 }
 
 static void cache_remove(struct rs_file *f, uint64_t w)
@@ -476,9 +474,8 @@ static int strided_enter(struct rs_segment *seg, struct rs_file *f, uint64_t sta
 static void strided_stale(struct rs_segment *seg, struct rs_file *f)
 {
 	uint64_t w = atomic_load_explicit(&f->strided, memory_order_relaxed);
-	struct rs_seg_grant *g = &seg->grants[RS_GWORD_IDX(w) & (RS_NGRANT - 1)];
 
-	if (w && RS_GW_GEN(atomic_load_explicit(&g->gw, memory_order_relaxed)) != RS_GWORD_GEN(w))
+	if (word_gone(seg, w))
 		atomic_compare_exchange_strong(&f->strided, &w, 0);
 }
 
@@ -573,7 +570,7 @@ static int keep_acquired(struct rs_segment *seg, struct rs_file *f, const struct
 			  const struct rs_nt_result *res)
 {
 	struct rs_seg_grant *g = &seg->grants[res->idx];
-	int slot;
+	int slot, whole = res->start == 0 && res->end == RS_RANGE_EOF;
 
 	RS_ASSERT(rs_lk_held(RS_LK_ACQUIRE, &f->acquire_mtx));
 	if (req->exact && !res->stride) {
@@ -591,12 +588,12 @@ static int keep_acquired(struct rs_segment *seg, struct rs_file *f, const struct
 	if (slot >= 0) {
 		atomic_store_explicit(&f->grants[slot], word(res->idx, res->gen), memory_order_release);
 		/* The whole file (grants.h, RS_WHOLE_RDONLY): calls at the
-		 * file offset may enter it without learning the offset. */
-		if (res->start == 0 && res->end == RS_RANGE_EOF && req->mode == RS_G_APPEND)
+		 * file offset may enter it without learning the offset, and
+		 * appends from 0 (an appender's: app_whole). */
+		if (whole && req->mode == RS_G_APPEND) {
 			atomic_store_explicit(&f->app_whole, word(res->idx, res->gen),
 					      memory_order_release);
-		if (res->start == 0 && res->end == RS_RANGE_EOF &&
-		    (req->mode == RS_G_EXSH || req->mode == RS_G_SHARED)) {
+		} else if (whole) {
 			uint64_t h = atomic_load_explicit(&f->whole, memory_order_relaxed);
 
 			while (!atomic_compare_exchange_weak(
@@ -607,7 +604,7 @@ static int keep_acquired(struct rs_segment *seg, struct rs_file *f, const struct
 	} else
 		mark_uncached(g, res->gen);
 	rs_lk_mutex_unlock(RS_LK_GRANTS, &f->grants_mtx);
-	return slot >= 0 && res->start == 0 && res->end == RS_RANGE_EOF;
+	return slot >= 0 && whole;
 }
 
 /* Pin the cluster grant around req's range, and bound req by it: as

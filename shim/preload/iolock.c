@@ -606,7 +606,8 @@ static void lock_offsets(struct rs_io *io, const struct plan *p, int np)
 		return;
 	}
 	for (int i = 0; i < np; i++) {
-		if (p[i].where != RS_AT_CURSOR && p[i].where != RS_POS_ONLY && !p[i].append)
+		RS_ASSERT(!p[i].append);	/* an append is a call's only target */
+		if (p[i].where != RS_AT_CURSOR && p[i].where != RS_POS_ONLY)
 			continue;
 		if (io->npos == 1 && io->pos[0] == p[i].desc)
 			continue;

@@ -459,7 +459,10 @@ rs_io_range(struct rs_file *f, struct rs_rl_node *node, uint64_t start, uint64_t
 	RS_ASSERT(RS_LOAD(rs_depth) > 0 && f && node && start < end);
 	if (__builtin_expect(rs_rangelock_lock_fast(&f->rl, node, start, end, mode), 0)) {
 		RS_FILE_LOCK_WAIT(f, fd, path, node);
-		if (mode != RS_RL_APPEND)
+		/* Written once: the word shares its line with the file's
+		 * lock words. */
+		if (mode != RS_RL_APPEND &&
+		    !atomic_load_explicit(&f->tail_only, memory_order_relaxed))
 			atomic_store_explicit(&f->tail_only, 1, memory_order_relaxed);
 		return 1;
 	}
@@ -507,8 +510,6 @@ rs_fast_offset(struct rs_io *io, int fd, unsigned mode, int64_t *off, struct rs_
 		rs_pos_lock(desc);
 	if (append) {
 		uint64_t size;
-		uint64_t h = atomic_load_explicit(&file->whole, memory_order_relaxed);
-		uint64_t a = atomic_load_explicit(&file->app_whole, memory_order_relaxed);
 
 		/* From 0, where no other process can lose by it: in process
 		 * scope (no grants), or inside a grant of ours on the whole
@@ -521,6 +522,9 @@ rs_fast_offset(struct rs_io *io, int fd, unsigned mode, int64_t *off, struct rs_
 		 * them (tail_only): a whole-file append lock would hold
 		 * readers of the file off for as long as appenders come. */
 		if (solo || !atomic_load_explicit(&file->tail_only, memory_order_relaxed)) {
+			uint64_t h = atomic_load_explicit(&file->whole, memory_order_relaxed);
+			uint64_t a = atomic_load_explicit(&file->app_whole, memory_order_relaxed);
+
 			if (!__atomic_load_n(&rs_node_on, __ATOMIC_RELAXED)) {
 				*off = 0;
 				goto have_start;
