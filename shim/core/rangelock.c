@@ -284,7 +284,13 @@ void rs_rangelock_init(struct rs_rangelock *rl)
 
 void rs_rangelock_reset(struct rs_rangelock *rl)
 {
-	rs_rangelock_init(rl);
+	/* Stores only into a lock that is not free already: a forked
+	 * child's store to a page it shares with its parent copies it. */
+	if (atomic_load_explicit(&rl->mtx, memory_order_relaxed) ||
+	    __atomic_load_n(&rl->nwait, __ATOMIC_RELAXED) ||
+	    __atomic_load_n(&rl->head, __ATOMIC_RELAXED) ||
+	    __atomic_load_n(&rl->tail, __ATOMIC_RELAXED))
+		rs_rangelock_init(rl);
 }
 
 /*

@@ -362,13 +362,15 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 	m->dev = m->ino = 0;
 	if (rs_seg_path(name, m->path, sizeof(m->path)) < 0)
 		return WHY("bad segment name '%s'", name), -1;
-	if (create) {
+	/* It exists but for the first process: one open for the others. */
+	fd = open_file(m->path, 0);
+	if (fd < 0 && create && errno == ENOENT) {
 		fd = open_file(m->path, 1);
 		if (fd >= 0)
 			fchmod(fd, 0600);	/* 0600 whatever the creator's umask */
+		else if (errno == EEXIST)	/* created meanwhile by another */
+			fd = open_file(m->path, 0);
 	}
-	if (fd < 0 && (!create || errno == EEXIST))
-		fd = open_file(m->path, 0);
 	if (fd < 0)
 		return WHY("cannot open %s: %s", m->path, strerror(errno)), -1;
 	if (attach_ready(m, fd, why, whylen, &s) == 0) {

@@ -74,7 +74,7 @@ static struct {
 	int flock_posix;	/* rs_mnt_flock_posix */
 } devs[NDEV];
 static _Atomic int ndev;
-static _Atomic uint32_t devs_mtx;
+static RS_FORKED _Atomic uint32_t devs_mtx;
 
 static int decide(uint64_t dev, int *flock_posix)
 {
@@ -194,7 +194,7 @@ struct pfile {
 static struct pfile *pfiles;
 static size_t npfile;    /* slots in pfiles (pfiles_mtx) */
 static uint64_t pfile_seq;
-static _Atomic uint32_t pfiles_mtx;
+static RS_FORKED _Atomic uint32_t pfiles_mtx;
 
 /* Files with a pin in progress (pfiles_mtx); more at once than slots
  * counts in inpin_over, which keeps every copy (never less safe). */
@@ -1009,9 +1009,13 @@ void rs_cluster_fork_child(void)
 {
 	atomic_store(&devs_mtx, 0);
 	atomic_store(&pfiles_mtx, 0);
-	/* The parent's pins in progress are not the child's. */
-	memset(inpin, 0, sizeof inpin);
-	inpin_over = 0;
+	/* The parent's pins in progress are not the child's.  Only those
+	 * there are: a store to a page shared with the parent copies it. */
+	for (size_t i = 0; i < NINPIN; i++)
+		if (inpin[i].n)
+			memset(&inpin[i], 0, sizeof inpin[i]);
+	if (inpin_over)
+		inpin_over = 0;
 }
 
 /*

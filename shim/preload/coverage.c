@@ -26,9 +26,10 @@
  * Rings and AIO contexts: liburing makes its system calls with inline
  * assembly, so no wrapper sees them.  Debian's libaio and fio's io_uring
  * engine go through syscall(), which interpose.c hands to us.  The rest
- * are found when the report is written: io_uring descriptors in
- * /proc/self/fd ("anon_inode:[io_uring]") and AIO rings in /proc/self/maps
- * ("/[aio]"), minus the ones already counted (the idea of reading
+ * are found when the report is written: AIO rings in /proc/self/maps
+ * ("/[aio]"), and io_uring descriptors in /proc/self/fd
+ * ("anon_inode:[io_uring]") once the maps show a ring's mapping, minus the
+ * ones already counted (the idea of reading
  * /proc/self/maps for what a preload library cannot intercept is
  * Darshan's and lsof's; the code is ours).
  */
@@ -169,13 +170,13 @@ static _Atomic unsigned long mmap_own_locked;
 
 void rs_cov_fork_child(void)
 {
-	atomic_store_explicit(&std_counted, 0, memory_order_relaxed);
+	RS_ZERO_IF_SET(std_counted);
 	for (int i = 0; i < COV_NKINDS; i++) {
-		atomic_store_explicit(&said[i], 0, memory_order_relaxed);
-		atomic_store_explicit(&seen_count[i], 0, memory_order_relaxed);
-		atomic_store_explicit(&named_state[i], 0, memory_order_relaxed);
+		RS_ZERO_IF_SET(said[i]);
+		RS_ZERO_IF_SET(seen_count[i]);
+		RS_ZERO_IF_SET(named_state[i]);
 	}
-	atomic_store_explicit(&mmap_own_locked, 0, memory_order_relaxed);
+	RS_ZERO_IF_SET(mmap_own_locked);
 }
 
 /* Is anyone listening?  Otherwise the wrappers only pass calls on.  Not
@@ -631,20 +632,27 @@ static void scan_fds(void)
 	rs_sys(SYS_close, dir);
 }
 
-/* One line of /proc/self/maps: an AIO ring nobody counted yet? */
-static void maps_line(const char *s, size_t len)
+/* Does s (len bytes) hold what (a string literal)? */
+#define HOLDS(s, len, what) holds(s, len, what, sizeof(what) - 1)
+
+static int holds(const char *s, size_t len, const char *what, size_t n)
 {
-	static const char aio[] = " /[aio]";
+	for (size_t i = 0; i + n <= len; i++)
+		if (memcmp(s + i, what, n) == 0)
+			return 1;
+	return 0;
+}
+
+/* One line of /proc/self/maps: an AIO ring nobody counted yet?  An
+ * io_uring ring's mapping sets *uring. */
+static void maps_line(const char *s, size_t len, int *uring)
+{
 	unsigned long start = 0;
 	size_t i;
-	int hit = 0;
 
-	for (i = 0; i + sizeof(aio) - 1 <= len; i++)
-		if (memcmp(s + i, aio, sizeof(aio) - 1) == 0) {
-			hit = 1;
-			break;
-		}
-	if (!hit)
+	if (HOLDS(s, len, " anon_inode:[io_uring]"))
+		*uring = 1;
+	if (!HOLDS(s, len, " /[aio]"))
 		return;
 	for (i = 0; i < len; i++) {
 		char c = s[i];
@@ -658,23 +666,25 @@ static void maps_line(const char *s, size_t len)
 		noticed(COV_aio, -1);
 }
 
-static void scan_maps(void)
+/* Returns whether an io_uring ring is mapped. */
+static int scan_maps(void)
 {
 	char buf[4096];
+	int uring = 0;
 	size_t have = 0;
 	long fd, n;
 	int cut = 0;	/* inside the rest of a line too long for buf */
 
 	fd = rs_sys(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return;
+		return 1;	/* cannot tell: look at the descriptors */
 	while ((n = rs_sys(SYS_read, fd, buf + have, sizeof(buf) - have)) > 0) {
 		size_t end = have + (size_t)n, from = 0;
 
 		for (size_t i = 0; i < end; i++)
 			if (buf[i] == '\n') {
 				if (!cut)
-					maps_line(buf + from, i - from);
+					maps_line(buf + from, i - from, &uring);
 				cut = 0;
 				from = i + 1;
 			}
@@ -682,7 +692,7 @@ static void scan_maps(void)
 		 * and " /[aio]" come first, so its head is enough. */
 		if (from == 0 && end == sizeof(buf)) {
 			if (!cut)
-				maps_line(buf, end);
+				maps_line(buf, end, &uring);
 			cut = 1;
 			from = end;
 		}
@@ -690,6 +700,7 @@ static void scan_maps(void)
 		memmove(buf, buf + from, have);
 	}
 	rs_sys(SYS_close, fd);
+	return uring;
 }
 
 /*
@@ -731,8 +742,12 @@ void rs_cov_scan(void)
 
 	if (atomic_load_explicit(&rs_state, memory_order_acquire) != RS_READY)
 		return;
-	scan_fds();
-	scan_maps();
+	/* A ring submits through memory it shares with the kernel, so a
+	 * ring in use is mapped: the descriptors (a look at each) are read
+	 * only when the mappings show one, and most processes pay one read
+	 * of /proc/self/maps at exit. */
+	if (scan_maps())
+		scan_fds();
 	if (cov_on()) {
 		notice_std(&_IO_2_1_stdin_, LOOK_ONLY);
 		notice_std(&_IO_2_1_stdout_, LOOK_ONLY);

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "real.h"
 #include "stats.h"
+#include "state.h"
 #include "rawsyscall.h"
 
 #define MAX_DESCS   (1u << 20)
@@ -29,7 +30,7 @@ _Atomic uint64_t *rs_fd_entries;
 struct rs_desc *rs_descs;
 struct rs_file *rs_files;
 
-static _Atomic uint32_t tbl_mtx;
+static RS_FORKED _Atomic uint32_t tbl_mtx __attribute__((aligned(64)));
 
 /* The table mutex, with the lock order checks of debug builds
  * (lockorder.h: under offset and range locks, as dup2 holds them; over
@@ -51,7 +52,7 @@ static uint32_t file_free, desc_free;  /* index + 1 */
 static uint32_t desc_gen;          /* incarnations of descriptions so far */
 static unsigned fd_high;           /* highest fd ever given an entry + 1 */
 
-_Atomic int rs_private_fd[RS_NPRIVATE] = { -1, -1, -1 };
+RS_FORKED _Atomic int rs_private_fd[RS_NPRIVATE] = { -1, -1, -1 };
 
 static long hide_low(void)
 {
@@ -307,7 +308,7 @@ static uint32_t desc_flags(int oflags)
  * RANGESHIM_PATHS always asks by path.
  */
 #define MNT_DEVS 64
-static _Atomic uint32_t mnt_mtx;
+static RS_FORKED _Atomic uint32_t mnt_mtx;
 static uint64_t mnt_dev[MNT_DEVS];     /* wanted devices, then misses */
 static unsigned char mnt_ok[MNT_DEVS];
 static _Atomic unsigned mnt_n;         /* entries published */
@@ -792,18 +793,20 @@ void rs_fdt_fork_parent(void)
 void rs_fdt_fork_child(void)
 {
 	for (uint32_t i = 0; i < files_used; i++) {
-		rs_rangelock_reset(&rs_files[i].rl);
+		struct rs_file *f = &rs_files[i];
+
+		rs_rangelock_reset(&f->rl);
 		/* The parent's node grants stay the parent's. */
 		for (int k = 0; k < RS_NCACHE; k++)
-			atomic_store_explicit(&rs_files[i].grants[k], 0, memory_order_relaxed);
-		atomic_store_explicit(&rs_files[i].whole, 0, memory_order_relaxed);
-		atomic_store_explicit(&rs_files[i].app_whole, 0, memory_order_relaxed);
-		atomic_store_explicit(&rs_files[i].strided, 0, memory_order_relaxed);
-		atomic_store_explicit(&rs_files[i].grants_mtx, 0, memory_order_relaxed);
-		atomic_store_explicit(&rs_files[i].acquire_mtx, 0, memory_order_relaxed);
+			RS_ZERO_IF_SET(f->grants[k]);
+		RS_ZERO_IF_SET(f->whole);
+		RS_ZERO_IF_SET(f->app_whole);
+		RS_ZERO_IF_SET(f->strided);
+		RS_ZERO_IF_SET(f->grants_mtx);
+		RS_ZERO_IF_SET(f->acquire_mtx);
 	}
 	for (uint32_t i = 0; i < descs_used; i++)
-		atomic_store_explicit(&rs_descs[i].pos, 0, memory_order_relaxed);
+		RS_ZERO_IF_SET(rs_descs[i].pos);
 	atomic_store_explicit(&mnt_mtx, 0, memory_order_relaxed);
 	atomic_store_explicit(&tbl_mtx, 0, memory_order_release);
 }

@@ -54,6 +54,8 @@ static struct slot slots[RS_FW_SLOTS];
 /* Every file beyond the table, together; never named. */
 static struct slot other;
 static _Atomic uint64_t untracked, other_files;
+/* Above every slot ever claimed. */
+static _Atomic int slots_hi;
 
 static uint64_t now_ns(void)
 {
@@ -153,6 +155,14 @@ static struct slot *slot_at(uint64_t dev, uint64_t ino, struct rs_file *f, int f
 		if (st == 0) {
 			uint32_t z = 0;
 
+			int hi = atomic_load_explicit(&slots_hi, memory_order_relaxed);
+
+			/* Raised first, so that a fork in the middle of the
+			 * claim still sees this slot (rs_fw_reset). */
+			while (hi <= i && !atomic_compare_exchange_weak_explicit(
+				       &slots_hi, &hi, i + 1, memory_order_relaxed,
+				       memory_order_relaxed))
+				;
 			if (atomic_compare_exchange_strong(&s->state, &z, 1)) {
 				atomic_store_explicit(&s->dev, dev, memory_order_relaxed);
 				atomic_store_explicit(&s->ino, ino, memory_order_relaxed);
@@ -504,14 +514,18 @@ void rs_fw_reset(void)
 {
 	/* Stores only where something is there: a fork's child that writes
 	 * a page it shares with its parent copies it (stats.c,
-	 * rs_stats_reset). */
-	for (int i = 0; i < RS_FW_SLOTS; i++) {
+	 * rs_stats_reset).  Only up to the highest slot ever claimed: a
+	 * child of a process that met few files reads few pages (each one a
+	 * fault in a fresh child). */
+	int hi = atomic_load_explicit(&slots_hi, memory_order_relaxed);
+
+	for (int i = 0; i < hi; i++) {
+		uint32_t st = atomic_load_explicit(&slots[i].state, memory_order_relaxed);
+
 		/* A claim another thread had begun at the fork never ends
 		 * here: free the slot, or every later claim would spin on it. */
-		uint32_t one = 1;
-
-		if (atomic_load_explicit(&slots[i].state, memory_order_relaxed) == 1)
-			atomic_compare_exchange_strong(&slots[i].state, &one, 0);
+		if (st == 1)
+			atomic_compare_exchange_strong(&slots[i].state, &st, 0);
 		zero(&slots[i]);
 	}
 	zero(&other);

@@ -27,6 +27,7 @@
 #include "log.h"
 #include "nodelock.h"
 #include "stats.h"
+#include "state.h"
 #include "stride.h"
 #include "rawsyscall.h"
 
@@ -247,14 +248,14 @@ int rs_node_on;
 struct rs_segment *rs_node_seg;
 uint32_t rs_node_me;
 
-static struct rs_nt table;
+static RS_FORKED struct rs_nt table;
 /* Mappings of earlier attachments (exit, then attached again): grants
  * entered through them are still left through them. */
 static struct rs_segment *old_maps[4];
-static _Atomic uint32_t attach_mtx;
-static int attach_state;   /* 0 not tried, 1 attached, 2 failed */
+static RS_FORKED _Atomic uint32_t attach_mtx;
+static RS_FORKED int attach_state;   /* 0 not tried, 1 attached, 2 failed */
 /* This process shares its parent's descriptor table (rs_grants_fork_child). */
-static int shares_files;
+static RS_FORKED int shares_files;
 
 void rs_grants_init(void)
 {

@@ -35,11 +35,11 @@ _Atomic int rs_state;
  * and friends close fd 2 before library destructors run. */
 static int stats_fd = -1;
 static struct stat stats_st;
-long rs_pid;
+RS_FORKED long rs_pid __attribute__((aligned(64)));
 static __thread int initializing_here __attribute__((tls_model("initial-exec")));
 /* The report is written once: by the destructor, or by an exit that
  * skips it (rs_exit_report). */
-static _Atomic int reported;
+static RS_FORKED _Atomic int reported;
 
 static const char *env(const char *name)
 {
@@ -89,7 +89,8 @@ void rs_after_clone_child(long flags)
 	rs_grants_fork_child((flags & CLONE_FILES) != 0);
 	rs_stats_reset();
 	rs_cov_fork_child();
-	atomic_store(&reported, 0);
+	if (atomic_load(&reported))
+		atomic_store(&reported, 0);
 	rs_pid = rs_sys(SYS_getpid);
 }
 

@@ -50,6 +50,23 @@ void rs_fork_parent(void);
 extern long rs_pid;
 
 /*
+ * For the words every fork writes on both sides (the locks its handlers
+ * hold across it) and in the child (pid, descriptors, attachment): all in
+ * one section, so that they share a page or two.  A store after fork to
+ * a page the parent shares copies it, a fault and a TLB flush each; with
+ * these spread over eight pages, forked workers paid that eight times
+ * (hundreds of processes starting at once: docs/benchmarks.md).
+ */
+#define RS_FORKED __attribute__((section(".rs_forked")))
+/* A fork child's reset of an atomic x: a store only if x is not zero
+ * already, for the same reason. */
+#define RS_ZERO_IF_SET(x)                                                      \
+	do {                                                                   \
+		if (atomic_load_explicit(&(x), memory_order_relaxed))          \
+			atomic_store_explicit(&(x), 0, memory_order_relaxed);  \
+	} while (0)
+
+/*
  * Set for good once a task that shares our memory but is another process
  * may exist: a vfork (vfork(), syscall(SYS_vfork)) or a clone with
  * CLONE_VM made through us (interpose.c).  Such a task sees rs_pid as we

@@ -257,9 +257,8 @@ int rs_stats_text(char *buf, unsigned long size, long pid)
  * it is given back): a child that writes a page it shares with its
  * parent copies it, a page fault and a TLB flush, and hundreds of forked
  * workers paid for every page of these arrays. */
-void rs_stats_reset(void)
+static void stats_blocks_reset(void)
 {
-	start_ns = wall_ns();
 	for (int k = 0; k < RS_STATS_SLOTS; k++) {
 		if (!atomic_load_explicit(&slot_used[k], memory_order_relaxed) &&
 		    &slots[k] != rs_tstat)
@@ -269,6 +268,16 @@ void rs_stats_reset(void)
 			atomic_store_explicit(&slot_used[k], 0, memory_order_relaxed);
 	}
 	memset((void *)&rest, 0, sizeof(rest));
+}
+
+void rs_stats_reset(void)
+{
+	/* Nothing counts with stats off (RS_COUNT), and nothing reads these:
+	 * the blocks stay as the parent left them, untouched. */
+	if (rs_stats_on) {
+		start_ns = wall_ns();
+		stats_blocks_reset();
+	}
 	if (rs_fw_reset)
 		rs_fw_reset();
 }
