@@ -256,8 +256,8 @@ uint64_t rs_fw_total(size_t off)
 		k = offsetof(struct rs_fio, bytes_written);
 	else
 		return 0;
-	for (int i = 0; i <= RS_FW_SLOTS; i++) {
-		struct rs_fio *c = i < RS_FW_SLOTS ? &slots[i].fio : &other.fio;
+	for (int i = 0, hi = atomic_load_explicit(&slots_hi, memory_order_relaxed); i <= hi; i++) {
+		struct rs_fio *c = i < hi ? &slots[i].fio : &other.fio;
 
 		sum += atomic_load_explicit((_Atomic uint64_t *)((char *)c + k), memory_order_relaxed);
 	}

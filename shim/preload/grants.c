@@ -77,12 +77,13 @@
 #define RS_STRIDE_AHEAD 1024u
 #endif
 #define RS_STRIDE_SPAN (64ull << 20)
-/* Requests in a row that keep one stride before a strided grant is asked
- * for.  Random blocks of one length keep a common divisor above it for a
- * few steps too (offsets that happen to be even multiples): from 2 in a
- * row, a quarter of random 4 KiB calls asked for lookahead over blocks
- * they never used, which others then had to take back; from 8, under
- * 0.1% do (simulated), and an interleaved rank waits 8 calls longer. */
+/* Steps in a row (from one exact request to the next) that keep one
+ * stride before a strided grant is asked for.  Random blocks of one length
+ * keep a common divisor above it for a few steps too (offsets that happen
+ * to be even multiples): from 2 steps, a quarter of random 4 KiB calls
+ * asked for lookahead over blocks they never used, which others then had
+ * to take back; from 8, about 0.1% do (simulated), and an interleaved
+ * rank asks at its 9th call instead of its 3rd. */
 #ifndef RS_STRIDE_RUN
 #define RS_STRIDE_RUN 8u
 #endif
@@ -203,7 +204,7 @@ static uint64_t gcd(uint64_t a, uint64_t b)
 /*
  * An exact request q (the file is shared here): does it continue a run
  * of requests of one length L at starts a multiple of one stride S > L
- * apart?  Once RS_STRIDE_RUN have kept to S, q asks for a strided grant
+ * apart?  Once RS_STRIDE_RUN steps have kept to S, q asks for a strided grant
  * (nodelock.c, "Strided grants"): its own block and the next ones of
  * the pattern, RS_STRIDE_AHEAD at most, within RS_STRIDE_SPAN bytes.
  * Any multiple of S, either way, keeps the run: a process that comes

@@ -57,7 +57,13 @@ extern long rs_pid;
  * these spread over eight pages, forked workers paid that eight times
  * (hundreds of processes starting at once: docs/benchmarks.md).
  */
+#if defined(__SANITIZE_ADDRESS__)
+/* AddressSanitizer puts no redzone around a global of a section of its
+ * own: its builds keep them where it checks them. */
+#define RS_FORKED
+#else
 #define RS_FORKED __attribute__((section(".rs_forked")))
+#endif
 /* A fork child's reset of an atomic x: a store only if x is not zero
  * already, for the same reason. */
 #define RS_ZERO_IF_SET(x)                                                      \
