@@ -154,7 +154,6 @@ static struct slot *slot_at(uint64_t dev, uint64_t ino, struct rs_file *f, int f
 
 		if (st == 0) {
 			uint32_t z = 0;
-
 			int hi = atomic_load_explicit(&slots_hi, memory_order_relaxed);
 
 			/* Raised first, so that a fork in the middle of the
