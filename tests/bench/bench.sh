@@ -277,6 +277,38 @@ scale() {
 		printf ' [%5.2fx] %s\n' "$so" "$torn"
 		rm -f "$res"
 	done
+	# What each worker's start and exit cost, without the calls: the
+	# part of the rows above that grows with processes, not with calls.
+	echo
+	echo "  Start and exit alone: N processes of one call each, wall time of the whole run,"
+	echo "  median of $SCALE_ROUNDS round(s), modes interleaved:"
+	printf '\n  %5s %12s %12s %22s\n' procs unlocked rangeshim "rangeshim extra/proc"
+	for n in $(echo "$SCALE_PROCS" | tr , ' '); do
+		res=$OUT/.start-$n
+		: >"$res"
+		r=0
+		while [ $r -lt "$SCALE_ROUNDS" ]; do
+			set -- unlocked rangeshim
+			[ $((r % 2)) -eq 1 ] && set -- rangeshim unlocked
+			for m in "$@"; do
+				case $m in
+				unlocked) o=$("$pr" "$f" "$n" 1 rand1m) || true ;;
+				rangeshim) o=$(RANGESHIM_SHM=$shm LD_PRELOAD=$LIB "$pr" "$f" "$n" 1 rand1m) || true ;;
+				esac
+				echo "$r $m $o" >>"$res"
+			done
+			r=$((r + 1))
+		done
+		u=$(awk '$2 == "unlocked" { print $3 }' "$res" | median)
+		s=$(awk '$2 == "rangeshim" { print $3 }' "$res" | median)
+		x=$(awk -v n="$n" '{ us[$1 " " $2] = $3 }
+			END { for (k in us) { split(k, rk, " ")
+				if (rk[2] == "rangeshim" && (rk[1] " unlocked") in us)
+					print (us[k] - us[rk[1] " unlocked"]) / n } }' "$res" | median)
+		printf '  %5s %10.3f s %10.3f s %17.0f us\n' "$n" "$(awk -v u="$u" 'BEGIN { print u / 1e6 }')" \
+		    "$(awk -v s="$s" 'BEGIN { print s / 1e6 }')" "$x"
+		rm -f "$res"
+	done
 	rm -f "$f" "/dev/shm$shm"
 }
 
