@@ -36,6 +36,7 @@
 #include "fileid.h"
 #include "futex.h"
 #include "rawsyscall.h"
+#include "state.h"
 
 #define PATH_LEN 256
 
@@ -505,8 +506,7 @@ static void zero(struct slot *s)
 				  &s->fio.calls, &s->fio.bytes_read, &s->fio.bytes_written };
 
 	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
-		if (atomic_load_explicit(c[i], memory_order_relaxed))
-			atomic_store_explicit(c[i], 0, memory_order_relaxed);
+		RS_ZERO_IF_SET(*c[i]);
 }
 
 void rs_fw_reset(void)
@@ -528,8 +528,6 @@ void rs_fw_reset(void)
 		zero(&slots[i]);
 	}
 	zero(&other);
-	if (atomic_load_explicit(&untracked, memory_order_relaxed))
-		atomic_store_explicit(&untracked, 0, memory_order_relaxed);
-	if (atomic_load_explicit(&other_files, memory_order_relaxed))
-		atomic_store_explicit(&other_files, 0, memory_order_relaxed);
+	RS_ZERO_IF_SET(untracked);
+	RS_ZERO_IF_SET(other_files);
 }
