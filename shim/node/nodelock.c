@@ -608,7 +608,9 @@ static int table_lock(struct rs_nt *t)
 	/* No spin before sleeping: 100 pauses measured alike with 4
 	 * processes on 2 CPUs (docs/benchmarks.md). */
 	for (;;) {
-		uint32_t v = 0, vs;
+		/* Read before the try: a release after it changes the value,
+		 * and our sleep on it does not begin. */
+		uint32_t seq = atomic_load(&s->hdr.lock_seq), v = 0, vs;
 		uint64_t now;
 		int steal = 0;
 
@@ -652,10 +654,13 @@ static int table_lock(struct rs_nt *t)
 			struct timespec ts = { 0, 10 * 1000 * 1000 };
 			int saved = errno;
 
-			rs_sys(SYS_futex, &s->hdr.lock, FUTEX_WAIT, v, &ts, NULL, 0);
+			rs_sys(SYS_futex, &s->hdr.lock_seq, FUTEX_WAIT, seq, &ts, NULL, 0);
 			errno = saved;
 		}
 		atomic_fetch_sub(&s->hdr.lock_waiters, 1);
+		/* Woken or not, we run: the next release may wake another. */
+		if (atomic_load(&s->hdr.lock_woken))
+			atomic_store(&s->hdr.lock_woken, 0);
 	}
 }
 
@@ -673,10 +678,19 @@ static void table_unlock_as(struct rs_nt *t, uint32_t slot)
 		rs_log(RS_LOG_ERROR, "node lock table %s: the table lock was overwritten "
 		       "(it holds %#x, not our %#x): the segment is being written by something "
 		       "other than rangeshim", t->map.path, me, id);
-	if (atomic_load(&s->hdr.lock_waiters)) {
+	atomic_fetch_add(&s->hdr.lock_seq, 1);
+	/* One wake at a time, as Go's sync.Mutex does (mutexWoken).  A
+	 * waiter stays counted from before its sleep until after it, and on
+	 * an oversubscribed node it may wait milliseconds to run on either
+	 * side: waking at every release meanwhile made a system call per
+	 * acquisition that woke nobody.  The woken one clears the flag when
+	 * it runs, and one preempted before its sleep finds lock_seq moved
+	 * and does not sleep.  A stopped or dead one leaves the flag set:
+	 * the others' 10 ms sleeps bound that. */
+	if (atomic_load(&s->hdr.lock_waiters) && !atomic_exchange(&s->hdr.lock_woken, 1)) {
 		int saved = errno;
 
-		rs_sys(SYS_futex, &s->hdr.lock, FUTEX_WAKE, 1, NULL, NULL, 0);
+		rs_sys(SYS_futex, &s->hdr.lock_seq, FUTEX_WAKE, 1, NULL, NULL, 0);
 		errno = saved;
 	}
 	rs_lk_mutex_unlock(RS_LK_NT_LOCAL, &t->local);

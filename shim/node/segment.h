@@ -138,6 +138,14 @@ struct rs_seg_header {
 	 * memory. */
 	_Atomic uint32_t lock;
 	_Atomic uint32_t lock_waiters;
+	/* Waiters sleep on lock_seq, bumped at every release; lock_woken is
+	 * 1 while a wake is on its way to a waiter that has not run yet
+	 * (nodelock.c, table_unlock_as).  Both in what was padding: the
+	 * layout is unchanged, and a process of an earlier build waits on
+	 * lock itself, where our releases do not wake it; its 10 ms sleeps
+	 * bound that. */
+	_Atomic uint32_t lock_seq;
+	_Atomic uint32_t lock_woken;
 	_Atomic uint32_t change __attribute__((aligned(64)));  /* futex: bumped on release */
 	_Atomic uint32_t change_waiters;                       /* asleep on change */
 	uint32_t next_ticket;
