@@ -1339,8 +1339,24 @@ Test(node, default_table_private_dir, .timeout = 60)
 	cr_assert_eq(lstat(table, &st), 0, "no table at %s", table);
 	cr_assert_eq(st.st_mode & 07777, 0600);
 	unlink(table);
-	if (made)
+	if (made) {
+		/* A process keeps the table path it chose for its forked
+		 * children (segment.c, "chosen"); when a logout removed the
+		 * table and the directory, the child chooses again, into
+		 * /dev/shm, and stays coordinated.  Were it to insist on the
+		 * old path, it would print that the table is unusable. */
+		char *fargv[] = { (char *)PROBE, (char *)"fork", farg, (char *)"mode=gone", NULL };
+
+		memset(r, 0, sizeof(*r));
+		rs_run(r, fargv, env, 1, 30);
+		cr_log_info("directory gone: %s", r->out);
+		cr_expect_eq(r->status, 0, "status %d: %s", r->status, r->out);
+		cr_expect_eq(warnings(r->out), 0, "the child did not attach after the logout: %s",
+			     r->out);
+		cr_expect_eq(lstat(squat, &st), 0, "the child made no table at %s", squat);
+		unlink(squat);
 		rmdir(rt);
+	}
 	free(r);
 }
 

@@ -37,11 +37,13 @@
  *       ms and replaced.  Prints kills, max_stall_ms (longest time any
  *       survivor, or a replacement, went without progress after a kill),
  *       torn_pages seen by reads, mixed_pages in the final file.
- *   node_probe fork    file=F mode=disjoint|same|exec|race
+ *   node_probe fork    file=F mode=disjoint|same|exec|race|gone
  *       A process with a cached grant forks; the child does I/O on the
  *       same file (disjoint range, the parent's range, or after exec) and
  *       exits; the parent goes on writing.  race: a parent thread keeps
  *       writing 1 MiB blocks while the child reads them and counts tears.
+ *       gone: the default table and /run/user/<euid> are removed before
+ *       the fork, as at a logout (run with RANGESHIM_SHM empty, as root).
  *   node_probe forkstorm file=F count=N
  *       N processes, one after another, each attach (a pwrite), fork a
  *       child that sleeps until the orchestrator lets it go, and exit
@@ -1156,6 +1158,17 @@ static void cmd_fork(void)
 		die("pwrite");
 	if (race)
 		pthread_create(&th, NULL, race_writer, &rc);
+	if (strcmp(mode, "gone") == 0) {
+		/* A logout under a live job: the default table and its private
+		 * directory go.  The child must attach elsewhere, not fail on
+		 * the path its parent chose. */
+		char rt[64], table[128];
+
+		snprintf(rt, sizeof(rt), "/run/user/%u", (unsigned)geteuid());
+		snprintf(table, sizeof(table), "%s/rangeshim-table", rt);
+		if (unlink(table) < 0 || rmdir(rt) < 0)
+			die("remove %s", table);
+	}
 	if (pipe(p) < 0)
 		die("pipe");
 	fflush(stdout);
