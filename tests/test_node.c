@@ -1340,11 +1340,10 @@ Test(node, default_table_private_dir, .timeout = 60)
 	cr_assert_eq(st.st_mode & 07777, 0600);
 	unlink(table);
 	if (made) {
-		/* A process keeps the table path it chose for its forked
-		 * children (segment.c, "chosen"); when a logout removed the
-		 * table and the directory, the child chooses again, into
-		 * /dev/shm, and stays coordinated.  Were it to insist on the
-		 * old path, it would print that the table is unusable. */
+		/* A logout removed the table and the directory under a live
+		 * parent: its forked child chooses the default table again,
+		 * into /dev/shm, and stays coordinated.  Were it to keep the
+		 * parent's path, it would print that the table is unusable. */
 		char *fargv[] = { (char *)PROBE, (char *)"fork", farg, (char *)"mode=gone", NULL };
 
 		memset(r, 0, sizeof(*r));

@@ -82,46 +82,14 @@ int rs_seg_path(const char *name, char *path, size_t len)
 		default_path(path, len);
 		return 0;
 	}
-	if (!name || name[0] != '/' || !name[1] || strchr(name + 1, '/') || strlen(name) > 200)
+	if (!name || name[0] != '/' || !name[1] || strchr(name + 1, '/') || strlen(name) > 200 ||
+	    len < sizeof("/dev/shm") + strlen(name))
 		return -1;
-	snprintf(path, len, "/dev/shm%s", name);
+	/* Not snprintf: in a forked child, which attaches at its first
+	 * write, each libc page that would touch is a fault. */
+	memcpy(path, "/dev/shm", 8);
+	memcpy(path + 8, name, strlen(name) + 1);
 	return 0;
-}
-
-/*
- * The table this process last attached to, and under which name and ids:
- * its next attach, and its forked children's, go to the same file, so a
- * family meets in one table, and a child does not format and check the
- * path again (in a new process each libc page that takes is a fault).
- * Chosen again when the ids changed or when the file cannot be opened
- * (removed, or its directory gone at a logout).  Attaches are serialised
- * by their callers.
- */
-static struct {
-	uid_t uid, euid;
-	char name[208];
-	char path[sizeof(((struct rs_seg_map *)0)->path)];
-} chosen;
-
-static int chosen_path(const char *name, char *path, size_t len)
-{
-	size_t n = strlen(chosen.path);
-
-	if (!n || n >= len || chosen.uid != getuid() || chosen.euid != geteuid() ||
-	    strcmp(name, chosen.name) != 0)
-		return -1;
-	memcpy(path, chosen.path, n + 1);
-	return 0;
-}
-
-static void choose(const char *name, const char *path)
-{
-	if (strlen(name) >= sizeof(chosen.name) || strlen(path) >= sizeof(chosen.path))
-		return;
-	chosen.uid = getuid();
-	chosen.euid = geteuid();
-	strcpy(chosen.name, name);
-	strcpy(chosen.path, path);
 }
 
 void rs_seg_init(struct rs_segment *s)
@@ -276,14 +244,17 @@ static void *map_away(int fd, size_t len)
 #endif
 	/* AT_RANDOM: 16 bytes the kernel gave the process; the last 8, since
 	 * glibc takes the first ones for the stack protector's canary. */
-	if (!seed) {
+	uint64_t sd = __atomic_load_n(&seed, __ATOMIC_RELAXED);
+
+	if (!sd) {
 		const unsigned char *rnd = (const unsigned char *)getauxval(AT_RANDOM);
 
 		for (int i = 8; rnd && i < 16; i++)
-			seed = seed * 131 + rnd[i];
-		seed |= 1;
+			sd = sd * 131 + rnd[i];
+		sd |= 1;
+		__atomic_store_n(&seed, sd, __ATOMIC_RELAXED);
 	}
-	r += seed;
+	r += sd;
 	for (int i = 0; i < 4; i++, r = r * 0x9e3779b97f4a7c15ull + 1) {
 		uintptr_t want = (uintptr_t)(RS_MAP_LO + ((r >> 17) % (RS_MAP_SPAN >> 21) << 21));
 
@@ -330,8 +301,7 @@ static struct rs_segment *map_separately(const char *path, const struct stat *wa
 /* Only the header decides whether we can use the table at all; a
  * malformed slot is dealt with where it is met (nodelock.c), and must not
  * keep anyone out of node scope. */
-static int finish(struct rs_seg_map *m, const char *name, int fd, struct rs_segment *s,
-		  char *why, size_t whylen)
+static int finish(struct rs_seg_map *m, int fd, struct rs_segment *s, char *why, size_t whylen)
 {
 	if (rs_seg_check_header(s, why, whylen) < 0) {
 		char reason[160];
@@ -345,7 +315,6 @@ static int finish(struct rs_seg_map *m, const char *name, int fd, struct rs_segm
 	}
 	m->seg = s;
 	m->fd = fd;
-	choose(name, m->path);
 	return 0;
 }
 
@@ -405,15 +374,10 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 	m->fd = -1;
 	m->fd_slot = NULL;
 	m->dev = m->ino = 0;
-	if (!name)
-		return WHY("no segment name"), -1;
+	if (rs_seg_path(name, m->path, sizeof(m->path)) < 0)
+		return WHY("bad segment name '%s'", name), -1;
 	/* It exists but for the first process: one open for the others. */
-	fd = chosen_path(name, m->path, sizeof(m->path)) == 0 ? open_file(m->path, 0) : -1;
-	if (fd < 0) {
-		if (rs_seg_path(name, m->path, sizeof(m->path)) < 0)
-			return WHY("bad segment name '%s'", name), -1;
-		fd = open_file(m->path, 0);
-	}
+	fd = open_file(m->path, 0);
 	if (fd < 0 && create && errno == ENOENT) {
 		fd = open_file(m->path, 1);
 		if (fd >= 0)
@@ -426,7 +390,7 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 	if (attach_ready(m, fd, why, whylen, &s) == 0) {
 		if (!s)
 			return -1;
-		return finish(m, name, fd, s, why, whylen);
+		return finish(m, fd, s, why, whylen);
 	}
 	/* Initialisation takes microseconds; a lock held for seconds is a
 	 * stuck or hostile holder, and we do not wait on it. */
@@ -481,7 +445,7 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 	rs_sys(SYS_flock, fd, LOCK_UN);
 	m->dev = (uint64_t)st.st_dev;
 	m->ino = (uint64_t)st.st_ino;
-	return finish(m, name, fd, s, why, whylen);
+	return finish(m, fd, s, why, whylen);
 }
 
 static int map_fd(const struct rs_seg_map *m)
