@@ -78,6 +78,13 @@
  *                    one queued behind a running waiter names the holder
  *                    at the root, and `rangeshim locks` lists it as the
  *                    BLOCKER.
+ *  table_lock_killed_waiter  a table-lock waiter killed in its sleep
+ *                    leaves its count behind; a later sleeper is still
+ *                    woken at the next release (control: with every wake
+ *                    held back it is not).
+ *  default_table_chosen_afresh  a forked child that attaches after its
+ *                    parent left, once /run/user/<uid> appeared, picks the
+ *                    table a newcomer picks (root only).
  *  whole_file_when_alone  a process alone on a file is granted [0, EOF);
  *                    a second process revokes it (idle) and the first one
  *                    is back to windows.
@@ -1505,6 +1512,7 @@ static struct rs_segment *template_segment(void)
 	 * look free. */
 	atomic_store(&copy->hdr.lock, 0);
 	atomic_store(&copy->hdr.lock_waiters, 0);
+	atomic_store(&copy->hdr.lock_woken, 0);
 	agent_kill(a);
 	agent_kill(b);
 	return copy;
@@ -2240,6 +2248,159 @@ static int transitive_rig(int control)
 	cr_assert_eq(rv.rc, 0, "%s", rv.why);
 	unlink(log);
 	return granted;
+}
+
+/* Until lock_waiters reaches n (a waiter counts itself before it sleeps). */
+static void wait_lock_waiters(struct rs_segment *s, uint32_t n)
+{
+	uint64_t t0 = now_ns();
+
+	while (atomic_load(&s->hdr.lock_waiters) < n) {
+		cr_assert_lt(now_ns() - t0, (uint64_t)MUST_MS * 1000000,
+			     "lock_waiters stayed at %u, below %u",
+			     atomic_load(&s->hdr.lock_waiters), n);
+		sleep_ms(5);
+	}
+}
+
+/*
+ * A table-lock waiter killed in its sleep never takes its count out of
+ * lock_waiters.  A release then finds a waiter to wake and nobody asleep,
+ * and the wake it sends reaches nobody: that wake must not hold back the
+ * next real sleeper's (table_unlock_as: one older than rs_nt_woken_ms
+ * no longer counts).  Waiters sleep 30 s here, so one that is not woken
+ * cannot pass for one that is.  Returns whether B was woken at A's
+ * second release.
+ */
+static int killed_waiter_rig(void)
+{
+	struct agent *a = agent_start(), *k = agent_start(), *b = agent_start();
+	struct cmd lk = { .op = OP_LOCK_TABLE }, un = { .op = OP_UNLOCK_TABLE };
+	struct rs_segment *s;
+	struct rep r;
+
+	agent_register(a);
+	agent_register(k);
+	agent_register(b);
+	s = view_attach();
+	agent_do(a, &lk, "A takes the table lock");
+	agent_send(k, &lk);
+	wait_lock_waiters(s, 1);
+	sleep_ms(100);		/* K asleep in the futex */
+	agent_kill(k);
+	agent_do(a, &un, "A lets go: the wake finds nobody");
+	sleep_ms(100);		/* that wake is old now */
+	agent_do(a, &lk, "A takes the table lock again");
+	agent_send(b, &lk);
+	wait_lock_waiters(s, 2);
+	sleep_ms(100);		/* B asleep */
+	cr_assert_geq(atomic_load(&s->hdr.lock_waiters), 2, "K's count was taken out");
+	agent_do(a, &un, "A lets go again");
+	return agent_poll(b, &r, MUST_MS);
+}
+
+Test(nodelock, table_lock_killed_waiter, .timeout = 60)
+{
+	rs_nt_lock_sleep_ns = 30ull * 1000 * 1000 * 1000;	/* agents inherit it */
+	cr_assert(killed_waiter_rig(), "B slept on after the release: a dead waiter's wake held "
+		  "it back");
+}
+
+Test(nodelock, table_lock_killed_waiter_control, .timeout = 60)
+{
+	/* Every wake holds the others back for good, as a flag cleared
+	 * only by the woken waiter would: B sleeps through the release. */
+	rs_nt_lock_sleep_ns = 30ull * 1000 * 1000 * 1000;
+	rs_nt_woken_ms = UINT32_MAX;
+	cr_assert_not(killed_waiter_rig(), "control: B was woken although every wake was held "
+		      "back; the rig cannot tell");
+}
+
+/* In a child: register on the default table, write its path to fd. */
+static void register_default(int fd)
+{
+	struct rs_nt t;
+	char why[256];
+
+	memset(&t, 0, sizeof(t));
+	if (rs_nt_register(&t, "", why, sizeof(why)) < 0)
+		snprintf(t.map.path, sizeof(t.map.path), "error: %s", why);
+	if (write_full(fd, t.map.path, sizeof(t.map.path)) < 0)
+		_exit(2);
+}
+
+/*
+ * The default table depends on who is alive when a process attaches
+ * (segment.c, default_path): a /dev/shm table is kept only while it has
+ * live processes.  A child forked by a process attached there, which
+ * first attaches after its parent left and /run/user/<uid> appeared, must
+ * pick the table a newcomer picks; had it kept its parent's choice, the
+ * two would be live on two tables, excluding nothing.
+ */
+Test(nodelock, default_table_chosen_afresh, .timeout = 60)
+{
+	char rt[64], shm[64], first[300], child[300], fresh[300];
+	struct stat st;
+	int go[2], out[2], st_w;
+	pid_t p;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to make /run/user/<uid>");
+	snprintf(rt, sizeof(rt), "/run/user/%u", (unsigned)geteuid());
+	snprintf(shm, sizeof(shm), "/dev/shm/rangeshim-%u", (unsigned)getuid());
+	if (lstat(rt, &st) == 0 || lstat(shm, &st) == 0)
+		cr_skip_test("%s or %s exists (a real session or table): not ours to move", rt,
+			     shm);
+	cr_assert_eq(mkdir("/run/user", 0755) == 0 || errno == EEXIST, 1);
+	cr_assert_eq(pipe(go), 0);
+	cr_assert_eq(pipe(out), 0);
+	p = fork();
+	cr_assert_geq(p, 0);
+	if (p == 0) {
+		struct rs_nt t;
+		char why[256], c;
+		pid_t k;
+
+		memset(&t, 0, sizeof(t));
+		if (rs_nt_register(&t, "", why, sizeof(why)) < 0)
+			_exit(3);
+		if (write_full(out[1], t.map.path, sizeof(t.map.path)) < 0)
+			_exit(2);
+		k = fork();
+		if (k == 0) {
+			/* As the library's fork handler: not the parent's
+			 * liveness, not its slot. */
+			close(t.map.fd);
+			if (read(go[0], &c, 1) != 1)
+				_exit(4);
+			register_default(out[1]);
+			_exit(0);
+		}
+		rs_nt_unregister(&t);	/* the parent leaves */
+		rs_seg_detach(&t.map);
+		_exit(k > 0 ? 0 : 5);
+	}
+	cr_assert_eq(waitpid(p, &st_w, 0), p);
+	cr_assert(WIFEXITED(st_w) && WEXITSTATUS(st_w) == 0, "parent status %d", st_w);
+	cr_assert_eq(read_full(out[0], first, sizeof(first)), 0);
+	cr_assert_str_eq(first, shm, "the parent attached to %s", first);
+	cr_assert_eq(mkdir(rt, 0700), 0, "mkdir %s: %s", rt, strerror(errno));	/* a login */
+	p = fork();
+	cr_assert_geq(p, 0);
+	if (p == 0) {
+		register_default(out[1]);	/* a newcomer */
+		_exit(0);
+	}
+	cr_assert_eq(read_full(out[0], fresh, sizeof(fresh)), 0);
+	cr_assert_eq(write(go[1], "g", 1), 1);
+	cr_assert_eq(read_full(out[0], child, sizeof(child)), 0);
+	waitpid(p, NULL, 0);
+	unlink(shm);
+	snprintf(first, sizeof(first), "%s/rangeshim-table", rt);
+	unlink(first);
+	rmdir(rt);
+	cr_assert_str_eq(child, fresh, "the parent's child attached to %s, a newcomer to %s",
+			 child, fresh);
 }
 
 Test(nodelock, stopped_waiter_not_transitive, .timeout = 60)

@@ -220,6 +220,12 @@ uint64_t rs_nt_slice_ns = WAIT_SLICE_NS;
  * back (segment.h).  Tests raise it so that their control runs without
  * that rule. */
 uint64_t rs_nt_present_ns = RS_PRESENT_NS;
+/* The longest sleep of a table-lock waiter, and how long a wake sent
+ * to one holds other wakes back (table_unlock_as).  Tests raise the
+ * first to show that a wake, not the timeout, ended a wait, and the
+ * second for their control. */
+uint64_t rs_nt_lock_sleep_ns = 10ull * 1000 * 1000;
+uint32_t rs_nt_woken_ms = 2;
 
 uint64_t rs_nt_now_ns(void)
 {
@@ -651,7 +657,8 @@ static int table_lock(struct rs_nt *t)
 		}
 		atomic_fetch_add(&s->hdr.lock_waiters, 1);
 		{
-			struct timespec ts = { 0, 10 * 1000 * 1000 };
+			struct timespec ts = { (time_t)(rs_nt_lock_sleep_ns / 1000000000ull),
+					       (long)(rs_nt_lock_sleep_ns % 1000000000ull) };
 			int saved = errno;
 
 			rs_sys(SYS_futex, &s->hdr.lock_seq, FUTEX_WAIT, seq, &ts, NULL, 0);
@@ -683,15 +690,24 @@ static void table_unlock_as(struct rs_nt *t, uint32_t slot)
 	 * waiter stays counted from before its sleep until after it, and on
 	 * an oversubscribed node it may wait milliseconds to run on either
 	 * side: waking at every release meanwhile made a system call per
-	 * acquisition that woke nobody.  The woken one clears the flag when
-	 * it runs, and one preempted before its sleep finds lock_seq moved
-	 * and does not sleep.  A stopped or dead one leaves the flag set:
-	 * the others' 10 ms sleeps bound that. */
-	if (atomic_load(&s->hdr.lock_waiters) && !atomic_exchange(&s->hdr.lock_woken, 1)) {
-		int saved = errno;
+	 * acquisition that woke nobody.  lock_woken holds when the last
+	 * wake went out (ms, odd); the woken waiter clears it when it runs,
+	 * and one preempted before its sleep finds lock_seq moved and does
+	 * not sleep.  A wake older than rs_nt_woken_ms went to one that does
+	 * not run (stopped, dead, far back in the run queue), or to nobody
+	 * (the count of a waiter killed asleep, or garbage, stays): it no
+	 * longer holds the sleepers back. */
+	if (atomic_load(&s->hdr.lock_waiters)) {
+		uint32_t now = (uint32_t)(rs_nt_now_ns() / 1000000) | 1;
+		uint32_t w = atomic_load(&s->hdr.lock_woken);
 
-		rs_sys(SYS_futex, &s->hdr.lock_seq, FUTEX_WAKE, 1, NULL, NULL, 0);
-		errno = saved;
+		if ((!w || now - w > rs_nt_woken_ms) &&
+		    atomic_compare_exchange_strong(&s->hdr.lock_woken, &w, now)) {
+			int saved = errno;
+
+			rs_sys(SYS_futex, &s->hdr.lock_seq, FUTEX_WAKE, 1, NULL, NULL, 0);
+			errno = saved;
+		}
 	}
 	rs_lk_mutex_unlock(RS_LK_NT_LOCAL, &t->local);
 }

@@ -138,12 +138,12 @@ struct rs_seg_header {
 	 * memory. */
 	_Atomic uint32_t lock;
 	_Atomic uint32_t lock_waiters;
-	/* Waiters sleep on lock_seq, bumped at every release; lock_woken is
-	 * 1 while a wake is on its way to a waiter that has not run yet
+	/* Waiters sleep on lock_seq, bumped at every release; lock_woken
+	 * says when the last wake went out, until its waiter runs
 	 * (nodelock.c, table_unlock_as).  Both in what was padding: the
-	 * layout is unchanged, and a process of an earlier build waits on
-	 * lock itself, where our releases do not wake it; its 10 ms sleeps
-	 * bound that. */
+	 * layout is unchanged.  A process of an earlier build waits on lock
+	 * itself and wakes there, so between builds a waiter may sleep its
+	 * whole 10 ms (limitations.md). */
 	_Atomic uint32_t lock_seq;
 	_Atomic uint32_t lock_woken;
 	_Atomic uint32_t change __attribute__((aligned(64)));  /* futex: bumped on release */
