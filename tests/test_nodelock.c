@@ -133,6 +133,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -2263,6 +2264,32 @@ static void wait_lock_waiters(struct rs_segment *s, uint32_t n)
 	}
 }
 
+/* Until pid sleeps in a futex wait (/proc/PID/syscall names the call a
+ * sleeping task is in): counted in lock_waiters is not yet asleep, and a
+ * waiter that is not asleep at the release sees lock_seq moved and takes
+ * the lock without any wake, whatever the wake rule. */
+static void wait_in_futex(pid_t pid)
+{
+	char path[64], buf[256];
+	uint64_t t0 = now_ns();
+
+	snprintf(path, sizeof path, "/proc/%d/syscall", (int)pid);
+	for (;;) {
+		FILE *f = fopen(path, "r");
+		long nr = -1;
+
+		cr_assert(f, "%s: %s", path, strerror(errno));
+		if (fgets(buf, sizeof buf, f))
+			nr = strtol(buf, NULL, 10);
+		fclose(f);
+		if (nr == SYS_futex)
+			return;
+		cr_assert_lt(now_ns() - t0, (uint64_t)MUST_MS * 1000000,
+			     "pid %d not asleep in a futex (%s)", (int)pid, buf);
+		sleep_ms(5);
+	}
+}
+
 /*
  * A table-lock waiter killed in its sleep never takes its count out of
  * lock_waiters.  A release then finds a waiter to wake and nobody asleep,
@@ -2293,7 +2320,7 @@ static int killed_waiter_rig(void)
 	agent_do(a, &lk, "A takes the table lock again");
 	agent_send(b, &lk);
 	wait_lock_waiters(s, 2);
-	sleep_ms(100);		/* B asleep */
+	wait_in_futex(b->pid);	/* B asleep */
 	cr_assert_geq(atomic_load(&s->hdr.lock_waiters), 2, "K's count was taken out");
 	agent_do(a, &un, "A lets go again");
 	return agent_poll(b, &r, MUST_MS);
@@ -2341,7 +2368,7 @@ Test(nodelock, default_table_chosen_afresh, .timeout = 60)
 {
 	char rt[64], shm[64], first[300], child[300], fresh[300];
 	struct stat st;
-	int go[2], out[2], st_w;
+	int go[2], out[2], shut[2], st_w;
 	pid_t p;
 
 	if (geteuid() != 0)
@@ -2354,6 +2381,7 @@ Test(nodelock, default_table_chosen_afresh, .timeout = 60)
 	cr_assert_eq(mkdir("/run/user", 0755) == 0 || errno == EEXIST, 1);
 	cr_assert_eq(pipe(go), 0);
 	cr_assert_eq(pipe(out), 0);
+	cr_assert_eq(pipe(shut), 0);
 	p = fork();
 	cr_assert_geq(p, 0);
 	if (p == 0) {
@@ -2371,6 +2399,7 @@ Test(nodelock, default_table_chosen_afresh, .timeout = 60)
 			/* As the library's fork handler: not the parent's
 			 * liveness, not its slot. */
 			close(t.map.fd);
+			close(shut[1]);	/* the parent's description is ours no more */
 			if (read(go[0], &c, 1) != 1)
 				_exit(4);
 			register_default(out[1]);
@@ -2384,6 +2413,10 @@ Test(nodelock, default_table_chosen_afresh, .timeout = 60)
 	cr_assert(WIFEXITED(st_w) && WEXITSTATUS(st_w) == 0, "parent status %d", st_w);
 	cr_assert_eq(read_full(out[0], first, sizeof(first)), 0);
 	cr_assert_str_eq(first, shm, "the parent attached to %s", first);
+	/* Until the child has closed its copy of the parent's descriptor,
+	 * which holds the parent's liveness byte: the parent looks alive. */
+	close(shut[1]);
+	cr_assert_eq(read(shut[0], &st_w, 1), 0);
 	cr_assert_eq(mkdir(rt, 0700), 0, "mkdir %s: %s", rt, strerror(errno));	/* a login */
 	p = fork();
 	cr_assert_geq(p, 0);
