@@ -573,6 +573,33 @@ static void scrub(struct rs_segment *s)
 }
 
 /*
+ * A table-lock waiter's sleep, until a release moves lock_seq from seq.
+ * Counted in lock_waiters throughout.  Behind a wake in flight, which
+ * may have reached nobody (table_unlock_as), the next release may send
+ * none: then no longer than that wake holds the others back.
+ */
+static void lock_sleep(struct rs_segment *s, uint32_t seq, uint64_t now)
+{
+	uint64_t ns = rs_nt_lock_sleep_ns, held = ((uint64_t)rs_nt_woken_ms + 1) * 1000000;
+	struct timespec ts;
+	uint32_t w;
+	int saved = errno;
+
+	atomic_fetch_add(&s->hdr.lock_waiters, 1);
+	w = atomic_load(&s->hdr.lock_woken);
+	if (w && (uint32_t)(now / 1000000) - w < rs_nt_woken_ms && held < ns)
+		ns = held;
+	ts.tv_sec = (time_t)(ns / 1000000000ull);
+	ts.tv_nsec = (long)(ns % 1000000000ull);
+	rs_sys(SYS_futex, &s->hdr.lock_seq, FUTEX_WAIT, seq, &ts, NULL, 0);
+	atomic_fetch_sub(&s->hdr.lock_waiters, 1);
+	/* Woken or not, we run: the next release may wake another. */
+	if (atomic_load(&s->hdr.lock_woken))
+		atomic_store(&s->hdr.lock_woken, 0);
+	errno = saved;
+}
+
+/*
  * The table lock.
  *
  * Pre:  t->me is our process slot, whose liveness byte we hold, or
@@ -655,19 +682,7 @@ static int table_lock(struct rs_nt *t)
 			       "waiting (no lock is given up while its holder lives)",
 			       (unsigned long long)((now - start) / 1000000000ull), t->map.path, who);
 		}
-		atomic_fetch_add(&s->hdr.lock_waiters, 1);
-		{
-			struct timespec ts = { (time_t)(rs_nt_lock_sleep_ns / 1000000000ull),
-					       (long)(rs_nt_lock_sleep_ns % 1000000000ull) };
-			int saved = errno;
-
-			rs_sys(SYS_futex, &s->hdr.lock_seq, FUTEX_WAIT, seq, &ts, NULL, 0);
-			errno = saved;
-		}
-		atomic_fetch_sub(&s->hdr.lock_waiters, 1);
-		/* Woken or not, we run: the next release may wake another. */
-		if (atomic_load(&s->hdr.lock_woken))
-			atomic_store(&s->hdr.lock_woken, 0);
+		lock_sleep(s, seq, now);
 	}
 }
 
@@ -691,17 +706,19 @@ static void table_unlock_as(struct rs_nt *t, uint32_t slot)
 	 * an oversubscribed node it may wait milliseconds to run on either
 	 * side: waking at every release meanwhile made a system call per
 	 * acquisition that woke nobody.  lock_woken holds when the last
-	 * wake went out (ms, odd); the woken waiter clears it when it runs,
-	 * and one preempted before its sleep finds lock_seq moved and does
-	 * not sleep.  A wake older than rs_nt_woken_ms went to one that does
+	 * wake went out (ms, never 0); the woken waiter clears it when it
+	 * runs, and one preempted before its sleep finds lock_seq moved and
+	 * does not sleep.  A wake rs_nt_woken_ms old went to one that does
 	 * not run (stopped, dead, far back in the run queue), or to nobody
 	 * (the count of a waiter killed asleep, or garbage, stays): it no
-	 * longer holds the sleepers back. */
+	 * longer holds the others back, and those who went to sleep behind
+	 * it look again by then (lock_sleep). */
 	if (atomic_load(&s->hdr.lock_waiters)) {
-		uint32_t now = (uint32_t)(rs_nt_now_ns() / 1000000) | 1;
+		uint32_t now = (uint32_t)(rs_nt_now_ns() / 1000000);
 		uint32_t w = atomic_load(&s->hdr.lock_woken);
 
-		if ((!w || now - w > rs_nt_woken_ms) &&
+		now += !now;	/* 0: no wake in flight */
+		if ((!w || now - w >= rs_nt_woken_ms) &&
 		    atomic_compare_exchange_strong(&s->hdr.lock_woken, &w, now)) {
 			int saved = errno;
 

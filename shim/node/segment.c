@@ -374,8 +374,8 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 	m->fd = -1;
 	m->fd_slot = NULL;
 	m->dev = m->ino = 0;
-	if (rs_seg_path(name, m->path, sizeof(m->path)) < 0)
-		return WHY("bad segment name '%s'", name), -1;
+	if (!name || rs_seg_path(name, m->path, sizeof(m->path)) < 0)
+		return WHY("bad segment name '%s'", name ? name : "(none)"), -1;
 	/* It exists but for the first process: one open for the others. */
 	fd = open_file(m->path, 0);
 	if (fd < 0 && create && errno == ENOENT) {

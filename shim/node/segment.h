@@ -139,7 +139,7 @@ struct rs_seg_header {
 	_Atomic uint32_t lock;
 	_Atomic uint32_t lock_waiters;
 	/* Waiters sleep on lock_seq, bumped at every release; lock_woken
-	 * says when the last wake went out, until its waiter runs
+	 * says when the last wake went out (ms), until its waiter runs
 	 * (nodelock.c, table_unlock_as).  Both in what was padding: the
 	 * layout is unchanged.  A process of an earlier build waits on lock
 	 * itself and wakes there, so between builds a waiter may sleep its
