@@ -149,6 +149,24 @@ static inline int rs_run(struct rs_run *r, char *const argv[], const char *const
 	return r->status;
 }
 
+/* The system call pid is in, or has stopped in, as the kernel names it
+ * (/proc/PID/syscall); -1 if it is running or cannot be read. */
+static inline long rs_proc_syscall(pid_t pid)
+{
+	char path[64], buf[256];
+	long nr = -1;
+	FILE *f;
+
+	snprintf(path, sizeof path, "/proc/%d/syscall", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (fgets(buf, sizeof buf, f) && strncmp(buf, "running", 7) != 0)
+		nr = strtol(buf, NULL, 10);
+	fclose(f);
+	return nr;
+}
+
 /* The value of "key=N" in s, or -1. */
 static inline long long rs_field(const char *s, const char *key)
 {

@@ -1175,11 +1175,8 @@ static void node_of(struct cenv *c, const char *test, char node)
  */
 static int stop_in_pwrite(pid_t pid)
 {
-	char path[64], buf[256];
-
-	snprintf(path, sizeof path, "/proc/%d/syscall", (int)pid);
 	for (int attempt = 0; attempt < 50; attempt++) {
-		long nr = -2;
+		long nr;
 
 		if (kill(pid, SIGSTOP) != 0)
 			return 0;
@@ -1198,13 +1195,7 @@ static int stop_in_pwrite(pid_t pid)
 				break;
 			usleep(5000);
 		}
-		FILE *f = fopen(path, "r");
-
-		if (f) {
-			if (fgets(buf, sizeof buf, f))
-				nr = strtol(buf, NULL, 10);
-			fclose(f);
-		}
+		nr = rs_proc_syscall(pid);
 #ifdef __x86_64__
 		if (nr == SYS_pwrite64)
 			return 1;

@@ -2251,41 +2251,18 @@ static int transitive_rig(int control)
 	return granted;
 }
 
-/* Until lock_waiters reaches n (a waiter counts itself before it sleeps). */
-static void wait_lock_waiters(struct rs_segment *s, uint32_t n)
-{
-	uint64_t t0 = now_ns();
-
-	while (atomic_load(&s->hdr.lock_waiters) < n) {
-		cr_assert_lt(now_ns() - t0, (uint64_t)MUST_MS * 1000000,
-			     "lock_waiters stayed at %u, below %u",
-			     atomic_load(&s->hdr.lock_waiters), n);
-		sleep_ms(5);
-	}
-}
-
-/* Until pid sleeps in a futex wait (/proc/PID/syscall names the call a
- * sleeping task is in): counted in lock_waiters is not yet asleep, and a
- * waiter that is not asleep at the release sees lock_seq moved and takes
- * the lock without any wake, whatever the wake rule. */
+/* Until pid sleeps in a futex wait (an agent waiting for a command is in
+ * read): counted in lock_waiters is not yet asleep, and a waiter that is
+ * not asleep at the release sees lock_seq moved and takes the lock
+ * without any wake, whatever the wake rule. */
 static void wait_in_futex(pid_t pid)
 {
-	char path[64], buf[256];
 	uint64_t t0 = now_ns();
+	long nr;
 
-	snprintf(path, sizeof path, "/proc/%d/syscall", (int)pid);
-	for (;;) {
-		FILE *f = fopen(path, "r");
-		long nr = -1;
-
-		cr_assert(f, "%s: %s", path, strerror(errno));
-		if (fgets(buf, sizeof buf, f))
-			nr = strtol(buf, NULL, 10);
-		fclose(f);
-		if (nr == SYS_futex)
-			return;
+	while ((nr = rs_proc_syscall(pid)) != SYS_futex) {
 		cr_assert_lt(now_ns() - t0, (uint64_t)MUST_MS * 1000000,
-			     "pid %d not asleep in a futex (%s)", (int)pid, buf);
+			     "pid %d not asleep in a futex (in system call %ld)", (int)pid, nr);
 		sleep_ms(5);
 	}
 }
@@ -2312,15 +2289,13 @@ static int killed_waiter_rig(void)
 	s = view_attach();
 	agent_do(a, &lk, "A takes the table lock");
 	agent_send(k, &lk);
-	wait_lock_waiters(s, 1);
-	sleep_ms(100);		/* K asleep in the futex */
+	wait_in_futex(k->pid);
 	agent_kill(k);
 	agent_do(a, &un, "A lets go: the wake finds nobody");
 	sleep_ms(100);		/* that wake is old now */
 	agent_do(a, &lk, "A takes the table lock again");
 	agent_send(b, &lk);
-	wait_lock_waiters(s, 2);
-	wait_in_futex(b->pid);	/* B asleep */
+	wait_in_futex(b->pid);
 	cr_assert_geq(atomic_load(&s->hdr.lock_waiters), 2, "K's count was taken out");
 	agent_do(a, &un, "A lets go again");
 	return agent_poll(b, &r, MUST_MS);

@@ -572,6 +572,15 @@ static void scrub(struct rs_segment *s)
 	recount(s);
 }
 
+/* lock_woken's stamp for a wake sent at CLOCK_MONOTONIC ns: ms, never 0
+ * (0 says no wake is in flight). */
+static uint32_t woken_stamp(uint64_t ns)
+{
+	uint32_t ms = (uint32_t)(ns / 1000000);
+
+	return ms + !ms;
+}
+
 /*
  * A table-lock waiter's sleep, until a release moves lock_seq from seq.
  * Counted in lock_waiters throughout.  Behind a wake in flight, which
@@ -587,7 +596,7 @@ static void lock_sleep(struct rs_segment *s, uint32_t seq, uint64_t now)
 
 	atomic_fetch_add(&s->hdr.lock_waiters, 1);
 	w = atomic_load(&s->hdr.lock_woken);
-	if (w && (uint32_t)(now / 1000000) - w < rs_nt_woken_ms && held < ns)
+	if (w && woken_stamp(now) - w < rs_nt_woken_ms && held < ns)
 		ns = held;
 	ts.tv_sec = (time_t)(ns / 1000000000ull);
 	ts.tv_nsec = (long)(ns % 1000000000ull);
@@ -714,10 +723,9 @@ static void table_unlock_as(struct rs_nt *t, uint32_t slot)
 	 * longer holds the others back, and those who went to sleep behind
 	 * it look again by then (lock_sleep). */
 	if (atomic_load(&s->hdr.lock_waiters)) {
-		uint32_t now = (uint32_t)(rs_nt_now_ns() / 1000000);
+		uint32_t now = woken_stamp(rs_nt_now_ns());
 		uint32_t w = atomic_load(&s->hdr.lock_woken);
 
-		now += !now;	/* 0: no wake in flight */
 		if ((!w || now - w >= rs_nt_woken_ms) &&
 		    atomic_compare_exchange_strong(&s->hdr.lock_woken, &w, now)) {
 			int saved = errno;

@@ -78,17 +78,20 @@ static void default_path(char *path, size_t len)
 
 int rs_seg_path(const char *name, char *path, size_t len)
 {
+	size_t n;
+
 	if (name && !name[0]) {
 		default_path(path, len);
 		return 0;
 	}
-	if (!name || name[0] != '/' || !name[1] || strchr(name + 1, '/') || strlen(name) > 200 ||
-	    len < sizeof("/dev/shm") + strlen(name))
+	n = name ? strlen(name) : 0;
+	if (!n || name[0] != '/' || n < 2 || strchr(name + 1, '/') || n > 200 ||
+	    len < sizeof("/dev/shm") + n)
 		return -1;
 	/* Not snprintf: in a forked child, which attaches at its first
 	 * write, each libc page that would touch is a fault. */
 	memcpy(path, "/dev/shm", 8);
-	memcpy(path + 8, name, strlen(name) + 1);
+	memcpy(path + 8, name, n + 1);
 	return 0;
 }
 
@@ -374,7 +377,7 @@ int rs_seg_attach(struct rs_seg_map *m, const char *name, int create, char *why,
 	m->fd = -1;
 	m->fd_slot = NULL;
 	m->dev = m->ino = 0;
-	if (!name || rs_seg_path(name, m->path, sizeof(m->path)) < 0)
+	if (rs_seg_path(name, m->path, sizeof(m->path)) < 0)
 		return WHY("bad segment name '%s'", name ? name : "(none)"), -1;
 	/* It exists but for the first process: one open for the others. */
 	fd = open_file(m->path, 0);
