@@ -71,6 +71,12 @@
  *  fifo              A busy; B queues; C asks later: C is not granted
  *                    before B, and not while B holds it.  Also a newcomer
  *                    that overlaps only B's queued request waits behind it.
+ *  waiter_behind_older_holder_*, overtaken_waiter_starved  a waiter that
+ *                    only waits for an older holder is not starved: a
+ *                    newcomer overlapping only its request passes (control:
+ *                    the old rule, 1 ms of any waiting, queues it); one
+ *                    overtaken by a later grant is starved at once, and
+ *                    the newcomer queues behind it.
  *  stopped_waiter_*  a waiter stopped after it was starved holds nobody
  *                    back: a holder keeps cycling (count, with a control
  *                    under the old rule: 0), and requests queued behind
@@ -85,6 +91,10 @@
  *  default_table_chosen_afresh  a forked child that attaches after its
  *                    parent left, once /run/user/<uid> appeared, picks the
  *                    table a newcomer picks (root only).
+ *  exact_left_grant_freed_by_any_walk  another process's walk of the
+ *                    file frees a left exact grant out of its way (not a
+ *                    revoke); an idle cached grant as far away stays
+ *                    (control).
  *  whole_file_when_alone  a process alone on a file is granted [0, EOF);
  *                    a second process revokes it (idle) and the first one
  *                    is back to windows.
@@ -99,7 +109,9 @@
  *                    it a plain exact request.
  *  table_full        every grant slot idle: a new request evicts the least
  *                    recently granted one; all busy:
- *                    it waits (table_full) until one is released.
+ *                    it waits (table_full) until one is released.  A
+ *                    starved waiter evicts one for its WAIT entry, so a
+ *                    newcomer does not pass it.
  *  lockorder::*      the lock checks of debug builds (shim/core/lockorder.h)
  *                    are live: in a child, letting go of a table lock not
  *                    held, taking a table's local mutex under another
@@ -593,6 +605,20 @@ static int grants_of(uint32_t me, uint32_t state, uint32_t *idx)
 	return n;
 }
 
+/* Slot me's WAIT entry, once it is there: a waiter shows itself in the
+ * table only once starved (nodelock.c, "Fairness": overtaken and 1 ms,
+ * or rs_nt_starve_ns of waiting, 100 ms), and sees that when it next
+ * scans.  Returns how many it has then. */
+static int wait_queued(uint32_t me, uint32_t *idx)
+{
+	uint64_t end = now_ns() + MUST_MS * 1000000ull;
+	int n;
+
+	while ((n = grants_of(me, RS_G_WAIT, idx)) == 0 && now_ns() < end)
+		usleep(2000);
+	return n;
+}
+
 /* Do two grants share a byte?  Block by block (a strided grant's blocks
  * listed one by one, not by stride.h's arithmetic, which this checks). */
 static int grants_share(const struct rs_seg_grant *a, const struct rs_seg_grant *b)
@@ -816,7 +842,7 @@ Test(nodelock, busy_waits)
 		  "A's busy grant was not marked wanted");
 	cr_assert_eq(RS_GW_GEN(atomic_load(&s->grants[ra.idx].gw)), ra.gen,
 		     "A's busy grant was revoked");
-	cr_assert_eq(grants_of(b->me, RS_G_WAIT, &widx), 1, "B has no WAIT entry");
+	cr_assert_eq(wait_queued(b->me, &widx), 1, "B has no WAIT entry");
 	cr_assert(s->grants[widx].start == 32 * KIB && s->grants[widx].end == 96 * KIB);
 	/* A drains and releases, as grants.c does when its last user leaves. */
 	t0 = now_ns();
@@ -1987,10 +2013,10 @@ Test(nodelock, fifo)
 	simple(a, OP_ENTER, ra.idx, 0);
 	agent_send(b, &qb);
 	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS));
-	cr_assert_eq(grants_of(b->me, RS_G_WAIT, &widx), 1, "B did not queue");
+	cr_assert_eq(wait_queued(b->me, &widx), 1, "B did not queue");
 	agent_send(c, &qc);
 	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS));
-	cr_assert_eq(grants_of(c->me, RS_G_WAIT, NULL), 1, "C did not queue");
+	cr_assert_eq(wait_queued(c->me, NULL), 1, "C did not queue");
 	/* A drains and lets go: B is next, and enters the grant. */
 	simple(a, OP_LEAVE, ra.idx, 0);
 	simple(a, OP_RELEASE, ra.idx, ra.gen);
@@ -2010,10 +2036,11 @@ Test(nodelock, fifo)
 static void wait_starved(struct agent *v);
 
 /* A newcomer overlapping only a starved waiter (not the holder) queues
- * behind it.  Before its waiter marks itself starved (1 ms of waiting,
- * seen by the waiter while it runs: nodelock.c), a newcomer may take the
- * free range: that is the competitive phase, so the test waits for the
- * mark (a loaded machine once let C in first while B had not run).  And
+ * behind it.  Before its waiter marks itself starved (here 100 ms of
+ * waiting, nobody having overtaken it; seen by the waiter while it runs:
+ * nodelock.c), a newcomer may take the free range: that is the
+ * competitive phase, so the test waits for the mark (a loaded machine
+ * once let C in first while B had not run).  And
  * a starved waiter that has not scanned for RS_PRESENT_NS counts as not
  * running and holds nobody back (stopped_waiter_* test that rule): under
  * TSan on a loaded machine B went 50 ms unscheduled and C rightly went
@@ -2068,6 +2095,129 @@ static void wait_starved(struct agent *v)
 		cr_assert_lt(now_ns(), end, "V never queued as starved (%d WAIT entries)", n);
 		sleep_ms(10);
 	}
+}
+
+/*
+ * Starved means overtaken, not merely waiting.  V waits for A's busy
+ * grant, older than V's request, for 300 ms; C then asks for a free range
+ * that overlaps only V's request.  With the waiting rule long (60 s), V
+ * waited only for a holder that was there first: C goes through at once
+ * (on an oversubscribed node such waits are holders descheduled, and
+ * queueing behind them made every hand-over wait for the scheduler).
+ * Control: the rule before, every waiter starved after 1 ms
+ * (rs_nt_starve_ns = 1 ms), queues C behind V.  Returns whether C got in
+ * while A still held.
+ */
+static struct rep acquire_exact(struct agent *a, uint64_t start, uint64_t end, int enter);
+
+enum overtake { NOT_OVERTAKEN, OVERTAKEN_BUSY, OVERTAKEN_IDLE, OVERTAKEN_LEFT };
+
+static int newcomer_passes_waiter(uint64_t starve_ns, enum overtake overtake)
+{
+	struct agent *a, *v, *x = NULL, *c;
+	struct cmd qv = acq_cmd(0, 128 * KIB, RS_G_EXSH, 0, 1);
+	struct cmd qc = acq_cmd(100 * KIB, 112 * KIB, RS_G_EXSH, 0, 1);
+	struct rep ra, rv, rx = { 0 }, rc;
+	int passed;
+
+	rs_nt_starve_ns = starve_ns;	/* agents inherit it */
+	rs_nt_present_ns = 1000ull * 1000 * 1000 * 1000;
+	a = agent_start();
+	v = agent_start();
+	c = agent_start();
+	agent_register(a);
+	agent_register(v);
+	agent_register(c);
+	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, 0, 1);
+	agent_send(v, &qv);	/* V: [0,128K) waits for A's [0,64K) */
+	cr_assert_not(agent_poll(v, &rv, MUSTNT_MS), "V granted while A is inside");
+	if (overtake != NOT_OVERTAKEN) {
+		/* X: [64K,96K), free, granted over V's head: V has been
+		 * overtaken, and says so at its next scan, whether X is
+		 * still inside then or is done and its grant idle. */
+		x = agent_start();
+		agent_register(x);
+		if (overtake != OVERTAKEN_BUSY) {
+			/* V must not look while X is inside. */
+			kill(v->pid, SIGSTOP);
+			wait_stopped(v->pid);
+		}
+		if (overtake == OVERTAKEN_LEFT) {	/* an exact call's, left */
+			rx = acquire_exact(x, 64 * KIB, 96 * KIB, 1);
+			simple(x, OP_MARK_SELF, rx.idx, 0);
+			simple(x, OP_LEAVE_WAKE, rx.idx, 0);
+			x = NULL;
+		} else {
+			rx = acquire(x, 64 * KIB, 96 * KIB, RS_G_EXSH, 0, 1);
+		}
+		if (overtake == OVERTAKEN_IDLE) {	/* cached, nobody inside */
+			simple(x, OP_LEAVE, rx.idx, 0);
+			x = NULL;
+		}
+		if (overtake != OVERTAKEN_BUSY)
+			kill(v->pid, SIGCONT);
+	}
+	/* Starved by now, if the rule says so: seen at V's next scan. */
+	if (overtake != NOT_OVERTAKEN || starve_ns < MUSTNT_MS * 1000000ull)
+		wait_starved(v);
+	agent_send(c, &qc);	/* C: [100K,112K), free, but V asked first */
+	passed = agent_poll(c, &rc, MUSTNT_MS);
+	if (passed) {
+		cr_assert_eq(rc.rc, 0, "%s", rc.why);
+		simple(c, OP_LEAVE, rc.idx, 0);
+		simple(c, OP_RELEASE, rc.idx, rc.gen);
+	}
+	simple(a, OP_LEAVE, ra.idx, 0);
+	simple(a, OP_RELEASE, ra.idx, ra.gen);
+	if (x) {
+		simple(x, OP_LEAVE, rx.idx, 0);
+		simple(x, OP_RELEASE, rx.idx, rx.gen);
+	}
+	rv = agent_wait(v, MUST_MS, "V after A (and X) released");
+	cr_assert_eq(rv.rc, 0, "%s", rv.why);
+	simple(v, OP_LEAVE, rv.idx, 0);
+	simple(v, OP_RELEASE, rv.idx, rv.gen);
+	if (!passed) {
+		rc = agent_wait(c, MUST_MS, "C after V released");
+		cr_assert_eq(rc.rc, 0, "%s", rc.why);
+		cr_assert_lt(rv.seq, rc.seq, "C, queued behind V, was granted first");
+	}
+	return passed;
+}
+
+Test(nodelock, waiter_behind_older_holder_not_starved, .timeout = 60)
+{
+	cr_assert(newcomer_passes_waiter(60ull * 1000 * 1000 * 1000, NOT_OVERTAKEN),
+		  "C queued behind V, which nobody overtook: it only waited for an older holder");
+}
+
+Test(nodelock, waiter_behind_older_holder_control, .timeout = 60)
+{
+	cr_assert_not(newcomer_passes_waiter(1000ull * 1000, NOT_OVERTAKEN),
+		      "control: with every 1 ms of waiting starving its waiter, C still passed V: "
+		      "the rig does not show the queue");
+}
+
+/* The other half of the rule: V overtaken by X (granted after V asked)
+ * is starved at once, whatever rs_nt_starve_ns says, and C then waits
+ * behind it; also when X was done before V looked again (on an
+ * oversubscribed node a call takes microseconds and a waiter's next look
+ * milliseconds).  waiter_behind_older_holder_not_starved is their
+ * control: the same rig without X lets C through. */
+Test(nodelock, overtaken_waiter_starved, .timeout = 60)
+{
+	cr_assert_not(newcomer_passes_waiter(60ull * 1000 * 1000 * 1000, OVERTAKEN_BUSY),
+		      "C passed V, which X had overtaken");
+}
+
+Test(nodelock, overtaken_by_a_finished_request_starved, .timeout = 60)
+{
+	cr_assert_not(newcomer_passes_waiter(60ull * 1000 * 1000 * 1000, OVERTAKEN_IDLE),
+		      "C passed V, which X had overtaken and left idle before V looked again");
+	teardown();
+	setup();
+	cr_assert_not(newcomer_passes_waiter(60ull * 1000 * 1000 * 1000, OVERTAKEN_LEFT),
+		      "C passed V, which X's exact call had overtaken and left before V looked again");
 }
 
 /* A's acquire/release cycles on [0, 64K) for ms: how many completed.  An
@@ -2528,6 +2678,53 @@ Test(nodelock, table_full, .timeout = 120)
 	cr_assert_eq(rb.idx, 7u);
 }
 
+/*
+ * A starved waiter in a table full of idle grants still gets its WAIT
+ * entry (it evicts one, an idle grant being a cache), so a newcomer that
+ * could itself evict one does not pass it.  F holds every slot but one,
+ * idle, on another file; A holds the last one, busy; V waits, starved
+ * after 1 ms here.  Without the eviction V had no entry and C passed.
+ */
+Test(nodelock, starved_waiter_queues_in_full_table, .timeout = 120)
+{
+	struct agent *f, *a, *v, *c;
+	struct cmd many = { .op = OP_ACQUIRE_MANY, .mode = RS_G_EXSH, .dev = DEV, .ino = INO + 1,
+			    .start = 0, .n = RS_NGRANT - 1 };
+	struct cmd qv = acq_cmd(0, 128 * KIB, RS_G_EXSH, 0, 1);
+	struct cmd qc = acq_cmd(100 * KIB, 112 * KIB, RS_G_EXSH, 0, 1);
+	struct rep r, ra, rv, rc;
+
+	rs_nt_starve_ns = 1000ull * 1000;	/* agents inherit it */
+	rs_nt_present_ns = 1000ull * 1000 * 1000 * 1000;
+	f = agent_start();
+	a = agent_start();
+	v = agent_start();
+	c = agent_start();
+	agent_register(f);
+	agent_register(a);
+	agent_register(v);
+	agent_register(c);
+	agent_send(f, &many);
+	r = agent_wait(f, 60000, "16383 acquires");
+	cr_assert_eq(r.rc, 0, "%s", r.why);
+	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, 0, 1);
+	cr_assert_eq(grants_of(f->me, RS_G_HELD, NULL) + 1, RS_NGRANT, "the table is not full");
+	agent_send(v, &qv);
+	cr_assert_not(agent_poll(v, &rv, MUSTNT_MS), "V granted while A is inside");
+	wait_starved(v);
+	agent_send(c, &qc);
+	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS), "C passed V, starved in a full table");
+	simple(a, OP_LEAVE, ra.idx, 0);
+	simple(a, OP_RELEASE, ra.idx, ra.gen);
+	rv = agent_wait(v, MUST_MS, "V after A released");
+	cr_assert_eq(rv.rc, 0, "%s", rv.why);
+	simple(v, OP_LEAVE, rv.idx, 0);
+	simple(v, OP_RELEASE, rv.idx, rv.gen);
+	rc = agent_wait(c, MUST_MS, "C after V released");
+	cr_assert_eq(rc.rc, 0, "%s", rc.why);
+	cr_assert_lt(rv.seq, rc.seq, "C, queued behind V, was granted first");
+}
+
 /* ---- exact grants and waiting on the grant (issue 9) ---- */
 
 static struct rep acquire_exact(struct agent *a, uint64_t start, uint64_t end, int enter)
@@ -2610,6 +2807,36 @@ Test(nodelock, exact_left_grant_freed)
 	cr_assert_not(rb.waited, "waited for a grant nobody is in");
 	cr_assert_geq(rb.revoked, 1);
 	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), 0);
+}
+
+/*
+ * Anyone's walk of the file frees a left exact grant, not only a request
+ * in its way: B's acquisition far from A's left grant frees it (not
+ * counted as revoked: it was not in B's way).  Control in the same rig:
+ * A's idle cached grant, as far from B, is only a cache and stays.
+ */
+Test(nodelock, exact_left_grant_freed_by_any_walk)
+{
+	struct agent *a = agent_start(), *b = agent_start();
+	struct rep left, kept, rb;
+	struct rs_segment *s;
+
+	agent_register(a);
+	agent_register(b);
+	kept = acquire(a, 8 * MIB, 8 * MIB + 4 * KIB, RS_G_EXSH, 0, 0);
+	left = acquire_exact(a, 0, 4 * KIB, 1);
+	simple(a, OP_MARK_SELF, left.idx, 0);
+	simple(a, OP_LEAVE_WAKE, left.idx, 0);
+	s = view_attach();
+	cr_assert_eq(RS_GW_GEN(atomic_load(&s->grants[left.idx].gw)), left.gen,
+		     "A's left grant went before anyone walked the chain");
+	rb = acquire_exact(b, 1 * MIB, 1 * MIB + 4 * KIB, 0);
+	cr_assert_neq(RS_GW_GEN(atomic_load(&s->grants[left.idx].gw)), left.gen,
+		      "B's walk left A's left exact grant in the chain");
+	cr_assert_eq(rb.revoked, 0, "a grant out of B's way counted as revoked");
+	cr_assert_eq(RS_GW_GEN(atomic_load(&s->grants[kept.idx].gw)), kept.gen,
+		     "control: B's walk freed A's idle cached grant, out of its way");
+	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), 1);
 }
 
 /*
@@ -2696,9 +2923,9 @@ Test(nodelock, grant_queue_waiter_killed)
 	simple(a, OP_MARK_SELF, ra.idx, 0);
 	agent_send(b, &qb);
 	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS));
-	cr_assert_eq(grants_of(b->me, RS_G_WAIT, &widx), 1, "B did not queue");
+	cr_assert_eq(wait_queued(b->me, &widx), 1, "B did not queue");
 	agent_send(c, &qc);
-	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS), "C overtook B, which waited > 1 ms");
+	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS), "C overtook B, which waited > 100 ms");
 	/* C spins, then sleeps; between its bounded sleeps it may be awake
 	 * (slow under TSan), so look for the bit for up to MUST_MS. */
 	{

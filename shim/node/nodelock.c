@@ -69,8 +69,9 @@
  * own, grants.c): req->exact asks for the call's range only, the grant is
  * marked RS_WANTED_SELF at once (never cached), and its call's leave makes
  * it idle and closed to new users.  Nobody takes the table lock for that:
- * the next scan that meets it frees it (its owner's next acquisition on
- * the file, free_if_left, or a conflicting request, as any idle grant).  The table
+ * the next walk of its chain frees it (free_if_left), whoever's it is, so
+ * a chain holds the busy grants and the waiters, not one leftover per
+ * process that ever worked on the file.  The table
  * then works as a shared-memory range lock costing one table-lock pass per
  * call (Lustre's answer to contended extents, LOCKNOEXPAND, in the same
  * spirit).  rs_nt_result.met tells the policy whether another process had
@@ -111,27 +112,43 @@
  * (truncation is excluded), so every later append of its holder lands
  * inside it too.  It serves appends only, never reads or other writes.
  *
- * Fairness.  A requester that must wait records its request in the table
- * as a WAIT entry with a ticket.  Once it has waited STARVE_NS (1 ms) the
- * entry is marked starved, and later requests that conflict with it wait
- * behind it, so a stream of newcomers cannot starve anyone; holders see
- * wanted and drain.  But only while its owner runs: every scan of a
- * waiter stamps its entry (beat_ns), and a waiter wakes at least every
- * slice (20 ms), so an entry whose stamp is older than RS_PRESENT_NS
- * (50 ms) belongs to a process that is stopped, frozen or not being
- * scheduled, and holds nobody back; it takes its range when it runs
- * again, if the range is free then.  Handing a range to a waiter that
- * cannot take it now would make everyone wait for the scheduler (or for
- * a SIGCONT that may never come); so the starvation bound is for running
- * waiters.  A request queued behind a
- * running waiter names, once it is time to say so, the holder that the
- * waiter waits for (held_in_way): the root of the queue is always a
- * holder.  Before that, a running newcomer may take a range
- * that has just come free: a strict FIFO hand-off to a sleeper made every
- * call on a contended block wait for a context switch (4 processes on one
- * 4 KiB block: 30 us per call against 10 for OFD locks).  This is the
- * competitive succession of the range lock (rangelock.c), after Linux's
- * mutex HANDOFF and Go's starvation mode (1 ms).
+ * Fairness.  A requester that must wait takes a ticket, the next of the
+ * table's counter; a grant is stamped with the last ticket handed out (a
+ * queued request's keeps its own), so a waiter that meets in its way a
+ * grant stamped with its ticket or later, busy or idle by then, has been
+ * overtaken.  Once overtaken and waiting STARVE_NS (1 ms) it is starved:
+ * it records its request in the table as a WAIT entry, marked starved,
+ * and later requests that conflict with it wait behind it, so a stream
+ * of newcomers cannot starve anyone; holders see wanted and drain.  A
+ * waiter nobody overtook waits only for holders that were there first,
+ * and is starved after rs_nt_starve_ns (100 ms) all the same.  Only
+ * waiters move the counter, so its plain order stays a total one (a
+ * ticket per grant would wrap it within hours, and order by distance
+ * on a circle is not transitive); at the wrap, once in 2^32 waits, one
+ * hand-over goes out of order.  Linux's mutex asks for its hand-off on the same evidence: a
+ * woken waiter that lost the lock to a spinner (MUTEX_FLAG_HANDOFF,
+ * kernel/locking/mutex.c).  On an oversubscribed node a wait of
+ * milliseconds is a holder that is not running, not starvation: when
+ * every such wait starved its waiter, 256 processes on one region queued
+ * behind each other and each hand-over waited for the scheduler
+ * (docs/benchmarks.md, "Scale").  A starved entry holds others back only
+ * while its owner runs: every scan of a waiter stamps its entry
+ * (beat_ns), and a waiter wakes at least every slice (20 ms), so an
+ * entry whose stamp is older than RS_PRESENT_NS (50 ms) belongs to a
+ * process that is stopped, frozen or not being scheduled, and holds
+ * nobody back; it takes its range when it runs again, if the range is
+ * free then.  Handing a range to a waiter that cannot take it now would
+ * make everyone wait for the scheduler (or for a SIGCONT that may never
+ * come); so the starvation bound is for running waiters.  A request
+ * queued behind a running waiter names, once it is time to say so, the
+ * holder that the waiter waits for (held_in_way): the root of the queue
+ * is always a holder.  Before the entry is starved, a running newcomer
+ * may take a range that has just come free: a strict FIFO hand-off to a
+ * sleeper made every call on a contended block wait for a context switch
+ * (4 processes on one 4 KiB block: 30 us per call against 10 for OFD
+ * locks).  This is the competitive succession of the range lock
+ * (rangelock.c), after Linux's mutex HANDOFF and Go's starvation mode
+ * (1 ms).
  *
  * Waiting.  On the thing waited for: a waiter sleeps on the low half of
  * the word of the grant in its way, or of its nearest predecessor's WAIT
@@ -203,9 +220,10 @@
 #ifndef GRANT_SPIN
 #define GRANT_SPIN      400
 #endif
-/* A request waiting longer than this makes later ones queue behind it;
- * before, they may take what it waits for (competitive succession, as
- * the range lock does between threads: rangelock.c). */
+/* A request overtaken by a later one and waiting at least this long
+ * makes later ones queue behind it; before, they may take what it waits
+ * for (competitive succession, as the range lock does between threads:
+ * rangelock.c). */
 #ifndef STARVE_NS
 #define STARVE_NS       (1000ull * 1000)
 #endif
@@ -220,6 +238,10 @@ uint64_t rs_nt_slice_ns = WAIT_SLICE_NS;
  * back (segment.h).  Tests raise it so that their control runs without
  * that rule. */
 uint64_t rs_nt_present_ns = RS_PRESENT_NS;
+/* A waiter that nobody overtook is starved after this long all the
+ * same.  Tests lower it to reach the queue without arranging an
+ * overtaking, or raise it to show that the overtaking did it. */
+uint64_t rs_nt_starve_ns = 100ull * 1000 * 1000;
 /* The longest sleep of a table-lock waiter, and how long a wake sent
  * to one holds other wakes back (table_unlock_as).  Tests raise the
  * first to show that a wake, not the timeout, ended a wait, and the
@@ -526,7 +548,7 @@ static int revoke_or_want(struct rs_segment *s, struct rs_seg_grant *g, unsigned
 /* An exact grant (see "Exact grants" above) whose call has ended: the
  * holder marked it RS_WANTED_SELF and left it with no user, so nobody can
  * enter it again; free it.  One CAS from the value seen, as a revoke. */
-static void free_if_left(struct rs_segment *s, struct rs_seg_grant *g)
+static int free_if_left(struct rs_segment *s, struct rs_seg_grant *g)
 {
 	uint64_t v = atomic_load(&g->gw);
 
@@ -534,7 +556,9 @@ static void free_if_left(struct rs_segment *s, struct rs_seg_grant *g)
 	    atomic_compare_exchange_strong(&g->gw, &v, RS_GW_FREE(RS_GW_GEN(v) + 1))) {
 		mark_free(s, g);
 		wake_grant(g, v);
+		return 1;
 	}
+	return 0;
 }
 
 /* used_hi, nused, the used map and the chains from the slots
@@ -1290,6 +1314,7 @@ struct acq_scan {
 	uint32_t sl_idx, sl_gen, sl_ticket, sl_owner;
 	uint64_t now, sl_ns;
 	int sl_wait;
+	int overtaken;          /* a busy grant in the way is newer than our ticket */
 };
 
 /*
@@ -1300,14 +1325,14 @@ struct acq_scan {
  * Pre:  the table lock is held.
  */
 static inline void acq_meet_waiter(struct rs_nt *t, struct rs_seg_grant *g, uint32_t i,
-				   uint32_t wait_idx, uint32_t ticket,
+				   int queued, uint32_t ticket,
 				   struct rs_nt_result *res, struct acq_scan *sc)
 {
 	struct rs_segment *s = t->map.seg;
 	uint64_t age;
 
 	RS_ASSERT(rs_lk_held(RS_LK_NT, t));
-	if (!(g->flags & RS_WF_STARVED) || (wait_idx != UINT32_MAX && g->ticket >= ticket))
+	if (!(g->flags & RS_WF_STARVED) || (queued && g->ticket >= ticket))
 		return;
 	if (!sc->now)
 		sc->now = rs_nt_now_ns();
@@ -1343,15 +1368,20 @@ static inline void acq_meet_waiter(struct rs_nt *t, struct rs_seg_grant *g, uint
  * Another process's grant g (slot i) in our request's way, HELD (or in a
  * state only a stray write makes): either way it goes only once nobody
  * is inside it.  Revoked at once if idle; else marked wanted, and a
- * conflict, the first one to sleep on unless a waiter is.
+ * conflict, the first one to sleep on unless a waiter is.  Granted since
+ * our request took its ticket (its stamp is ours or later), it overtook
+ * us, even if it is idle by now.
  * Pre:  the table lock is held.
  */
 static inline void acq_meet_held(struct rs_segment *s, struct rs_seg_grant *g, uint32_t i,
+				 int queued, uint32_t ticket,
 				 struct rs_nt_result *res, struct acq_scan *sc)
 {
 	int newly;
 
 	RS_ASSERT(rs_lk_held(RS_LK_NT, NULL));	/* s: of the table ours holds */
+	if (queued && g->ticket >= ticket)
+		sc->overtaken = 1;
 	if (revoke_or_want(s, g, RS_WANTED, &newly)) {
 		res->revoked++;
 		atomic_fetch_add(&s->hdr.revokes, 1);
@@ -1372,6 +1402,42 @@ static inline void acq_meet_held(struct rs_segment *s, struct rs_seg_grant *g, u
 	sc->conflicts++;
 }
 
+/*
+ * g, HELD, if an exact call left it: freed, whoever's.  Nobody can enter
+ * it again, and a chain that kept the others' until they were in
+ * someone's way grew with the processes on the file, and so did every
+ * walk under the table lock.  Another's on our file still says someone
+ * else was here (others, met), and one in our way counts as revoked, as
+ * it did when only a request in its way freed it, and may have overtaken
+ * us (acq_meet_held).  1 if freed.
+ * Pre:  the table lock is held.
+ */
+static inline int acq_free_left(struct rs_nt *t, struct rs_seg_grant *g,
+				const struct rs_nt_req *r, uint64_t ws, uint64_t we, int queued,
+				uint32_t ticket, struct rs_nt_result *res, struct acq_scan *sc)
+{
+	struct rs_segment *s = t->map.seg;
+	int aside = g->owner == t->me || g->dev != r->dev || g->ino != r->ino;
+	int clash = !aside && !compatible(g->mode, r->mode);
+	int near = clash && overlaps(g, ws, we), met = clash && in_way(g, r);
+	uint32_t stamp = g->ticket;
+
+	RS_ASSERT(rs_lk_held(RS_LK_NT, t));
+	if (!free_if_left(s, g))
+		return 0;
+	if (aside)
+		return 1;
+	sc->others = 1;
+	res->met |= near;
+	if (met) {
+		res->revoked++;
+		atomic_fetch_add(&s->hdr.revokes, 1);
+		if (queued && stamp >= ticket)
+			sc->overtaken = 1;
+	}
+	return 1;
+}
+
 #define ACQ_WALKED 0  /* the chain walked in full, consistent */
 #define ACQ_CUT    1  /* a strided request was cut: walk again */
 #define ACQ_BAD    2  /* the chain does not say what the slots say */
@@ -1386,7 +1452,7 @@ static inline void acq_meet_held(struct rs_segment *s, struct rs_seg_grant *g, u
  *       if our queue entry was reclaimed from under us.
  */
 static inline int acq_walk(struct rs_nt *t, uint32_t b, struct rs_nt_req *r, uint64_t ws,
-			   uint64_t we, uint32_t *wait_idx, uint32_t ticket, int *contended,
+			   uint64_t we, uint32_t *wait_idx, int queued, uint32_t ticket, int *contended,
 			   struct rs_nt_result *res, struct acq_scan *sc)
 {
 	struct rs_segment *s = t->map.seg;
@@ -1432,12 +1498,10 @@ static inline int acq_walk(struct rs_nt *t, uint32_t b, struct rs_nt_req *r, uin
 			bad = 1;
 			break;
 		}
-		if (g->owner == t->me) {
-			/* Our exact grants, left behind by their calls. */
-			if (st == RS_G_HELD)
-				free_if_left(s, g);
+		if (st == RS_G_HELD && acq_free_left(t, g, r, ws, we, queued, ticket, res, sc))
 			continue;
-		}
+		if (g->owner == t->me)
+			continue;
 		if (g->dev != r->dev || g->ino != r->ino)
 			continue;
 		sc->others = 1;
@@ -1466,9 +1530,9 @@ static inline int acq_walk(struct rs_nt *t, uint32_t b, struct rs_nt_req *r, uin
 		}
 		*contended = 1;
 		if (st == RS_G_WAIT)
-			acq_meet_waiter(t, g, i, *wait_idx, ticket, res, sc);
+			acq_meet_waiter(t, g, i, queued, ticket, res, sc);
 		else	/* HELD, or a state only a stray write makes */
-			acq_meet_held(s, g, i, res, sc);
+			acq_meet_held(s, g, i, queued, ticket, res, sc);
 	}
 	return bad || walked != count ? ACQ_BAD : ACQ_WALKED;
 }
@@ -1482,7 +1546,8 @@ static inline int acq_walk(struct rs_nt *t, uint32_t b, struct rs_nt_req *r, uin
  *       when no slot could be had.
  */
 static inline int acq_grant(struct rs_nt *t, const struct rs_nt_req *r, uint64_t ws,
-			    uint64_t we, uint32_t wait_idx, int contended, uint64_t t0,
+			    uint64_t we, uint32_t wait_idx, int queued, uint32_t ticket,
+			    int contended, uint64_t t0,
 			    const struct acq_scan *sc, struct rs_nt_result *res)
 {
 	struct rs_segment *s = t->map.seg;
@@ -1512,8 +1577,12 @@ static inline int acq_grant(struct rs_nt *t, const struct rs_nt_req *r, uint64_t
 		end = end < r->hi ? end : r->hi;
 	}
 	/* Counted in before the table is unlocked: an idle
-	 * grant is revocable, and this one is about to be used. */
-	fill(t, idx, r, start, end, RS_G_HELD, 0, 1);
+	 * grant is revocable, and this one is about to be used.  Stamped
+	 * with the last ticket handed out (a queued request keeps its
+	 * own), so that a waiter whose ticket it is or precedes knows it
+	 * was overtaken; stamping takes no ticket, so the counter moves
+	 * only with waiters and its plain order stays a total one. */
+	fill(t, idx, r, start, end, RS_G_HELD, queued ? ticket : s->hdr.next_ticket, 1);
 	atomic_fetch_add(&s->hdr.acquires, 1);
 	res->others = sc->others;
 	res->gen = RS_GW_GEN(atomic_load(&s->grants[idx].gw));
@@ -1536,13 +1605,20 @@ static inline int acq_grant(struct rs_nt *t, const struct rs_nt_req *r, uint64_t
 
 /*
  * Something is in r's way: name whom a queue of running waiters waits
- * for when it is time to say so, and take a place in the queue (a WAIT
- * entry with the next ticket) if we have none.
+ * for when it is time to say so; take a place in the order of requests
+ * (the next ticket) if we have none, and once starved, show it to later
+ * requests (a WAIT entry with that ticket, starved from the start).  An
+ * entry only for the starved: the others hold nobody back, and a chain
+ * that kept one for every waiter was mostly waiters on an oversubscribed
+ * node (110 of 121 entries a walk, 256 processes on one region), walked
+ * under the table lock at every acquisition.
  * Pre:  the table lock is held.
- * Post: *wait_idx is our WAIT entry, unless the table is full.
+ * Post: *queued with our *ticket; *wait_idx is our WAIT entry if starved,
+ *       unless the table is full.
  */
 static inline void acq_queue(struct rs_nt *t, const struct rs_nt_req *r, uint32_t *wait_idx,
-			     uint32_t *ticket, uint64_t t0, int warned, struct acq_scan *sc)
+			     int *queued, uint32_t *ticket, int starved, uint64_t t0,
+			     int warned, struct acq_scan *sc, struct rs_nt_result *res)
 {
 	struct rs_segment *s = t->map.seg;
 	uint32_t idx;
@@ -1553,11 +1629,21 @@ static inline void acq_queue(struct rs_nt *t, const struct rs_nt_req *r, uint32_
 	if (!warned && sc->blk.owner == UINT32_MAX && sc->via != UINT32_MAX && t0 &&
 	    rs_nt_now_ns() - t0 > rs_nt_warn_ns)
 		held_in_way(s, &s->grants[sc->via], &sc->blk);
-	if (*wait_idx == UINT32_MAX && sc->conflicts) {
+	if (!*queued) {
+		*ticket = ++s->hdr.next_ticket;
+		*queued = 1;
+	}
+	if (starved && *wait_idx == UINT32_MAX && sc->conflicts) {
+		/* An idle grant is a cache: a starved waiter without its
+		 * entry could be passed by every newcomer that evicts one. */
 		idx = find_free(s);
+		if (idx == UINT32_MAX) {
+			idx = evict_idle(s);
+			res->evicted += idx != UINT32_MAX;
+		}
 		if (idx != UINT32_MAX) {
-			*ticket = ++s->hdr.next_ticket;
 			fill(t, idx, r, r->start, r->end, RS_G_WAIT, *ticket, 0);
+			s->grants[idx].flags |= RS_WF_STARVED;
 			*wait_idx = idx;
 		}
 	}
@@ -1614,7 +1700,7 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *req, struct rs_nt_res
 	struct rs_segment *s = t->map.seg;
 	uint32_t wait_idx = UINT32_MAX, ticket = 0;
 	uint64_t t0 = 0, last_live = 0, ws, we;
-	int contended = 0, warned = 0;
+	int contended = 0, warned = 0, queued = 0, overtaken = 0, starved = 0;
 
 	/* Registration is not asserted: exit may unregister us while another
 	 * thread waits here, and the Post says -1 for that. */
@@ -1642,12 +1728,16 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *req, struct rs_nt_res
 		}
 		b = bucket_of(r->dev, r->ino);
 		for (;;) {
-			w = acq_walk(t, b, &rq, ws, we, &wait_idx, ticket, &contended, res, &sc);
+			w = acq_walk(t, b, &rq, ws, we, &wait_idx, queued, ticket, &contended,
+				     res, &sc);
 			if (w == ACQ_CUT)
 				continue;
-			if (wait_idx != UINT32_MAX && !(s->grants[wait_idx].flags & RS_WF_STARVED) &&
-			    rs_nt_now_ns() - t0 >= STARVE_NS)
-				s->grants[wait_idx].flags |= RS_WF_STARVED;
+			overtaken |= sc.overtaken;
+			if (queued && !starved) {
+				uint64_t waited = rs_nt_now_ns() - t0;
+
+				starved = (overtaken && waited >= STARVE_NS) || waited >= rs_nt_starve_ns;
+			}
 			walk_at = NULL;
 			if (w == ACQ_WALKED)
 				break;
@@ -1657,9 +1747,9 @@ int rs_nt_acquire(struct rs_nt *t, const struct rs_nt_req *req, struct rs_nt_res
 			recount(s);
 		}
 		if (sc.conflicts == 0 &&
-		    acq_grant(t, r, ws, we, wait_idx, contended, t0, &sc, res) == 0)
+		    acq_grant(t, r, ws, we, wait_idx, queued, ticket, contended, t0, &sc, res) == 0)
 			return 0;
-		acq_queue(t, r, &wait_idx, &ticket, t0, warned, &sc);
+		acq_queue(t, r, &wait_idx, &queued, &ticket, starved, t0, warned, &sc, res);
 		seen = atomic_load(&s->hdr.change);
 		table_unlock(t);
 		acq_wait(t, r, seen, &t0, &last_live, &warned, &sc, res);

@@ -27,6 +27,9 @@ extern uint64_t rs_nt_slice_ns;
 /* A starved waiter holds later requests back only while its last scan
  * is younger than this (RS_PRESENT_NS, segment.h). */
 extern uint64_t rs_nt_present_ns;
+/* A waiter nobody overtook is starved after this long (100 ms); one
+ * overtaken, after 1 ms. */
+extern uint64_t rs_nt_starve_ns;
 /* A table-lock waiter sleeps at most this long (10 ms), and a wake in
  * flight holds other wakes back for this long (2 ms). */
 extern uint64_t rs_nt_lock_sleep_ns;

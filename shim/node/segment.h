@@ -105,7 +105,7 @@ struct rs_seg_grant {
 	_Atomic uint32_t state;
 	uint32_t mode;
 	uint32_t owner;             /* proc slot */
-	uint32_t ticket;            /* FIFO order of waiting requests */
+	uint32_t ticket;            /* order of requests: a WAIT entry's, or a grant's stamp */
 	uint32_t flags;             /* RS_WF_*: of WAIT entries */
 	uint64_t dev, ino;
 	uint64_t start, end;        /* [start, end), end == RS_RANGE_EOF: infinity */
