@@ -71,12 +71,13 @@
  *  fifo              A busy; B queues; C asks later: C is not granted
  *                    before B, and not while B holds it.  Also a newcomer
  *                    that overlaps only B's queued request waits behind it.
- *  waiter_behind_older_holder_*, overtaken_waiter_starved  a waiter that
- *                    only waits for an older holder is not starved: a
- *                    newcomer overlapping only its request passes (control:
- *                    the old rule, 1 ms of any waiting, queues it); one
- *                    overtaken by a later grant is starved at once, and
- *                    the newcomer queues behind it.
+ *  waiter_behind_older_holder_*, overtaken_*  a waiter that only waits
+ *                    for an older holder is not starved: a newcomer
+ *                    overlapping only its request passes (control: the
+ *                    old rule, 1 ms of any waiting, queues it); one
+ *                    overtaken by a later grant, busy, idle or left by
+ *                    then, is starved at once, and the newcomer queues
+ *                    behind it, also across the ticket counter's wrap.
  *  stopped_waiter_*  a waiter stopped after it was starved holds nobody
  *                    back: a holder keeps cycling (count, with a control
  *                    under the old rule: 0), and requests queued behind
@@ -2112,13 +2113,36 @@ static struct rep acquire_exact(struct agent *a, uint64_t start, uint64_t end, i
 
 enum overtake { NOT_OVERTAKEN, OVERTAKEN_BUSY, OVERTAKEN_IDLE, OVERTAKEN_LEFT };
 
-static int newcomer_passes_waiter(uint64_t starve_ns, enum overtake overtake)
+/* Stop V where it does not hold the table lock (it wakes every 20 ms
+ * to walk the chain under it), so that others can still acquire. */
+static void stop_outside_table_lock(struct agent *v)
+{
+	struct rs_segment *s = view_attach();
+
+	for (int i = 0;; i++) {
+		kill(v->pid, SIGSTOP);
+		wait_stopped(v->pid);
+		if (RS_LOCK_SLOT(atomic_load(&s->hdr.lock)) != v->me + 1)
+			return;
+		kill(v->pid, SIGCONT);
+		cr_assert_lt(i, 1000, "V held the table lock every time it was stopped");
+		usleep(1000);
+	}
+}
+
+/* The ticket the table hands out next, if not 0 (the wrap test). */
+static uint32_t rig_next_ticket;
+
+static int newcomer_passes_waiter(uint64_t starve_ns, enum overtake overtake, int expect_pass)
 {
 	struct agent *a, *v, *x = NULL, *c;
 	struct cmd qv = acq_cmd(0, 128 * KIB, RS_G_EXSH, 0, 1);
 	struct cmd qc = acq_cmd(100 * KIB, 112 * KIB, RS_G_EXSH, 0, 1);
 	struct rep ra, rv, rx = { 0 }, rc;
-	int passed;
+	struct rs_segment *s;
+	uint32_t vt;
+	uint64_t until;
+	int passed = 0;
 
 	rs_nt_starve_ns = starve_ns;	/* agents inherit it */
 	rs_nt_present_ns = 1000ull * 1000 * 1000 * 1000;
@@ -2128,20 +2152,27 @@ static int newcomer_passes_waiter(uint64_t starve_ns, enum overtake overtake)
 	agent_register(a);
 	agent_register(v);
 	agent_register(c);
+	if (rig_next_ticket)
+		view_attach()->hdr.next_ticket = rig_next_ticket - 1;
 	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, 0, 1);
 	agent_send(v, &qv);	/* V: [0,128K) waits for A's [0,64K) */
 	cr_assert_not(agent_poll(v, &rv, MUSTNT_MS), "V granted while A is inside");
+	/* V has looked: it marks A's grant wanted in the same hold of the
+	 * table lock in which it takes its ticket, the table's last. */
+	s = view_attach();
+	until = now_ns() + MUST_MS * 1000000ull;
+	while (!(atomic_load(&s->grants[ra.idx].gw) & RS_WANTED) && now_ns() < until)
+		usleep(1000);
+	cr_assert(atomic_load(&s->grants[ra.idx].gw) & RS_WANTED, "V never met A's grant");
+	vt = s->hdr.next_ticket;
 	if (overtake != NOT_OVERTAKEN) {
 		/* X: [64K,96K), free, granted over V's head: V has been
 		 * overtaken, and says so at its next scan, whether X is
 		 * still inside then or is done and its grant idle. */
 		x = agent_start();
 		agent_register(x);
-		if (overtake != OVERTAKEN_BUSY) {
-			/* V must not look while X is inside. */
-			kill(v->pid, SIGSTOP);
-			wait_stopped(v->pid);
-		}
+		if (overtake != OVERTAKEN_BUSY)	/* V must not look while X is inside */
+			stop_outside_table_lock(v);
 		if (overtake == OVERTAKEN_LEFT) {	/* an exact call's, left */
 			rx = acquire_exact(x, 64 * KIB, 96 * KIB, 1);
 			simple(x, OP_MARK_SELF, rx.idx, 0);
@@ -2161,7 +2192,18 @@ static int newcomer_passes_waiter(uint64_t starve_ns, enum overtake overtake)
 	if (overtake != NOT_OVERTAKEN || starve_ns < MUSTNT_MS * 1000000ull)
 		wait_starved(v);
 	agent_send(c, &qc);	/* C: [100K,112K), free, but V asked first */
-	passed = agent_poll(c, &rc, MUSTNT_MS);
+	if (expect_pass) {
+		passed = agent_poll(c, &rc, MUST_MS);
+	} else {
+		/* Kept out only once it has looked: behind V's entry it takes
+		 * the next ticket.  Then it must stay out. */
+		until = now_ns() + MUST_MS * 1000000ull;
+		while (s->hdr.next_ticket == vt && now_ns() < until &&
+		       !(passed = agent_poll(c, &rc, 1)))
+			;
+		cr_assert(passed || s->hdr.next_ticket != vt, "C never looked");
+		passed = passed || agent_poll(c, &rc, MUSTNT_MS);
+	}
 	if (passed) {
 		cr_assert_eq(rc.rc, 0, "%s", rc.why);
 		simple(c, OP_LEAVE, rc.idx, 0);
@@ -2187,13 +2229,13 @@ static int newcomer_passes_waiter(uint64_t starve_ns, enum overtake overtake)
 
 Test(nodelock, waiter_behind_older_holder_not_starved, .timeout = 60)
 {
-	cr_assert(newcomer_passes_waiter(60ull * 1000 * 1000 * 1000, NOT_OVERTAKEN),
+	cr_assert(newcomer_passes_waiter(60ull * 1000 * 1000 * 1000, NOT_OVERTAKEN, 1),
 		  "C queued behind V, which nobody overtook: it only waited for an older holder");
 }
 
 Test(nodelock, waiter_behind_older_holder_control, .timeout = 60)
 {
-	cr_assert_not(newcomer_passes_waiter(1000ull * 1000, NOT_OVERTAKEN),
+	cr_assert_not(newcomer_passes_waiter(1000ull * 1000, NOT_OVERTAKEN, 0),
 		      "control: with every 1 ms of waiting starving its waiter, C still passed V: "
 		      "the rig does not show the queue");
 }
@@ -2206,17 +2248,28 @@ Test(nodelock, waiter_behind_older_holder_control, .timeout = 60)
  * control: the same rig without X lets C through. */
 Test(nodelock, overtaken_waiter_starved, .timeout = 60)
 {
-	cr_assert_not(newcomer_passes_waiter(60ull * 1000 * 1000 * 1000, OVERTAKEN_BUSY),
+	cr_assert_not(newcomer_passes_waiter(60ull * 1000 * 1000 * 1000, OVERTAKEN_BUSY, 0),
 		      "C passed V, which X had overtaken");
+}
+
+/* Across the ticket counter's wrap: V starved with the last ticket before
+ * it, C's is 0.  A plain comparison of tickets let C, and every request
+ * queued after the wrap, pass V for good; waiter_behind_older_holder_control
+ * is the same rig away from the wrap. */
+Test(nodelock, starved_waiter_kept_across_ticket_wrap, .timeout = 60)
+{
+	rig_next_ticket = UINT32_MAX;
+	cr_assert_not(newcomer_passes_waiter(1000ull * 1000, NOT_OVERTAKEN, 0),
+		      "C (ticket 0) passed V, starved with ticket %u", UINT32_MAX);
 }
 
 Test(nodelock, overtaken_by_a_finished_request_starved, .timeout = 60)
 {
-	cr_assert_not(newcomer_passes_waiter(60ull * 1000 * 1000 * 1000, OVERTAKEN_IDLE),
+	cr_assert_not(newcomer_passes_waiter(60ull * 1000 * 1000 * 1000, OVERTAKEN_IDLE, 0),
 		      "C passed V, which X had overtaken and left idle before V looked again");
 	teardown();
 	setup();
-	cr_assert_not(newcomer_passes_waiter(60ull * 1000 * 1000 * 1000, OVERTAKEN_LEFT),
+	cr_assert_not(newcomer_passes_waiter(60ull * 1000 * 1000 * 1000, OVERTAKEN_LEFT, 0),
 		      "C passed V, which X's exact call had overtaken and left before V looked again");
 }
 
@@ -2693,6 +2746,9 @@ Test(nodelock, starved_waiter_queues_in_full_table, .timeout = 120)
 	struct cmd qv = acq_cmd(0, 128 * KIB, RS_G_EXSH, 0, 1);
 	struct cmd qc = acq_cmd(100 * KIB, 112 * KIB, RS_G_EXSH, 0, 1);
 	struct rep r, ra, rv, rc;
+	uint64_t until;
+	uint32_t vt;
+	int passed = 0;
 
 	rs_nt_starve_ns = 1000ull * 1000;	/* agents inherit it */
 	rs_nt_present_ns = 1000ull * 1000 * 1000 * 1000;
@@ -2712,8 +2768,14 @@ Test(nodelock, starved_waiter_queues_in_full_table, .timeout = 120)
 	agent_send(v, &qv);
 	cr_assert_not(agent_poll(v, &rv, MUSTNT_MS), "V granted while A is inside");
 	wait_starved(v);
+	vt = view_attach()->hdr.next_ticket;
 	agent_send(c, &qc);
-	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS), "C passed V, starved in a full table");
+	/* C is kept out once it has looked (it takes the next ticket). */
+	until = now_ns() + MUST_MS * 1000000ull;
+	while (view_attach()->hdr.next_ticket == vt && now_ns() < until &&
+	       !(passed = agent_poll(c, &rc, 1)))
+		;
+	cr_assert(!passed && !agent_poll(c, &rc, MUSTNT_MS), "C passed V, starved in a full table");
 	simple(a, OP_LEAVE, ra.idx, 0);
 	simple(a, OP_RELEASE, ra.idx, ra.gen);
 	rv = agent_wait(v, MUST_MS, "V after A released");

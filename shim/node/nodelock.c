@@ -121,11 +121,12 @@
  * and later requests that conflict with it wait behind it, so a stream
  * of newcomers cannot starve anyone; holders see wanted and drain.  A
  * waiter nobody overtook waits only for holders that were there first,
- * and is starved after rs_nt_starve_ns (100 ms) all the same.  Only
- * waiters move the counter, so its plain order stays a total one (a
- * ticket per grant would wrap it within hours, and order by distance
- * on a circle is not transitive); at the wrap, once in 2^32 waits, one
- * hand-over goes out of order.  Linux's mutex asks for its hand-off on the same evidence: a
+ * and is starved after rs_nt_starve_ns (100 ms) all the same; so is one
+ * whose evidence went before it looked (the overtaker released, or
+ * another walk freed its left grant): 100 ms is the bound, 1 ms what a
+ * waiter that sees it gets.  Only waiters move the counter (a ticket per
+ * grant would wrap it within hours), and tickets are compared by age
+ * from it (ticket_since).  Linux's mutex asks for its hand-off on the same evidence: a
  * woken waiter that lost the lock to a spinner (MUTEX_FLAG_HANDOFF,
  * kernel/locking/mutex.c).  On an oversubscribed node a wait of
  * milliseconds is a holder that is not running, not starvation: when
@@ -1301,6 +1302,23 @@ static inline void acq_window(const struct rs_nt_req *r, uint64_t *ws, uint64_t 
 /* What one walk of the file's chain found, for the grant, queue and wait
  * steps of rs_nt_acquire.  The sl_* fields and now last for one round
  * (one table lock), the rest for one walk. */
+/*
+ * Was ticket (or stamp) a handed out at or after b?  By age, counted back
+ * from the table's counter: every live ticket and stamp was handed out
+ * within the last 2^32, so ages order them totally, across the counter's
+ * wrap too (a plain comparison there put every request queued after the
+ * wrap ahead of every starved one from before it, for good).  A build
+ * older than the stamps compares plainly: the two disagree only at the
+ * wrap.
+ * Pre:  the table lock is held (only waiters move the counter, under it).
+ */
+static inline int ticket_since(const struct rs_segment *s, uint32_t a, uint32_t b)
+{
+	uint32_t n = s->hdr.next_ticket;
+
+	return n - a <= n - b;
+}
+
 struct acq_scan {
 	uint64_t lo, top;       /* room to expand into, between others' grants */
 	uint32_t conflicts;     /* entries in the request's way */
@@ -1332,7 +1350,7 @@ static inline void acq_meet_waiter(struct rs_nt *t, struct rs_seg_grant *g, uint
 	uint64_t age;
 
 	RS_ASSERT(rs_lk_held(RS_LK_NT, t));
-	if (!(g->flags & RS_WF_STARVED) || (queued && g->ticket >= ticket))
+	if (!(g->flags & RS_WF_STARVED) || (queued && ticket_since(s, g->ticket, ticket)))
 		return;
 	if (!sc->now)
 		sc->now = rs_nt_now_ns();
@@ -1352,7 +1370,7 @@ static inline void acq_meet_waiter(struct rs_nt *t, struct rs_seg_grant *g, uint
 	sc->conflicts++;
 	if (sc->via == UINT32_MAX)
 		sc->via = i;
-	if (!sc->sl_wait || g->ticket > sc->sl_ticket) {
+	if (!sc->sl_wait || !ticket_since(s, sc->sl_ticket, g->ticket)) {
 		sc->sl_idx = i;
 		sc->sl_owner = g->owner;
 		sc->sl_gen = RS_GW_GEN(atomic_load(&g->gw));
@@ -1380,7 +1398,7 @@ static inline void acq_meet_held(struct rs_segment *s, struct rs_seg_grant *g, u
 	int newly;
 
 	RS_ASSERT(rs_lk_held(RS_LK_NT, NULL));	/* s: of the table ours holds */
-	if (queued && g->ticket >= ticket)
+	if (queued && ticket_since(s, g->ticket, ticket))
 		sc->overtaken = 1;
 	if (revoke_or_want(s, g, RS_WANTED, &newly)) {
 		res->revoked++;
@@ -1417,12 +1435,17 @@ static inline int acq_free_left(struct rs_nt *t, struct rs_seg_grant *g,
 				uint32_t ticket, struct rs_nt_result *res, struct acq_scan *sc)
 {
 	struct rs_segment *s = t->map.seg;
-	int aside = g->owner == t->me || g->dev != r->dev || g->ino != r->ino;
-	int clash = !aside && !compatible(g->mode, r->mode);
-	int near = clash && overlaps(g, ws, we), met = clash && in_way(g, r);
+	uint64_t v = atomic_load(&g->gw);
+	int aside, clash, near, met;
 	uint32_t stamp = g->ticket;
 
 	RS_ASSERT(rs_lk_held(RS_LK_NT, t));
+	if (!(v & RS_WANTED_SELF) || RS_GW_USERS(v))
+		return 0;	/* most grants: looked at as in the way or not */
+	aside = g->owner == t->me || g->dev != r->dev || g->ino != r->ino;
+	clash = !aside && !compatible(g->mode, r->mode);
+	near = clash && overlaps(g, ws, we);
+	met = clash && in_way(g, r);
 	if (!free_if_left(s, g))
 		return 0;
 	if (aside)
@@ -1432,7 +1455,7 @@ static inline int acq_free_left(struct rs_nt *t, struct rs_seg_grant *g,
 	if (met) {
 		res->revoked++;
 		atomic_fetch_add(&s->hdr.revokes, 1);
-		if (queued && stamp >= ticket)
+		if (queued && ticket_since(s, stamp, ticket))
 			sc->overtaken = 1;
 	}
 	return 1;
