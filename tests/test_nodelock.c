@@ -606,6 +606,14 @@ static int grants_of(uint32_t me, uint32_t state, uint32_t *idx)
 	return n;
 }
 
+/* An exact call's end, as grants.c makes it: the grant is marked as no
+ * longer cached, and its last user leaves, waking those who wait. */
+static void exact_call_ends(struct agent *a, uint32_t idx)
+{
+	simple(a, OP_MARK_SELF, idx, 0);
+	simple(a, OP_LEAVE_WAKE, idx, 0);
+}
+
 /* Slot me's WAIT entry, once it is there: a waiter shows itself in the
  * table only once starved (nodelock.c, "Fairness": overtaken and 1 ms,
  * or rs_nt_starve_ns of waiting, 100 ms), and sees that when it next
@@ -2086,17 +2094,13 @@ Test(nodelock, fifo_newcomer_behind_waiter)
 static void wait_starved(struct agent *v)
 {
 	uint32_t widx = 0;
-	uint64_t end = now_ns() + MUST_MS * 1000000ull;
+	int n = wait_queued(v->me, &widx);
 
-	for (;;) {
-		int n = grants_of(v->me, RS_G_WAIT, &widx);
-
-		if (n == 1 && (view_attach()->grants[widx].flags & RS_WF_STARVED))
-			return;
-		cr_assert_lt(now_ns(), end, "V never queued as starved (%d WAIT entries)", n);
-		sleep_ms(10);
-	}
+	cr_assert(n == 1 && (view_attach()->grants[widx].flags & RS_WF_STARVED),
+		  "V never queued as starved (%d WAIT entries)", n);
 }
+
+static struct rep acquire_exact(struct agent *a, uint64_t start, uint64_t end, int enter);
 
 /*
  * Starved means overtaken, not merely waiting.  V waits for A's busy
@@ -2109,9 +2113,11 @@ static void wait_starved(struct agent *v)
  * (rs_nt_starve_ns = 1 ms), queues C behind V.  Returns whether C got in
  * while A still held.
  */
-static struct rep acquire_exact(struct agent *a, uint64_t start, uint64_t end, int enter);
-
 enum overtake { NOT_OVERTAKEN, OVERTAKEN_BUSY, OVERTAKEN_IDLE, OVERTAKEN_LEFT };
+
+/* rs_nt_starve_ns: longer than any test, or the rule before (1 ms). */
+#define LONG_NS (60ull * 1000 * 1000 * 1000)
+#define MS_NS   (1000ull * 1000)
 
 /* Stop V where it does not hold the table lock (it wakes every 20 ms
  * to walk the chain under it), so that others can still acquire. */
@@ -2130,12 +2136,17 @@ static void stop_outside_table_lock(struct agent *v)
 	}
 }
 
-/* The ticket the table hands out next, if not 0 (the wrap test). */
-static uint32_t rig_next_ticket;
+struct waiter_rig {
+	uint64_t starve_ns;     /* rs_nt_starve_ns for the agents */
+	enum overtake overtake;
+	int expect_pass;        /* wait for C to pass (MUST_MS), not for it to stay out */
+	uint32_t next_ticket;   /* the ticket the table hands out next, if not 0 */
+	int full_table;         /* F fills every slot but A's with idle grants first */
+};
 
-static int newcomer_passes_waiter(uint64_t starve_ns, enum overtake overtake, int expect_pass)
+static int newcomer_passes_waiter(struct waiter_rig o)
 {
-	struct agent *a, *v, *x = NULL, *c;
+	struct agent *a, *v, *x = NULL, *c, *f = NULL;
 	struct cmd qv = acq_cmd(0, 128 * KIB, RS_G_EXSH, 0, 1);
 	struct cmd qc = acq_cmd(100 * KIB, 112 * KIB, RS_G_EXSH, 0, 1);
 	struct rep ra, rv, rx = { 0 }, rc;
@@ -2144,7 +2155,7 @@ static int newcomer_passes_waiter(uint64_t starve_ns, enum overtake overtake, in
 	uint64_t until;
 	int passed = 0;
 
-	rs_nt_starve_ns = starve_ns;	/* agents inherit it */
+	rs_nt_starve_ns = o.starve_ns;	/* agents inherit it */
 	rs_nt_present_ns = 1000ull * 1000 * 1000 * 1000;
 	a = agent_start();
 	v = agent_start();
@@ -2152,9 +2163,22 @@ static int newcomer_passes_waiter(uint64_t starve_ns, enum overtake overtake, in
 	agent_register(a);
 	agent_register(v);
 	agent_register(c);
-	if (rig_next_ticket)
-		view_attach()->hdr.next_ticket = rig_next_ticket - 1;
+	if (o.next_ticket)
+		view_attach()->hdr.next_ticket = o.next_ticket - 1;
+	if (o.full_table) {
+		struct cmd many = { .op = OP_ACQUIRE_MANY, .mode = RS_G_EXSH, .dev = DEV,
+				    .ino = INO + 1, .start = 0, .n = RS_NGRANT - 1 };
+		struct rep r;
+
+		f = agent_start();
+		agent_register(f);
+		agent_send(f, &many);
+		r = agent_wait(f, 60000, "16383 acquires");
+		cr_assert_eq(r.rc, 0, "%s", r.why);
+	}
 	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, 0, 1);
+	if (f)
+		cr_assert_eq(grants_of(f->me, RS_G_HELD, NULL) + 1, RS_NGRANT, "the table is not full");
 	agent_send(v, &qv);	/* V: [0,128K) waits for A's [0,64K) */
 	cr_assert_not(agent_poll(v, &rv, MUSTNT_MS), "V granted while A is inside");
 	/* V has looked: it marks A's grant wanted in the same hold of the
@@ -2165,34 +2189,33 @@ static int newcomer_passes_waiter(uint64_t starve_ns, enum overtake overtake, in
 		usleep(1000);
 	cr_assert(atomic_load(&s->grants[ra.idx].gw) & RS_WANTED, "V never met A's grant");
 	vt = s->hdr.next_ticket;
-	if (overtake != NOT_OVERTAKEN) {
+	if (o.overtake != NOT_OVERTAKEN) {
 		/* X: [64K,96K), free, granted over V's head: V has been
 		 * overtaken, and says so at its next scan, whether X is
 		 * still inside then or is done and its grant idle. */
 		x = agent_start();
 		agent_register(x);
-		if (overtake != OVERTAKEN_BUSY)	/* V must not look while X is inside */
+		if (o.overtake != OVERTAKEN_BUSY)	/* V must not look while X is inside */
 			stop_outside_table_lock(v);
-		if (overtake == OVERTAKEN_LEFT) {	/* an exact call's, left */
+		if (o.overtake == OVERTAKEN_LEFT) {	/* an exact call's, left */
 			rx = acquire_exact(x, 64 * KIB, 96 * KIB, 1);
-			simple(x, OP_MARK_SELF, rx.idx, 0);
-			simple(x, OP_LEAVE_WAKE, rx.idx, 0);
+			exact_call_ends(x, rx.idx);
 			x = NULL;
 		} else {
 			rx = acquire(x, 64 * KIB, 96 * KIB, RS_G_EXSH, 0, 1);
 		}
-		if (overtake == OVERTAKEN_IDLE) {	/* cached, nobody inside */
+		if (o.overtake == OVERTAKEN_IDLE) {	/* cached, nobody inside */
 			simple(x, OP_LEAVE, rx.idx, 0);
 			x = NULL;
 		}
-		if (overtake != OVERTAKEN_BUSY)
+		if (o.overtake != OVERTAKEN_BUSY)
 			kill(v->pid, SIGCONT);
 	}
 	/* Starved by now, if the rule says so: seen at V's next scan. */
-	if (overtake != NOT_OVERTAKEN || starve_ns < MUSTNT_MS * 1000000ull)
+	if (o.overtake != NOT_OVERTAKEN || o.starve_ns < MUSTNT_MS * 1000000ull)
 		wait_starved(v);
 	agent_send(c, &qc);	/* C: [100K,112K), free, but V asked first */
-	if (expect_pass) {
+	if (o.expect_pass) {
 		passed = agent_poll(c, &rc, MUST_MS);
 	} else {
 		/* Kept out only once it has looked: behind V's entry it takes
@@ -2229,13 +2252,13 @@ static int newcomer_passes_waiter(uint64_t starve_ns, enum overtake overtake, in
 
 Test(nodelock, waiter_behind_older_holder_not_starved, .timeout = 60)
 {
-	cr_assert(newcomer_passes_waiter(60ull * 1000 * 1000 * 1000, NOT_OVERTAKEN, 1),
+	cr_assert(newcomer_passes_waiter((struct waiter_rig){ .starve_ns = LONG_NS, .expect_pass = 1 }),
 		  "C queued behind V, which nobody overtook: it only waited for an older holder");
 }
 
 Test(nodelock, waiter_behind_older_holder_control, .timeout = 60)
 {
-	cr_assert_not(newcomer_passes_waiter(1000ull * 1000, NOT_OVERTAKEN, 0),
+	cr_assert_not(newcomer_passes_waiter((struct waiter_rig){ .starve_ns = MS_NS }),
 		      "control: with every 1 ms of waiting starving its waiter, C still passed V: "
 		      "the rig does not show the queue");
 }
@@ -2248,7 +2271,8 @@ Test(nodelock, waiter_behind_older_holder_control, .timeout = 60)
  * control: the same rig without X lets C through. */
 Test(nodelock, overtaken_waiter_starved, .timeout = 60)
 {
-	cr_assert_not(newcomer_passes_waiter(60ull * 1000 * 1000 * 1000, OVERTAKEN_BUSY, 0),
+	cr_assert_not(newcomer_passes_waiter((struct waiter_rig){ .starve_ns = LONG_NS,
+								  .overtake = OVERTAKEN_BUSY }),
 		      "C passed V, which X had overtaken");
 }
 
@@ -2258,18 +2282,20 @@ Test(nodelock, overtaken_waiter_starved, .timeout = 60)
  * is the same rig away from the wrap. */
 Test(nodelock, starved_waiter_kept_across_ticket_wrap, .timeout = 60)
 {
-	rig_next_ticket = UINT32_MAX;
-	cr_assert_not(newcomer_passes_waiter(1000ull * 1000, NOT_OVERTAKEN, 0),
+	cr_assert_not(newcomer_passes_waiter((struct waiter_rig){ .starve_ns = MS_NS,
+								  .next_ticket = UINT32_MAX }),
 		      "C (ticket 0) passed V, starved with ticket %u", UINT32_MAX);
 }
 
 Test(nodelock, overtaken_by_a_finished_request_starved, .timeout = 60)
 {
-	cr_assert_not(newcomer_passes_waiter(60ull * 1000 * 1000 * 1000, OVERTAKEN_IDLE, 0),
+	cr_assert_not(newcomer_passes_waiter((struct waiter_rig){ .starve_ns = LONG_NS,
+								  .overtake = OVERTAKEN_IDLE }),
 		      "C passed V, which X had overtaken and left idle before V looked again");
 	teardown();
 	setup();
-	cr_assert_not(newcomer_passes_waiter(60ull * 1000 * 1000 * 1000, OVERTAKEN_LEFT, 0),
+	cr_assert_not(newcomer_passes_waiter((struct waiter_rig){ .starve_ns = LONG_NS,
+								  .overtake = OVERTAKEN_LEFT }),
 		      "C passed V, which X's exact call had overtaken and left before V looked again");
 }
 
@@ -2740,51 +2766,9 @@ Test(nodelock, table_full, .timeout = 120)
  */
 Test(nodelock, starved_waiter_queues_in_full_table, .timeout = 120)
 {
-	struct agent *f, *a, *v, *c;
-	struct cmd many = { .op = OP_ACQUIRE_MANY, .mode = RS_G_EXSH, .dev = DEV, .ino = INO + 1,
-			    .start = 0, .n = RS_NGRANT - 1 };
-	struct cmd qv = acq_cmd(0, 128 * KIB, RS_G_EXSH, 0, 1);
-	struct cmd qc = acq_cmd(100 * KIB, 112 * KIB, RS_G_EXSH, 0, 1);
-	struct rep r, ra, rv, rc;
-	uint64_t until;
-	uint32_t vt;
-	int passed = 0;
-
-	rs_nt_starve_ns = 1000ull * 1000;	/* agents inherit it */
-	rs_nt_present_ns = 1000ull * 1000 * 1000 * 1000;
-	f = agent_start();
-	a = agent_start();
-	v = agent_start();
-	c = agent_start();
-	agent_register(f);
-	agent_register(a);
-	agent_register(v);
-	agent_register(c);
-	agent_send(f, &many);
-	r = agent_wait(f, 60000, "16383 acquires");
-	cr_assert_eq(r.rc, 0, "%s", r.why);
-	ra = acquire(a, 0, 64 * KIB, RS_G_EXSH, 0, 1);
-	cr_assert_eq(grants_of(f->me, RS_G_HELD, NULL) + 1, RS_NGRANT, "the table is not full");
-	agent_send(v, &qv);
-	cr_assert_not(agent_poll(v, &rv, MUSTNT_MS), "V granted while A is inside");
-	wait_starved(v);
-	vt = view_attach()->hdr.next_ticket;
-	agent_send(c, &qc);
-	/* C is kept out once it has looked (it takes the next ticket). */
-	until = now_ns() + MUST_MS * 1000000ull;
-	while (view_attach()->hdr.next_ticket == vt && now_ns() < until &&
-	       !(passed = agent_poll(c, &rc, 1)))
-		;
-	cr_assert(!passed && !agent_poll(c, &rc, MUSTNT_MS), "C passed V, starved in a full table");
-	simple(a, OP_LEAVE, ra.idx, 0);
-	simple(a, OP_RELEASE, ra.idx, ra.gen);
-	rv = agent_wait(v, MUST_MS, "V after A released");
-	cr_assert_eq(rv.rc, 0, "%s", rv.why);
-	simple(v, OP_LEAVE, rv.idx, 0);
-	simple(v, OP_RELEASE, rv.idx, rv.gen);
-	rc = agent_wait(c, MUST_MS, "C after V released");
-	cr_assert_eq(rc.rc, 0, "%s", rc.why);
-	cr_assert_lt(rv.seq, rc.seq, "C, queued behind V, was granted first");
+	cr_assert_not(newcomer_passes_waiter((struct waiter_rig){ .starve_ns = MS_NS,
+								  .full_table = 1 }),
+		      "C passed V, starved in a full table");
 }
 
 /* ---- exact grants and waiting on the grant (issue 9) ---- */
@@ -2843,8 +2827,7 @@ Test(nodelock, exact_left_grant_freed)
 	agent_register(a);
 	agent_register(b);
 	ra = acquire_exact(a, 0, 4 * KIB, 1);
-	simple(a, OP_MARK_SELF, ra.idx, 0);
-	simple(a, OP_LEAVE_WAKE, ra.idx, 0);
+	exact_call_ends(a, ra.idx);
 	s = view_attach();
 	cr_assert_eq(atomic_load(&s->grants[ra.idx].state), RS_G_HELD,
 		     "the left grant was freed at once (expected lazily)");
@@ -2856,15 +2839,13 @@ Test(nodelock, exact_left_grant_freed)
 	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), 1);
 	/* Closing the file frees what its calls left, and nothing busy. */
 	ra = acquire_exact(a, 2 * MIB, 2 * MIB + 4 * KIB, 1);
-	simple(a, OP_MARK_SELF, ra.idx, 0);
-	simple(a, OP_LEAVE_WAKE, ra.idx, 0);
+	exact_call_ends(a, ra.idx);
 	simple(a, OP_FREE_LEFT, 0, 0);
 	cr_assert_neq(RS_GW_GEN(atomic_load(&s->grants[ra.idx].gw)), ra.gen,
 		      "rs_nt_free_left left A's left grant");
 	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), 1, "rs_nt_free_left freed a busy grant");
 	/* Another process meets the second one once it is left. */
-	simple(a, OP_MARK_SELF, ra2.idx, 0);
-	simple(a, OP_LEAVE_WAKE, ra2.idx, 0);
+	exact_call_ends(a, ra2.idx);
 	rb = acquire(b, 1 * MIB, 1 * MIB + 4 * KIB, RS_G_EXSH, 0, 0);
 	cr_assert_not(rb.waited, "waited for a grant nobody is in");
 	cr_assert_geq(rb.revoked, 1);
@@ -2887,8 +2868,7 @@ Test(nodelock, exact_left_grant_freed_by_any_walk)
 	agent_register(b);
 	kept = acquire(a, 8 * MIB, 8 * MIB + 4 * KIB, RS_G_EXSH, 0, 0);
 	left = acquire_exact(a, 0, 4 * KIB, 1);
-	simple(a, OP_MARK_SELF, left.idx, 0);
-	simple(a, OP_LEAVE_WAKE, left.idx, 0);
+	exact_call_ends(a, left.idx);
 	s = view_attach();
 	cr_assert_eq(RS_GW_GEN(atomic_load(&s->grants[left.idx].gw)), left.gen,
 		     "A's left grant went before anyone walked the chain");
@@ -3043,8 +3023,7 @@ Test(nodelock, append_mode_shared)
 	/* Control: EXSH for the same tail waits. */
 	agent_send(a, &qx);
 	cr_assert_not(agent_poll(a, &rx, MUSTNT_MS), "control: an EXSH append did not wait");
-	simple(b, OP_MARK_SELF, rb.idx, 0);
-	simple(b, OP_LEAVE_WAKE, rb.idx, 0);
+	exact_call_ends(b, rb.idx);
 	cr_assert_not(agent_poll(c, &rc, MUSTNT_MS), "the reader ran while A appends");
 	agent_kill(a);	/* A's append grant goes with A */
 	rc = agent_wait(c, MUST_MS, "the reader after both appenders left");

@@ -126,9 +126,9 @@
  * another walk freed its left grant): 100 ms is the bound, 1 ms what a
  * waiter that sees it gets.  Only waiters move the counter (a ticket per
  * grant would wrap it within hours), and tickets are compared by age
- * from it (ticket_since).  Linux's mutex asks for its hand-off on the same evidence: a
- * woken waiter that lost the lock to a spinner (MUTEX_FLAG_HANDOFF,
- * kernel/locking/mutex.c).  On an oversubscribed node a wait of
+ * from it (ticket_since).  Linux's mutex asks for its hand-off on the
+ * same evidence: a woken waiter that lost the lock to a spinner
+ * (MUTEX_FLAG_HANDOFF, kernel/locking/mutex.c).  On an oversubscribed node a wait of
  * milliseconds is a holder that is not running, not starvation: when
  * every such wait starved its waiter, 256 processes on one region queued
  * behind each other and each hand-over waited for the scheduler
@@ -1299,9 +1299,6 @@ static inline void acq_window(const struct rs_nt_req *r, uint64_t *ws, uint64_t 
 	}
 }
 
-/* What one walk of the file's chain found, for the grant, queue and wait
- * steps of rs_nt_acquire.  The sl_* fields and now last for one round
- * (one table lock), the rest for one walk. */
 /*
  * Was ticket (or stamp) a handed out at or after b?  By age, counted back
  * from the table's counter: every live ticket and stamp was handed out
@@ -1319,6 +1316,9 @@ static inline int ticket_since(const struct rs_segment *s, uint32_t a, uint32_t 
 	return n - a <= n - b;
 }
 
+/* What one walk of the file's chain found, for the grant, queue and wait
+ * steps of rs_nt_acquire.  The sl_* fields and now last for one round
+ * (one table lock), the rest for one walk. */
 struct acq_scan {
 	uint64_t lo, top;       /* room to expand into, between others' grants */
 	uint32_t conflicts;     /* entries in the request's way */
@@ -1332,7 +1332,7 @@ struct acq_scan {
 	uint32_t sl_idx, sl_gen, sl_ticket, sl_owner;
 	uint64_t now, sl_ns;
 	int sl_wait;
-	int overtaken;          /* a busy grant in the way is newer than our ticket */
+	int overtaken;          /* a grant in the way, busy or freed, was granted since our ticket */
 };
 
 /*
@@ -1435,27 +1435,22 @@ static inline int acq_free_left(struct rs_nt *t, struct rs_seg_grant *g,
 				uint32_t ticket, struct rs_nt_result *res, struct acq_scan *sc)
 {
 	struct rs_segment *s = t->map.seg;
-	uint64_t v = atomic_load(&g->gw);
-	int aside, clash, near, met;
-	uint32_t stamp = g->ticket;
 
 	RS_ASSERT(rs_lk_held(RS_LK_NT, t));
-	if (!(v & RS_WANTED_SELF) || RS_GW_USERS(v))
-		return 0;	/* most grants: looked at as in the way or not */
-	aside = g->owner == t->me || g->dev != r->dev || g->ino != r->ino;
-	clash = !aside && !compatible(g->mode, r->mode);
-	near = clash && overlaps(g, ws, we);
-	met = clash && in_way(g, r);
 	if (!free_if_left(s, g))
 		return 0;
-	if (aside)
+	/* Freed, its fields stay as they were until a fill, which only a
+	 * holder of the table lock makes. */
+	if (g->owner == t->me || g->dev != r->dev || g->ino != r->ino)
 		return 1;
 	sc->others = 1;
-	res->met |= near;
-	if (met) {
+	if (compatible(g->mode, r->mode))
+		return 1;
+	res->met |= overlaps(g, ws, we);
+	if (in_way(g, r)) {
 		res->revoked++;
 		atomic_fetch_add(&s->hdr.revokes, 1);
-		if (queued && ticket_since(s, stamp, ticket))
+		if (queued && ticket_since(s, g->ticket, ticket))
 			sc->overtaken = 1;
 	}
 	return 1;
