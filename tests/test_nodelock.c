@@ -96,6 +96,10 @@
  *                    file frees a left exact grant out of its way (not a
  *                    revoke); an idle cached grant as far away stays
  *                    (control).
+ *  spin_budget_learns  a grant waiter's spin budget (nodelock.c,
+ *                    spin_budget) falls to RS_NT_SPIN_MIN after spins that
+ *                    saw nothing change, climbs back to RS_NT_SPIN_MAX
+ *                    after spins that did, and stays between the two.
  *  whole_file_when_alone  a process alone on a file is granted [0, EOF);
  *                    a second process revokes it (idle) and the first one
  *                    is back to windows.
@@ -1436,6 +1440,35 @@ static void pid_reuse_dead(int32_t fake_pid)
 	cr_assert_eq(atomic_load(&s->procs[a->me].state), RS_PROC_FREE,
 		     "dead slot with live pid %d kept", (int)fake_pid);
 	/* A newcomer's register reclaims too: same thing through another path. */
+}
+
+Test(nodelock, spin_budget_learns)
+{
+	uint32_t b = RS_NT_SPIN_MAX, lo = UINT32_MAX, hi = 0;
+
+	/* Holders that never came free while watched: down to the floor
+	 * within a few dozen waits, never below it. */
+	for (int i = 0; i < 64; i++) {
+		b = rs_nt_spin_next(b, 0);
+		cr_assert_geq(b, RS_NT_SPIN_MIN, "budget %u below the floor after %d misses", b, i + 1);
+	}
+	cr_assert_leq(b, RS_NT_SPIN_MIN + 8, "budget %u still high after 64 misses", b);
+	/* Holders that came free: back to the full spin, never above it. */
+	for (int i = 0; i < 64; i++) {
+		b = rs_nt_spin_next(b, 1);
+		cr_assert_leq(b, RS_NT_SPIN_MAX, "budget %u above the ceiling after %d hits", b, i + 1);
+	}
+	cr_assert_geq(b, RS_NT_SPIN_MAX - 8, "budget %u still low after 64 hits", b);
+	/* Half and half: somewhere in between, not at either bound. */
+	for (int i = 0; i < 256; i++) {
+		b = rs_nt_spin_next(b, i & 1);
+		if (i >= 128) {
+			lo = b < lo ? b : lo;
+			hi = b > hi ? b : hi;
+		}
+	}
+	cr_assert(lo > RS_NT_SPIN_MIN + 64 && hi < RS_NT_SPIN_MAX - 64,
+		  "alternating hits and misses settled at %u..%u", lo, hi);
 }
 
 Test(nodelock, pid_reuse_dead_slot_live_pid)

@@ -157,10 +157,14 @@
  * word that has the bit (its last user leaving, a release, a revoke, a
  * WAIT entry becoming a grant) wakes its sleepers (wake_grant).  So a
  * release wakes its own waiters and nobody else, and a queue wakes one
- * waiter at a time.  Before sleeping it watches the word for GRANT_SPIN
- * pauses (about 16 us): a call inside a grant takes microseconds, and
- * while its holder runs, a look beats a sleep and a wake-up (measured:
- * docs/benchmarks.md).  With nothing specific in the way (a full table) it
+ * waiter at a time.  Before sleeping it watches the word for up to
+ * GRANT_SPIN pauses (about 16 us): a call inside a grant takes
+ * microseconds, and while its holder runs, a look beats a sleep and a
+ * wake-up (measured: docs/benchmarks.md).  How long it watches is learnt
+ * from how its last watches ended (spin_budget), since on a node with
+ * hundreds of processes per CPU the holder is often not running.  A
+ * table-lock waiter watches the lock word for TABLE_SPIN pauses before
+ * it sleeps.  With nothing specific in the way (a full table) it
  * sleeps on the table's change counter instead.  Every sleep has a 20 ms
  * timeout, and every wake re-scans.  Every 100 ms of waiting, and on every
  * attach, the liveness of the processes we wait for is checked.  A live
@@ -219,7 +223,14 @@
  * away (a holder releasing it) before it is taken for garbage. */
 #define GARBAGE_NS      (1000ull * 1000 * 1000)
 #ifndef GRANT_SPIN
-#define GRANT_SPIN      400
+#define GRANT_SPIN      RS_NT_SPIN_MAX
+#endif
+/* How long a table-lock waiter watches the word before sleeping: a
+ * running holder keeps it for well under a microsecond, a sleep and its
+ * wake cost several, and on a busy node one acquisition in ten finds the
+ * other CPU's process inside. */
+#ifndef TABLE_SPIN
+#define TABLE_SPIN      100
 #endif
 /* A request overtaken by a later one and waiting at least this long
  * makes later ones queue behind it; before, they may take what it waits
@@ -312,6 +323,28 @@ void rs_nt_wake_grant(struct rs_seg_grant *g, uint64_t old)
 }
 
 /*
+ * How long a waiter watches a grant word before sleeping, learnt from how
+ * the last watches ended, as glibc's adaptive mutex learns its spin count
+ * (__spins += (cnt - __spins) / 8, nptl/pthread_mutex_lock.c), but from
+ * the outcome: a watch that saw the word change moves the budget an
+ * eighth of the way to GRANT_SPIN, one that did not, to RS_NT_SPIN_MIN.
+ * A watch pays only while the holder runs: with a few processes per CPU
+ * nearly every one does, and the budget stays near GRANT_SPIN; with
+ * hundreds, a holder is often descheduled inside its call, and full
+ * watches of such holders took 8% of the node's CPU (perf, 256 processes
+ * on one region).  One word for the process: a lost update between
+ * threads only skews it.
+ */
+static _Atomic uint32_t spin_budget = GRANT_SPIN;
+
+uint32_t rs_nt_spin_next(uint32_t budget, int changed)
+{
+	int32_t to = changed ? GRANT_SPIN : RS_NT_SPIN_MIN;
+
+	return (uint32_t)((int32_t)budget + (to - (int32_t)budget) / 8);
+}
+
+/*
  * Sleep until g's word changes from what keeps us out: g is still the
  * incarnation gen, and a WAIT entry (is_wait) or a grant with users and a
  * wanted bit (we set it in the scan).  Anything else: return at once and
@@ -327,12 +360,18 @@ static void wait_grant(struct rs_seg_grant *g, uint32_t gen, int is_wait, uint64
 
 	/* A call inside a grant takes microseconds: while its holder runs,
 	 * a short look beats a sleep and a wake-up. */
-	for (int i = 0; i < GRANT_SPIN; i++) {
-		if (RS_GW_GEN(v) != gen || (!is_wait && RS_GW_USERS(v) == 0))
+	uint32_t budget = atomic_load_explicit(&spin_budget, memory_order_relaxed);
+
+	for (uint32_t i = 0; i < budget; i++) {
+		if (RS_GW_GEN(v) != gen || (!is_wait && RS_GW_USERS(v) == 0)) {
+			atomic_store_explicit(&spin_budget, rs_nt_spin_next(budget, 1),
+					      memory_order_relaxed);
 			return;
+		}
 		rs_cpu_relax();
 		v = atomic_load_explicit(&g->gw, memory_order_relaxed);
 	}
+	atomic_store_explicit(&spin_budget, rs_nt_spin_next(budget, 0), memory_order_relaxed);
 	for (;;) {
 		if (RS_GW_GEN(v) != gen)
 			return;
@@ -633,6 +672,18 @@ static void lock_sleep(struct rs_segment *s, uint32_t seq, uint64_t now)
 	errno = saved;
 }
 
+/* Watch the table lock for TABLE_SPIN pauses: 1 if it came free (try
+ * again), 0 if its holder kept it (sleep). */
+static int table_spin(struct rs_segment *s)
+{
+	for (int i = 0; i < TABLE_SPIN; i++) {
+		rs_cpu_relax();
+		if (atomic_load_explicit(&s->hdr.lock, memory_order_relaxed) == 0)
+			return 1;
+	}
+	return 0;
+}
+
 /*
  * The table lock.
  *
@@ -647,7 +698,8 @@ static void lock_sleep(struct rs_segment *s, uint32_t seq, uint64_t now)
  * one thread ever contends for the shared word, and our own id in it can
  * only be a dead previous owner's of our slot (we hold the slot's byte,
  * so that owner is dead).  A holder is taken over only when it is
- * provably dead: its liveness byte is free.  A live holder is waited for
+ * provably dead: its liveness byte is free, looked at every LIVENESS_NS
+ * of waiting.  A live holder is waited for
  * however long it takes; after rs_nt_warn_ns the waiter says whom it
  * waits for.  A value naming no slot (only a stray write makes one) is
  * taken over once it has stood still for GARBAGE_NS.
@@ -672,8 +724,6 @@ static int table_lock(struct rs_nt *t)
 	}
 	rs_lk_acquire(RS_LK_NT, t);
 	me = RS_LOCK_ID(slot, t->nonce);
-	/* No spin before sleeping: 100 pauses measured alike with 4
-	 * processes on 2 CPUs (docs/benchmarks.md). */
 	for (;;) {
 		/* Read before the try: a release after it changes the value,
 		 * and our sleep on it does not begin. */
@@ -685,8 +735,12 @@ static int table_lock(struct rs_nt *t)
 			return 0;
 		vs = RS_LOCK_SLOT(v);
 		now = rs_nt_now_ns();
+		/* The holder's liveness is looked at once we have waited
+		 * LIVENESS_NS, not at the first miss: a look is a system call
+		 * that walks every attached process's lock, and on a busy node
+		 * most misses are a live holder's few microseconds. */
 		if (!start)
-			start = seen_since = now;
+			start = seen_since = last_live = now;
 		if (v != seen) {
 			seen = v;
 			seen_since = now;
@@ -716,6 +770,8 @@ static int table_lock(struct rs_nt *t)
 			       "waiting (no lock is given up while its holder lives)",
 			       (unsigned long long)((now - start) / 1000000000ull), t->map.path, who);
 		}
+		if (table_spin(s))
+			continue;
 		lock_sleep(s, seq, now);
 	}
 }

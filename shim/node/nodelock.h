@@ -34,6 +34,13 @@ extern uint64_t rs_nt_starve_ns;
  * flight holds other wakes back for this long (2 ms). */
 extern uint64_t rs_nt_lock_sleep_ns;
 extern uint32_t rs_nt_woken_ms;
+/* A grant waiter's watch before it sleeps, in pauses: where the budget
+ * starts, and the bounds it learns within (nodelock.c, spin_budget). */
+#define RS_NT_SPIN_MAX 400
+#define RS_NT_SPIN_MIN 32
+/* The budget after a watch of budget pauses that saw the word change
+ * (changed) or not. */
+uint32_t rs_nt_spin_next(uint32_t budget, int changed);
 
 struct rs_nt_req {
 	uint64_t dev, ino;
