@@ -158,7 +158,7 @@
  * WAIT entry becoming a grant) wakes its sleepers (wake_grant).  So a
  * release wakes its own waiters and nobody else, and a queue wakes one
  * waiter at a time.  Before sleeping it watches the word for up to
- * GRANT_SPIN pauses (about 16 us): a call inside a grant takes
+ * RS_NT_SPIN_MAX pauses (about 16 us): a call inside a grant takes
  * microseconds, and while its holder runs, a look beats a sleep and a
  * wake-up (measured: docs/benchmarks.md).  How long it watches is learnt
  * from how its last watches ended (spin_budget), since on a node with
@@ -222,9 +222,6 @@
 /* A value in the lock word that names no slot is given this long to go
  * away (a holder releasing it) before it is taken for garbage. */
 #define GARBAGE_NS      (1000ull * 1000 * 1000)
-#ifndef GRANT_SPIN
-#define GRANT_SPIN      RS_NT_SPIN_MAX
-#endif
 /* How long a table-lock waiter watches the word before sleeping: a
  * running holder keeps it for well under a microsecond, a sleep and its
  * wake cost several, and on a busy node one acquisition in ten finds the
@@ -327,19 +324,19 @@ void rs_nt_wake_grant(struct rs_seg_grant *g, uint64_t old)
  * the last watches ended, as glibc's adaptive mutex learns its spin count
  * (__spins += (cnt - __spins) / 8, nptl/pthread_mutex_lock.c), but from
  * the outcome: a watch that saw the word change moves the budget an
- * eighth of the way to GRANT_SPIN, one that did not, to RS_NT_SPIN_MIN.
+ * eighth of the way to RS_NT_SPIN_MAX, one that did not, to RS_NT_SPIN_MIN.
  * A watch pays only while the holder runs: with a few processes per CPU
- * nearly every one does, and the budget stays near GRANT_SPIN; with
+ * nearly every one does, and the budget stays near RS_NT_SPIN_MAX; with
  * hundreds, a holder is often descheduled inside its call, and full
  * watches of such holders took 8% of the node's CPU (perf, 256 processes
  * on one region).  One word for the process: a lost update between
  * threads only skews it.
  */
-static _Atomic uint32_t spin_budget = GRANT_SPIN;
+static _Atomic uint32_t spin_budget = RS_NT_SPIN_MAX;
 
 uint32_t rs_nt_spin_next(uint32_t budget, int changed)
 {
-	int32_t to = changed ? GRANT_SPIN : RS_NT_SPIN_MIN;
+	int32_t to = changed ? RS_NT_SPIN_MAX : RS_NT_SPIN_MIN;
 
 	return (uint32_t)((int32_t)budget + (to - (int32_t)budget) / 8);
 }
@@ -364,8 +361,11 @@ static void wait_grant(struct rs_seg_grant *g, uint32_t gen, int is_wait, uint64
 
 	for (uint32_t i = 0; i < budget; i++) {
 		if (RS_GW_GEN(v) != gen || (!is_wait && RS_GW_USERS(v) == 0)) {
-			atomic_store_explicit(&spin_budget, rs_nt_spin_next(budget, 1),
-					      memory_order_relaxed);
+			/* Changed before the first pause: the watch bought
+			 * nothing, and says nothing of whether one pays. */
+			if (i)
+				atomic_store_explicit(&spin_budget, rs_nt_spin_next(budget, 1),
+						      memory_order_relaxed);
 			return;
 		}
 		rs_cpu_relax();
@@ -772,7 +772,9 @@ static int table_lock(struct rs_nt *t)
 		}
 		if (table_spin(s))
 			continue;
-		lock_sleep(s, seq, now);
+		/* The time after the watch: a wake sent during it must not
+		 * look newer than now (lock_sleep). */
+		lock_sleep(s, seq, rs_nt_now_ns());
 	}
 }
 
@@ -1567,6 +1569,14 @@ static inline int acq_walk(struct rs_nt *t, uint32_t b, struct rs_nt_req *r, uin
 		walk_at = at;
 		g = &s->grants[i];
 		n = g->next;
+		/* A chase of links misses once per entry; fetching the next
+		 * entry (and its word, on a line of its own) while this one is
+		 * looked at overlaps the misses: with hundreds of processes a
+		 * chain holds 10 to 40 entries, walked under the table lock. */
+		if (n && n <= RS_NGRANT) {
+			__builtin_prefetch(&s->grants[n - 1]);
+			__builtin_prefetch(&s->grants[n - 1].gw);
+		}
 		st = atomic_load(&g->state);
 		if (st == RS_G_FREE || bucket_of(g->dev, g->ino) != b) {
 			bad = 1;

@@ -35,9 +35,14 @@ extern uint64_t rs_nt_starve_ns;
 extern uint64_t rs_nt_lock_sleep_ns;
 extern uint32_t rs_nt_woken_ms;
 /* A grant waiter's watch before it sleeps, in pauses: where the budget
- * starts, and the bounds it learns within (nodelock.c, spin_budget). */
+ * starts, and the bounds it learns within (nodelock.c, spin_budget).
+ * -DGRANT_SPIN=N sets the most (benchmarks.md tunes it that way). */
+#ifdef GRANT_SPIN
+#define RS_NT_SPIN_MAX GRANT_SPIN
+#else
 #define RS_NT_SPIN_MAX 400
-#define RS_NT_SPIN_MIN 32
+#endif
+#define RS_NT_SPIN_MIN (RS_NT_SPIN_MAX < 32 ? RS_NT_SPIN_MAX : 32)
 /* The budget after a watch of budget pauses that saw the word change
  * (changed) or not. */
 uint32_t rs_nt_spin_next(uint32_t budget, int changed);
