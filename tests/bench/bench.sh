@@ -223,20 +223,10 @@ contended_procs() {
 	rm -f "$f" "/dev/shm$shm"
 }
 
-# Hundreds of processes on one 1 MiB region (256 blocks of 4 KiB),
-# 100,000 random pread/pwrite calls in all: whether the node table's
-# waiting scales with processes rather than with the scheduler.  Modes
-# interleaved, rotated each round; ratios within a round, then medians.
-scale() {
-	pr=$B/tests/bench/procrand
-	[ -x "$pr" ] || { echo "  skipped: $pr not built"; return 0; }
-	f=$SHM/procscale-$$.dat
-	shm=/rangeshim-bench-scale-$$
-	modes="unlocked ofd rangeshim"
-	echo
-	echo "== Scale: N processes, random 4 KiB pread/pwrite over one 1 MiB region, 100k calls in all, $SHM =="
-	echo "  us = one process's wall time per call; (x) = over unlocked, [x] = rangeshim over ofd,"
-	echo "  in the same round; median of $SCALE_ROUNDS round(s), modes interleaved."
+# The rows of the scale table, for procrand's extra argument $1 ("" or
+# together).  Uses scale()'s pr, f, shm and modes.
+scale_rows() {
+	extra=$1
 	printf '\n  %5s' procs
 	for m in $modes; do printf ' %19s' "$m"; done
 	printf ' %9s %s\n' "shim/ofd" "torn (all modes)"
@@ -251,9 +241,9 @@ scale() {
 			while [ $k -lt $r ]; do m=$1; shift; set -- "$@" "$m"; k=$((k + 1)); done
 			for m in "$@"; do
 				case $m in
-				unlocked) o=$("$pr" "$f" "$n" "$calls" rand1m) || true ;;
-				ofd) o=$("$pr" "$f" "$n" "$calls" rand1m ofd) || true ;;
-				rangeshim) o=$(RANGESHIM_SHM=$shm LD_PRELOAD=$LIB "$pr" "$f" "$n" "$calls" rand1m) || true ;;
+				unlocked) o=$("$pr" "$f" "$n" "$calls" rand1m $extra) || true ;;
+				ofd) o=$("$pr" "$f" "$n" "$calls" rand1m ofd $extra) || true ;;
+				rangeshim) o=$(RANGESHIM_SHM=$shm LD_PRELOAD=$LIB "$pr" "$f" "$n" "$calls" rand1m $extra) || true ;;
 				esac
 				echo "$r $m $o" >>"$res"
 			done
@@ -277,6 +267,27 @@ scale() {
 		printf ' [%5.2fx] %s\n' "$so" "$torn"
 		rm -f "$res"
 	done
+}
+
+# Hundreds of processes on one 1 MiB region (256 blocks of 4 KiB),
+# 100,000 random pread/pwrite calls in all: whether the node table's
+# waiting scales with processes rather than with the scheduler.  Modes
+# interleaved, rotated each round; ratios within a round, then medians.
+scale() {
+	pr=$B/tests/bench/procrand
+	[ -x "$pr" ] || { echo "  skipped: $pr not built"; return 0; }
+	f=$SHM/procscale-$$.dat
+	shm=/rangeshim-bench-scale-$$
+	modes="unlocked ofd rangeshim"
+	echo
+	echo "== Scale: N processes, random 4 KiB pread/pwrite over one 1 MiB region, 100k calls in all, $SHM =="
+	echo "  us = one process's wall time per call; (x) = over unlocked, [x] = rangeshim over ofd,"
+	echo "  in the same round; median of $SCALE_ROUNDS round(s), modes interleaved."
+	scale_rows ""
+	echo
+	echo "  Together: every process forked before any starts (procrand ... together), so all"
+	echo "  N meet for the whole run; above, the first may finish while the last are forked."
+	scale_rows together
 	# What each worker's start and exit cost, without the calls: the
 	# part of the rows above that grows with processes, not with calls.
 	echo

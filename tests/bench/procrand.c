@@ -24,11 +24,17 @@
  *   append  100-byte lines written to an O_APPEND file (FILE is truncated
  *           first), checked line by line at the end
  *
+ * With "together" every process is forked before any starts, and the
+ * clock starts when they do: all of them are alive for the whole run.
+ * Without it, the first processes may finish while the parent is still
+ * forking the last, and never meet them.
+ *
  * With "ofd" every call is wrapped in an OFD lock of its range (appends:
  * the whole file), the way ROMIO's atomic mode does it; run it without
  * the shim for that mode, and under LD_PRELOAD=build/librangeshim.so for
  * rangeshim's.  Exit status 1 if a call failed or a check found damage.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,12 +162,12 @@ static long check_lines(const char *file, int procs, int calls, long *lines)
 
 int main(int argc, char **argv)
 {
-	int procs, calls, ofd = 0, work = RAND, fd, bad = 0, st;
+	int procs, calls, ofd = 0, work = RAND, fd, bad = 0, st, together = 0, gate[2] = { -1, -1 };
 	long *torn;
 	double t0, t;
 
 	if (argc < 4) {
-		fprintf(stderr, "usage: procrand FILE PROCS CALLS [rand|rand1m|same|stride|pair|own|ownw|append] [ofd]\n");
+		fprintf(stderr, "usage: procrand FILE PROCS CALLS [rand|rand1m|same|stride|pair|own|ownw|append] [ofd] [together]\n");
 		return 2;
 	}
 	procs = atoi(argv[2]);
@@ -169,6 +175,8 @@ int main(int argc, char **argv)
 	for (int i = 4; i < argc; i++) {
 		if (!strcmp(argv[i], "ofd"))
 			ofd = 1;
+		else if (!strcmp(argv[i], "together"))
+			together = 1;
 		else if (!strcmp(argv[i], "rand"))
 			work = RAND;
 		else if (!strcmp(argv[i], "rand1m"))
@@ -217,12 +225,30 @@ int main(int argc, char **argv)
 		    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (torn == MAP_FAILED)
 		return 2;
+	/* Each process waits for end of file on the gate: when the parent
+	 * closes its write end, after the last fork. */
+	if (together && pipe(gate) < 0) {
+		perror("pipe");
+		return 2;
+	}
 	t0 = now();
 	for (int p = 0; p < procs; p++)
 		if (fork() == 0) {
+			if (together) {
+				char c;
+
+				close(gate[1]);
+				while (read(gate[0], &c, 1) < 0 && errno == EINTR)
+					;
+			}
 			torn[p] = worker(argv[1], p, procs, calls, work, ofd);
 			exit(torn[p] < 0);	/* exit: the shim writes its stats */
 		}
+	if (together) {
+		close(gate[0]);
+		t0 = now();
+		close(gate[1]);
+	}
 	while (wait(&st) > 0)
 		bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
 	t = (now() - t0) * 1e6 / calls;
