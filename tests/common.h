@@ -455,15 +455,50 @@ static inline int rs_node_agents(const char *suite, const char *test, char node,
 	return rs_agents_of(want, out, max);
 }
 
-/* SIGKILL both nodes' agents of a test, and give the kernel a moment to
- * drop their locks. */
+/* Has pid exited: gone, or a zombie nobody has reaped yet?  Its locks,
+ * descriptors and socket names go at exit, before the zombie. */
+static inline int rs_pid_exited(pid_t pid)
+{
+	char path[64], buf[512], *end;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 1;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return 1;
+	buf[n] = '\0';
+	end = strrchr(buf, ')');	/* the command may hold ')' itself */
+	return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+}
+
+/* SIGKILL both nodes' agents of a test and wait until they have exited
+ * (5 s at most): with several sanitizer suites on 2 CPUs a killed agent
+ * still held its socket name after the fixed 100 ms this used to wait,
+ * and a test that binds that name next failed.  Then a moment more for
+ * the kernel to drop their locks, as before. */
 static inline void rs_kill_node_agents(const char *suite, const char *test)
 {
-	pid_t p[8];
+	pid_t p[16];
+	int n = 0;
 
-	for (char node = 'a'; node <= 'b'; node++)
-		for (int i = 0, n = rs_node_agents(suite, test, node, p, 8); i < n; i++)
-			kill(p[i], SIGKILL);
+	for (char node = 'a'; node <= 'b'; node++) {
+		int k = rs_node_agents(suite, test, node, p + n, 8);
+
+		for (int i = 0; i < k; i++)
+			kill(p[n + i], SIGKILL);
+		n += k;
+	}
+	for (int i = 0, tries = 0; i < n && tries < 500; tries++) {
+		if (rs_pid_exited(p[i]))
+			i++;
+		else
+			usleep(10000);
+	}
 	usleep(100000);
 }
 
