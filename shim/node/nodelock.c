@@ -163,7 +163,7 @@
  * wake-up (measured: docs/benchmarks.md).  How long it watches is learnt
  * from how its last watches ended (spin_budget), since on a node with
  * hundreds of processes per CPU the holder is often not running.  A
- * table-lock waiter watches the lock word for TABLE_SPIN pauses before
+ * table-lock waiter watches the lock word for RS_SPIN_LIMIT pauses before
  * it sleeps.  With nothing specific in the way (a full table) it
  * sleeps on the table's change counter instead.  Every sleep has a 20 ms
  * timeout, and every wake re-scans.  Every 100 ms of waiting, and on every
@@ -222,13 +222,6 @@
 /* A value in the lock word that names no slot is given this long to go
  * away (a holder releasing it) before it is taken for garbage. */
 #define GARBAGE_NS      (1000ull * 1000 * 1000)
-/* How long a table-lock waiter watches the word before sleeping: a
- * running holder keeps it for well under a microsecond, a sleep and its
- * wake cost several, and on a busy node one acquisition in ten finds the
- * other CPU's process inside. */
-#ifndef TABLE_SPIN
-#define TABLE_SPIN      100
-#endif
 /* A request overtaken by a later one and waiting at least this long
  * makes later ones queue behind it; before, they may take what it waits
  * for (competitive succession, as the range lock does between threads:
@@ -672,11 +665,14 @@ static void lock_sleep(struct rs_segment *s, uint32_t seq, uint64_t now)
 	errno = saved;
 }
 
-/* Watch the table lock for TABLE_SPIN pauses: 1 if it came free (try
- * again), 0 if its holder kept it (sleep). */
+/* Watch the table lock for RS_SPIN_LIMIT pauses, as the process-local
+ * mutexes do (futex.h): 1 if it came free (try again), 0 if its holder
+ * kept it (sleep).  A running holder keeps it for well under a
+ * microsecond, a sleep and its wake cost several, and on a busy node one
+ * acquisition in ten finds the other CPU's process inside. */
 static int table_spin(struct rs_segment *s)
 {
-	for (int i = 0; i < TABLE_SPIN; i++) {
+	for (int i = 0; i < RS_SPIN_LIMIT; i++) {
 		rs_cpu_relax();
 		if (atomic_load_explicit(&s->hdr.lock, memory_order_relaxed) == 0)
 			return 1;
