@@ -27,6 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "nodelock.h"
+
 #ifndef RS_BUILD_DIR
 #define RS_BUILD_DIR "build"
 #endif
@@ -455,25 +457,14 @@ static inline int rs_node_agents(const char *suite, const char *test, char node,
 	return rs_agents_of(want, out, max);
 }
 
-/* Has pid exited: gone, or a zombie nobody has reaped yet?  Its locks,
- * descriptors and socket names go at exit, before the zombie. */
+/* Has pid exited: gone (no state to read), or a zombie nobody has
+ * reaped yet?  Its locks, descriptors and socket names go at exit,
+ * before the zombie. */
 static inline int rs_pid_exited(pid_t pid)
 {
-	char path[64], buf[512], *end;
-	ssize_t n;
-	int fd;
+	char comm[64], state = rs_nt_proc_stat((int32_t)pid, comm, sizeof comm);
 
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 1;
-	n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return 1;
-	buf[n] = '\0';
-	end = strrchr(buf, ')');	/* the command may hold ')' itself */
-	return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+	return state == 0 || state == 'Z' || state == 'X';
 }
 
 /* SIGKILL both nodes' agents of a test and wait until they have exited

@@ -2137,7 +2137,27 @@ static void wait_starved(struct agent *v)
 		  "V never queued as starved (%d WAIT entries)", n);
 }
 
-static struct rep acquire_exact(struct agent *a, uint64_t start, uint64_t end, int enter);
+static struct rep acquire_exact(struct agent *a, uint64_t start, uint64_t end, int enter)
+{
+	struct cmd c = acq_cmd(start, end, RS_G_EXSH, WINDOW, enter);
+	struct rep r;
+
+	c.exact = 1;
+	r = agent_do(a, &c, "exact acquire");
+	cr_assert_eq(r.rc, 0, "%s", r.why);
+	cr_assert_eq(r.lost, 0);
+	return r;
+}
+
+/* An exact grant of [start, end) whose call has come and gone: left in
+ * the table, idle and closed, for the next walk of its chain to free. */
+static struct rep acquire_left(struct agent *a, uint64_t start, uint64_t end)
+{
+	struct rep r = acquire_exact(a, start, end, 1);
+
+	exact_call_ends(a, r.idx);
+	return r;
+}
 
 /*
  * Starved means overtaken, not merely waiting.  V waits for A's busy
@@ -2235,8 +2255,7 @@ static int newcomer_passes_waiter(struct waiter_rig o)
 		if (o.overtake != OVERTAKEN_BUSY)	/* V must not look while X is inside */
 			stop_outside_table_lock(v);
 		if (o.overtake == OVERTAKEN_LEFT) {	/* an exact call's, left */
-			rx = acquire_exact(x, 64 * KIB, 96 * KIB, 1);
-			exact_call_ends(x, rx.idx);
+			rx = acquire_left(x, 64 * KIB, 96 * KIB);
 			x = NULL;
 		} else {
 			rx = acquire(x, 64 * KIB, 96 * KIB, RS_G_EXSH, 0, 1);
@@ -2810,18 +2829,6 @@ Test(nodelock, starved_waiter_queues_in_full_table, .timeout = 120)
 
 /* ---- exact grants and waiting on the grant (issue 9) ---- */
 
-static struct rep acquire_exact(struct agent *a, uint64_t start, uint64_t end, int enter)
-{
-	struct cmd c = acq_cmd(start, end, RS_G_EXSH, WINDOW, enter);
-	struct rep r;
-
-	c.exact = 1;
-	r = agent_do(a, &c, "exact acquire");
-	cr_assert_eq(r.rc, 0, "%s", r.why);
-	cr_assert_eq(r.lost, 0);
-	return r;
-}
-
 /*
  * An exact request gets the call's range, though nothing stops expansion;
  * met says whether another process had a grant in its window.  Control:
@@ -2863,8 +2870,7 @@ Test(nodelock, exact_left_grant_freed)
 
 	agent_register(a);
 	agent_register(b);
-	ra = acquire_exact(a, 0, 4 * KIB, 1);
-	exact_call_ends(a, ra.idx);
+	ra = acquire_left(a, 0, 4 * KIB);
 	s = view_attach();
 	cr_assert_eq(atomic_load(&s->grants[ra.idx].state), RS_G_HELD,
 		     "the left grant was freed at once (expected lazily)");
@@ -2875,8 +2881,7 @@ Test(nodelock, exact_left_grant_freed)
 		      "A's left grant survived A's next scan");
 	cr_assert_eq(grants_of(a->me, RS_G_HELD, NULL), 1);
 	/* Closing the file frees what its calls left, and nothing busy. */
-	ra = acquire_exact(a, 2 * MIB, 2 * MIB + 4 * KIB, 1);
-	exact_call_ends(a, ra.idx);
+	ra = acquire_left(a, 2 * MIB, 2 * MIB + 4 * KIB);
 	simple(a, OP_FREE_LEFT, 0, 0);
 	cr_assert_neq(RS_GW_GEN(atomic_load(&s->grants[ra.idx].gw)), ra.gen,
 		      "rs_nt_free_left left A's left grant");
@@ -2904,8 +2909,7 @@ Test(nodelock, exact_left_grant_freed_by_any_walk)
 	agent_register(a);
 	agent_register(b);
 	kept = acquire(a, 8 * MIB, 8 * MIB + 4 * KIB, RS_G_EXSH, 0, 0);
-	left = acquire_exact(a, 0, 4 * KIB, 1);
-	exact_call_ends(a, left.idx);
+	left = acquire_left(a, 0, 4 * KIB);
 	s = view_attach();
 	cr_assert_eq(RS_GW_GEN(atomic_load(&s->grants[left.idx].gw)), left.gen,
 		     "A's left grant went before anyone walked the chain");
