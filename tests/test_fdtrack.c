@@ -925,3 +925,52 @@ Test(fdtrack, stats_file_with_pid, .timeout = 30)
 	free(file);
 	free(base);
 }
+
+/* ---- (i) forked children ------------------------------------------------ */
+
+/*
+ * Children of one parent that use a descriptor the parent opened and never
+ * used classify it at their first use (a lazy entry); the parent reads the
+ * mount list before it forks, so that they need not: one read of
+ * /proc/self/mountinfo for the whole family, where each child used to read
+ * it again.  Counted with strace.  The control: children that open the
+ * file themselves, after the fork, each read the list, and strace sees
+ * each of those reads.
+ */
+static int mountinfo_reads(const char *how)
+{
+	char *base = rs_make_base("/tmp", "rs-fdt-"), *file = path_in(base, "f");
+	char *log = path_in(base, "strace.log");
+	char *argv[] = { (char *)"/usr/bin/strace", (char *)"-f", (char *)"-qq",
+			 (char *)"-e", (char *)"trace=openat", (char *)"-o", log,
+			 (char *)HELPER, (char *)"forked", file, (char *)"4", (char *)how, NULL };
+	struct rs_run *r = calloc(1, sizeof(*r));
+	char *text;
+	int n;
+
+	if (access(argv[0], X_OK) != 0)
+		cr_skip_test("no strace (tests/deps.sh installs it)");
+	rs_run(r, argv, NULL, 1, 30);
+	cr_assert_eq(r->status, 0, "%s", r->out);
+	cr_assert(strstr(r->out, "children_failed=0"), "%s", r->out);
+	text = rs_read_file(log, NULL);
+	cr_assert_not_null(text, "no strace log");
+	n = count_lines(text, "/proc/self/mountinfo");
+	free(text);
+	free(r);
+	rs_rm_rf(base);
+	free(log);
+	free(file);
+	free(base);
+	return n;
+}
+
+Test(fdtrack, forked_children_read_no_mount_list, .timeout = 30)
+{
+	cr_expect_eq(mountinfo_reads("inherit"), 1);
+}
+
+Test(fdtrack, forked_children_opening_read_their_own, .timeout = 30)
+{
+	cr_expect_eq(mountinfo_reads("own"), 4);
+}

@@ -304,12 +304,13 @@ static uint32_t desc_flags(int oflags)
  * costs a lock and never exclusion.  A device not in the list (a file
  * under /proc, /sys or /dev, a btrfs subvolume's own st_dev, a mount made
  * after the list was read) is asked by path as before; mountinfo is read
- * again at most once per such device, so a new mount is learnt.
+ * again at most once per such device, so a new mount is learnt.  A read
+ * caches every device in the list, not only the one asked about.
  * RANGESHIM_PATHS always asks by path.
  */
-#define MNT_DEVS 64
+#define MNT_DEVS 512
 static RS_FORKED _Atomic uint32_t mnt_mtx;
-static uint64_t mnt_dev[MNT_DEVS];     /* wanted devices, then misses */
+static uint64_t mnt_dev[MNT_DEVS];     /* in the order learnt */
 static unsigned char mnt_ok[MNT_DEVS];
 static _Atomic unsigned mnt_n;         /* entries published */
 
@@ -390,37 +391,69 @@ static int mount_wanted(const struct mnt *m, int n, int k)
 	return 1;
 }
 
+/* dev's verdict among the first k cached, if there. */
+static int dev_cached(uint64_t dev, unsigned k, int *ok)
+{
+	for (unsigned i = 0; i < k; i++)
+		if (mnt_dev[i] == dev) {
+			*ok = mnt_ok[i];
+			return 1;
+		}
+	return 0;
+}
+
+/*
+ * Read the mount list and cache the verdict of every device in it, and
+ * of dev (0: none) as "ask by path" if the list lacks it.  Every device
+ * at once: a child forked after one read finds the devices of the
+ * descriptors it inherits cached, and reads no list of its own
+ * (rs_fdt_fork_prepare).
+ * Pre: mnt_mtx is held.
+ */
+static void learn_mounts(uint64_t dev)
+{
+	static struct mnt m[512];	/* under mnt_mtx */
+	unsigned k = atomic_load_explicit(&mnt_n, memory_order_relaxed);
+	int n = k < MNT_DEVS ? read_mounts(m, 512) : -1, ok;
+
+	RS_ASSERT(atomic_load_explicit(&mnt_mtx, memory_order_relaxed) != 0);
+	for (int i = 0; i < n && k < MNT_DEVS; i++) {
+		if (dev_cached(m[i].dev, k, &ok))
+			continue;
+		/* Its earlier mounts would have cached it: look from here. */
+		ok = 1;
+		for (int j = i; j < n && ok; j++)
+			if (m[j].dev == m[i].dev && !mount_wanted(m, n, j))
+				ok = 0;
+		mnt_dev[k] = m[i].dev;
+		mnt_ok[k] = (unsigned char)ok;
+		k++;
+	}
+	if (dev && k < MNT_DEVS && !dev_cached(dev, k, &ok)) {
+		mnt_dev[k] = dev;
+		mnt_ok[k] = 0;
+		k++;
+	}
+	atomic_store_explicit(&mnt_n, k, memory_order_release);
+}
+
 /* 1: every file of dev is wanted, known without its path. */
 static int dev_wanted(uint64_t dev)
 {
-	static struct mnt m[512];	/* under mnt_mtx */
 	unsigned k = atomic_load_explicit(&mnt_n, memory_order_acquire);
-	int n, ok;
+	int ok = 0;
 
 	if (rs_cfg.custom_paths)
 		return 0;
-	for (unsigned i = 0; i < k; i++)
-		if (mnt_dev[i] == dev)
-			return mnt_ok[i];
+	if (dev_cached(dev, k, &ok))
+		return ok;
 	if (k >= MNT_DEVS)
 		return 0;
 	rs_lk_mutex_lock(RS_LK_MOUNTS, &mnt_mtx);
-	k = atomic_load_explicit(&mnt_n, memory_order_relaxed);
-	ok = 0;
-	n = k < MNT_DEVS ? read_mounts(m, 512) : -1;
-	for (int i = 0; i < n; i++) {
-		if (m[i].dev != dev)
-			continue;
-		if (!mount_wanted(m, n, i)) {
-			ok = 0;
-			break;
-		}
-		ok = 1;
-	}
-	if (k < MNT_DEVS) {
-		mnt_dev[k] = dev;
-		mnt_ok[k] = (unsigned char)ok;
-		atomic_store_explicit(&mnt_n, k + 1, memory_order_release);
+	if (!dev_cached(dev, atomic_load_explicit(&mnt_n, memory_order_relaxed), &ok)) {
+		learn_mounts(dev);
+		ok = 0;
+		(void)dev_cached(dev, atomic_load_explicit(&mnt_n, memory_order_relaxed), &ok);
 	}
 	rs_lk_mutex_unlock(RS_LK_MOUNTS, &mnt_mtx);
 	return ok;
@@ -613,21 +646,30 @@ static int lazy_oflags(uint64_t e)
 _Static_assert(((RS_DESC_APPEND | RS_DESC_DIRECT) << 2) < RS_FD_LAZY_SHARED &&
 	       RS_FD_LAZY_SHARED < (1u << 31), "lazy entry bits overlap");
 
-void rs_fdt_lazy_shared(void)
+/* Returns whether a lazy entry was seen: the fork handler's to know. */
+static int lazy_shared(void)
 {
 	unsigned hi = __atomic_load_n(&fd_high, __ATOMIC_RELAXED);
+	int lazy = 0;
 
 	if (!rs_fd_entries)
-		return;
+		return 0;
 	for (unsigned fd = 0; fd < hi; fd++) {
 		uint64_t e = atomic_load_explicit(&rs_fd_entries[fd], memory_order_relaxed);
 
 		while ((e & 3) == RS_FD_LAZY && !(e & RS_FD_LAZY_SHARED) &&
 		       !atomic_compare_exchange_weak(&rs_fd_entries[fd], &e, e | RS_FD_LAZY_SHARED))
 			;
+		lazy |= (e & 3) == RS_FD_LAZY;
 		if ((e & 3) == RS_FD_TRACKED)
 			desc_unfresh_now(rs_fdt_desc(e));
 	}
+	return lazy;
+}
+
+void rs_fdt_lazy_shared(void)
+{
+	(void)lazy_shared();
 }
 
 void rs_fdt_moved(int fd)
@@ -777,9 +819,30 @@ int64_t rs_fdt_find(uint64_t dev, uint64_t ino)
 	return idx;
 }
 
+/*
+ * A child classifies the lazy descriptors it inherits at their first use,
+ * and what it learns stays its own: each child of a parent that never
+ * read the mount list read it once more (a fork, one pwrite of the
+ * parent's descriptor and an exit: 630 us, against 312 without the shim
+ * and 503 with the list read by the parent; docs/benchmarks.md).  So the
+ * parent reads it before the first fork that hands one down, unless
+ * another thread is reading it now (it is taken, not waited for: fork may
+ * come from a handler of a signal that interrupted that read).
+ */
 void rs_fdt_fork_prepare(void)
 {
-	rs_fdt_lazy_shared();
+	uint32_t free_ = 0;
+
+	if (lazy_shared() && !rs_cfg.custom_paths &&
+	    atomic_load_explicit(&mnt_n, memory_order_acquire) == 0 &&
+	    atomic_compare_exchange_strong_explicit(&mnt_mtx, &free_, 1, memory_order_acquire,
+						    memory_order_relaxed)) {
+		rs_lk_acquire_try(RS_LK_MOUNTS, &mnt_mtx);
+		rs_tsan_acquire(&mnt_mtx);
+		if (atomic_load_explicit(&mnt_n, memory_order_relaxed) == 0)
+			learn_mounts(0);
+		rs_lk_mutex_unlock(RS_LK_MOUNTS, &mnt_mtx);
+	}
 	tbl_lock();
 }
 

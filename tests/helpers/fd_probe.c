@@ -40,6 +40,10 @@
  *                          pipe that reuses the numbers is not locked.
  *   stdout NT NR           NT threads write NR records each to fd 1.
  *   pid FILE N             prints pid=<getpid()>, then N pwrites to FILE.
+ *   forked FILE N HOW      N forked children each pwrite a record to FILE
+ *                          and exit; HOW is "inherit" (the parent opened
+ *                          FILE and never used it: a lazy descriptor) or
+ *                          "own" (each child opens FILE itself).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -56,6 +60,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <linux/userfaultfd.h>
@@ -644,6 +649,33 @@ static int m_pid(const char *file, int n)
 	return m_write(file, n);
 }
 
+/* ---- forked ------------------------------------------------------------ */
+
+static int m_forked(const char *file, int n, const char *how)
+{
+	int inherit = strcmp(how, "inherit") == 0, fd = -1, st, bad = 0;
+	char r[REC];
+
+	if (inherit && (fd = open(file, O_RDWR | O_CREAT, 0644)) < 0)
+		return 2;
+	record(r, 'f');
+	for (int i = 0; i < n; i++) {
+		pid_t p = fork();
+
+		if (p == 0) {
+			int cfd = inherit ? fd : open(file, O_RDWR | O_CREAT, 0644);
+
+			exit(cfd < 0 || pwrite(cfd, r, REC, (off_t)i * REC) != REC);
+		}
+		if (p < 0)
+			return 2;
+	}
+	while (wait(&st) > 0)
+		bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+	printf("children_failed=%d\n", bad);
+	return bad != 0;
+}
+
 int main(int argc, char **argv)
 {
 	int rc = 2;
@@ -669,6 +701,8 @@ int main(int argc, char **argv)
 		rc = m_stdout(atoi(argv[2]), atoi(argv[3]));
 	else if (argc >= 4 && strcmp(argv[1], "pid") == 0)
 		rc = m_pid(argv[2], atoi(argv[3]));
+	else if (argc >= 5 && strcmp(argv[1], "forked") == 0)
+		rc = m_forked(argv[2], atoi(argv[3]), argv[4]);
 	else
 		fprintf(stderr, "usage: fd_probe MODE ARGS (see the source)\n");
 	if (rc == 0 && failed)
