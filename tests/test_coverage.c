@@ -40,6 +40,7 @@
 #endif
 
 #define PROBE RS_HELPER("cov_probe")
+#define NO_PMQUERY RS_HELPER("no_pmquery")
 
 static const char *const kinds[] = {
 	"uncovered_io_uring", "uncovered_aio", "uncovered_posix_aio",
@@ -119,13 +120,28 @@ static int skipped(struct job *j)
 
 /* Run cov_probe CMD and require want of the one kind (NULL: none) and
  * zero of the others. */
+static struct job *probe_in(const char *pmquery, const char *cmd, const char *kind,
+			    long long want);
+
 static struct job *probe(const char *cmd, const char *kind, long long want)
 {
+	return probe_in(NULL, cmd, kind, want);
+}
+
+/* The same, with the kernel's PROCMAP_QUERY failing with errno pmquery
+ * (no_pmquery), unless NULL.  Returns before any check if seccomp is
+ * refused ("skip=seccomp" in the output). */
+static struct job *probe_in(const char *pmquery, const char *cmd, const char *kind,
+			    long long want)
+{
 	struct job *j = job_new();
-	char *argv[] = { PROBE, (char *)cmd, j->file, NULL };
+	char *plain[] = { PROBE, (char *)cmd, j->file, NULL };
+	char *wrapped[] = { NO_PMQUERY, (char *)pmquery, PROBE, (char *)cmd, j->file, NULL };
 	int n;
 
-	job_run(j, argv, 60);
+	job_run(j, pmquery ? wrapped : plain, 60);
+	if (pmquery && strstr(j->run.out, "skip=seccomp"))
+		return j;
 	cr_assert_eq(j->run.status, 0, "cov_probe %s: %s", cmd, j->run.out);
 	cr_assert(strstr(j->run.out, "done shim=1"), "%s", j->run.out);
 	cr_assert_geq(sum_key(j, "io_calls", &n), 0);
@@ -208,6 +224,46 @@ Test(coverage, linux_aio_contexts)
 #endif
 	if (skipped(j))
 		cr_skip_test("the kernel refuses io_setup: %s", j->run.out);
+}
+
+/* ---- how the exit scan looks at the mappings ---------------------------- */
+
+/*
+ * Rings made with the instruction itself are found at exit, among the
+ * shared mappings the kernel lists through PROCMAP_QUERY (Linux 6.11), or
+ * in the text of /proc/self/maps where the kernel does not know the query
+ * (ENOTTY): the same counts either way.  The control: a kernel that
+ * answers "no such mapping" (ENOENT) to every query hides them, so the
+ * scan did take the kernel's answer.  Elsewhere than x86-64 no ring is
+ * made that way, and the control has nothing to hide.
+ */
+static void rings_at_exit(const char *pmquery, long long uring, long long aio)
+{
+	struct job *j = probe_in(pmquery, "uring", "uncovered_io_uring", uring);
+
+	if (skipped(j))
+		cr_skip_test("%s", j->run.out);
+	j = probe_in(pmquery, "aio", "uncovered_aio", aio);
+	if (skipped(j))
+		cr_skip_test("%s", j->run.out);
+}
+
+Test(coverage, rings_found_at_exit_without_the_query)
+{
+#if defined(__x86_64__)
+	rings_at_exit("ENOTTY", 3, 2);
+#else
+	rings_at_exit("ENOTTY", 2, 1);
+#endif
+}
+
+Test(coverage, rings_found_at_exit_come_from_the_query)
+{
+#if defined(__x86_64__)
+	rings_at_exit("ENOENT", 2, 1);
+#else
+	cr_skip_test("no ring is made with the instruction on this architecture");
+#endif
 }
 
 /* ---- the info line ---------------------------------------------------- */
