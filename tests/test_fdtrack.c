@@ -67,6 +67,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sys/sysmacros.h>
+
 #include "common.h"
 
 #define REC 101
@@ -937,19 +939,68 @@ Test(fdtrack, stats_file_with_pid, .timeout = 30)
  * file themselves, after the fork, each read the list, and strace sees
  * each of those reads.
  */
+/* strace's path on PATH, into out; 0 if found. */
+static int find_strace(char *out, size_t len)
+{
+	const char *path = getenv("PATH");
+
+	for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
+		size_t n = strcspn(p, ":");
+
+		snprintf(out, len, "%.*s/strace", (int)n, p);
+		if (n && access(out, X_OK) == 0)
+			return 0;
+		p += n + (p[n] == ':');
+	}
+	return -1;
+}
+
+/* Skips the test unless a read of the mount list can be cached for dir's
+ * device: the list is read whole (under 64 KiB, fdtable.c) and names the
+ * device (a btrfs subvolume's st_dev is not in it). */
+static void require_cached_mounts(const char *dir)
+{
+	static char mi[1 << 20];
+	char want[48];
+	struct stat st;
+	long len = 0, k;
+	int named, fd = open("/proc/self/mountinfo", O_RDONLY);
+
+	if (fd < 0)
+		cr_skip_test("no /proc/self/mountinfo");
+	/* procfs has no size to seek to: read until the end. */
+	while (len < (long)sizeof(mi) - 1 &&
+	       (k = read(fd, mi + len, sizeof(mi) - 1 - (size_t)len)) > 0)
+		len += k;
+	close(fd);
+	mi[len] = '\0';
+	cr_assert_eq(stat(dir, &st), 0);
+	snprintf(want, sizeof(want), " %u:%u ", major(st.st_dev), minor(st.st_dev));
+	named = strstr(mi, want) != NULL;
+	if (len >= 65535 || !named)
+		cr_skip_test("the mount list is %ld bytes, and %s %s: the shim asks by path here",
+			     len, named ? "names" : "does not name", want);
+}
+
 static int mountinfo_reads(const char *how)
 {
 	char *base = rs_make_base("/tmp", "rs-fdt-"), *file = path_in(base, "f");
-	char *log = path_in(base, "strace.log");
-	char *argv[] = { (char *)"/usr/bin/strace", (char *)"-f", (char *)"-qq",
-			 (char *)"-e", (char *)"trace=openat", (char *)"-o", log,
-			 (char *)HELPER, (char *)"forked", file, (char *)"4", (char *)how, NULL };
+	char *log = path_in(base, "strace.log"), strace[PATH_MAX];
+	char *argv[] = { strace, (char *)"-f", (char *)"-qq", (char *)"-e", (char *)"trace=openat",
+			 (char *)"-o", log, (char *)HELPER, (char *)"forked", file, (char *)"4",
+			 (char *)how, NULL };
+	char *probe[] = { strace, (char *)"-f", (char *)"-o", (char *)"/dev/null",
+			  (char *)"/bin/true", NULL };
 	struct rs_run *r = calloc(1, sizeof(*r));
 	char *text;
 	int n;
 
-	if (access(argv[0], X_OK) != 0)
-		cr_skip_test("no strace (tests/deps.sh installs it)");
+	if (find_strace(strace, sizeof(strace)) != 0)
+		cr_skip_test("no strace on PATH (tests/deps.sh installs it)");
+	rs_run(r, probe, NULL, 0, 30);
+	if (r->status != 0)
+		cr_skip_test("strace cannot trace here: %s", r->out);
+	require_cached_mounts(base);
 	rs_run(r, argv, NULL, 1, 30);
 	cr_assert_eq(r->status, 0, "%s", r->out);
 	cr_assert(strstr(r->out, "children_failed=0"), "%s", r->out);
@@ -973,4 +1024,47 @@ Test(fdtrack, forked_children_read_no_mount_list, .timeout = 30)
 Test(fdtrack, forked_children_opening_read_their_own, .timeout = 30)
 {
 	cr_expect_eq(mountinfo_reads("own"), 4);
+}
+
+/*
+ * A mount list too long to read whole (64 KiB, fdtable.c) caches nothing,
+ * and the shim asks by path instead.  The parent tries it once before its
+ * first fork, not before every fork: with 4 children, 5 reads (the
+ * parent's and one per child, as before).  Made with 1000 tmpfs mounts in
+ * a mount namespace of the test's own; skipped where that is refused.
+ */
+Test(fdtrack, forked_children_with_an_unreadable_mount_list, .timeout = 60)
+{
+	char *base = rs_make_base("/tmp", "rs-fdt-"), *file = path_in(base, "f");
+	char *log = path_in(base, "strace.log"), strace[PATH_MAX], script[4 * PATH_MAX + 512];
+	char *argv[] = { (char *)"/usr/bin/unshare", (char *)"-m", (char *)"--propagation",
+			 (char *)"private", (char *)"/bin/sh", (char *)"-c", script, NULL };
+	struct rs_run *r = calloc(1, sizeof(*r));
+	char *text;
+
+	if (find_strace(strace, sizeof(strace)) != 0)
+		cr_skip_test("no strace on PATH (tests/deps.sh installs it)");
+	snprintf(script, sizeof(script),
+		 "i=0; while [ $i -lt 1000 ]; do mkdir -p %s/m/$i && "
+		 "mount -t tmpfs -o size=4k none %s/m/$i || { echo SKIP mount; exit 0; }; "
+		 "i=$((i + 1)); done; "
+		 "[ $(wc -c </proc/self/mountinfo) -ge 65536 ] || { echo SKIP short; exit 0; }; "
+		 "LD_PRELOAD=%s exec %s -f -qq -e trace=openat -o %s %s forked %s 4 inherit",
+		 base, base, RS_LIB, strace, log, HELPER, file);
+	rs_run(r, argv, NULL, 0, 50);
+	if (r->status != 0 && !strstr(r->out, "children_failed"))
+		cr_skip_test("no mount namespace here: %s", r->out);
+	if (strstr(r->out, "SKIP"))
+		cr_skip_test("%s", r->out);
+	cr_assert_eq(r->status, 0, "%s", r->out);
+	cr_assert(strstr(r->out, "children_failed=0"), "%s", r->out);
+	text = rs_read_file(log, NULL);
+	cr_assert_not_null(text, "no strace log");
+	cr_expect_eq(count_lines(text, "/proc/self/mountinfo"), 5, "%s", r->out);
+	free(text);
+	free(r);
+	rs_rm_rf(base);
+	free(log);
+	free(file);
+	free(base);
 }

@@ -313,6 +313,7 @@ static RS_FORKED _Atomic uint32_t mnt_mtx;
 static uint64_t mnt_dev[MNT_DEVS];     /* in the order learnt */
 static unsigned char mnt_ok[MNT_DEVS];
 static _Atomic unsigned mnt_n;         /* entries published */
+static _Atomic int mnt_read;           /* the list was read, or could not be */
 
 static const char *const bounds[] = { "/proc", "/sys", "/dev", "/dev/shm" };
 
@@ -435,6 +436,7 @@ static void learn_mounts(uint64_t dev)
 		k++;
 	}
 	atomic_store_explicit(&mnt_n, k, memory_order_release);
+	atomic_store_explicit(&mnt_read, 1, memory_order_relaxed);
 }
 
 /* 1: every file of dev is wanted, known without its path. */
@@ -825,21 +827,23 @@ int64_t rs_fdt_find(uint64_t dev, uint64_t ino)
  * read the mount list read it once more (a fork, one pwrite of the
  * parent's descriptor and an exit: 630 us, against 312 without the shim
  * and 503 with the list read by the parent; docs/benchmarks.md).  So the
- * parent reads it before the first fork that hands one down, unless
- * another thread is reading it now (it is taken, not waited for: fork may
- * come from a handler of a signal that interrupted that read).
+ * parent reads it before the first fork that hands one down: once, even
+ * if it could not be read (too long, no /proc), which its children then
+ * find out for themselves as before.  Not if another thread is reading it
+ * now (the mutex is tried, not waited for: fork may come from a handler
+ * of a signal that interrupted that read).
  */
 void rs_fdt_fork_prepare(void)
 {
 	uint32_t free_ = 0;
 
 	if (lazy_shared() && !rs_cfg.custom_paths &&
-	    atomic_load_explicit(&mnt_n, memory_order_acquire) == 0 &&
+	    !atomic_load_explicit(&mnt_read, memory_order_relaxed) &&
 	    atomic_compare_exchange_strong_explicit(&mnt_mtx, &free_, 1, memory_order_acquire,
 						    memory_order_relaxed)) {
 		rs_lk_acquire_try(RS_LK_MOUNTS, &mnt_mtx);
 		rs_tsan_acquire(&mnt_mtx);
-		if (atomic_load_explicit(&mnt_n, memory_order_relaxed) == 0)
+		if (!atomic_load_explicit(&mnt_read, memory_order_relaxed))
 			learn_mounts(0);
 		rs_lk_mutex_unlock(RS_LK_MOUNTS, &mnt_mtx);
 	}
