@@ -934,11 +934,11 @@ Test(fdtrack, stats_file_with_pid, .timeout = 30)
  * Children of one parent that use a descriptor the parent opened and never
  * used classify it at their first use (a lazy entry); the parent reads the
  * mount list before it forks, so that they need not: one read of
- * /proc/self/mountinfo for the whole family, where each child used to read
- * it again.  Counted with strace.  The control: children that open the
- * file themselves, after the fork, each read the list, and strace sees
- * each of those reads.
+ * /proc/self/mountinfo for the whole family.  Counted with strace.  The
+ * control: children that open the file themselves, after the fork, each
+ * read the list, and strace sees each of those reads.
  */
+
 /* strace's path on PATH, into out; 0 if found. */
 static int find_strace(char *out, size_t len)
 {
@@ -982,6 +982,22 @@ static void require_cached_mounts(const char *dir)
 			     len, named ? "names" : "does not name", want);
 }
 
+/* After fd_probe forked ran under strace (r): its reads of the mount
+ * list in the strace log. */
+static int reads_logged(const struct rs_run *r, const char *log)
+{
+	char *text;
+	int n;
+
+	cr_assert_eq(r->status, 0, "%s", r->out);
+	cr_assert(strstr(r->out, "children_failed=0"), "%s", r->out);
+	text = rs_read_file(log, NULL);
+	cr_assert_not_null(text, "no strace log");
+	n = count_lines(text, "/proc/self/mountinfo");
+	free(text);
+	return n;
+}
+
 static int mountinfo_reads(const char *how)
 {
 	char *base = rs_make_base("/tmp", "rs-fdt-"), *file = path_in(base, "f");
@@ -992,7 +1008,6 @@ static int mountinfo_reads(const char *how)
 	char *probe[] = { strace, (char *)"-f", (char *)"-o", (char *)"/dev/null",
 			  (char *)"/bin/true", NULL };
 	struct rs_run *r = calloc(1, sizeof(*r));
-	char *text;
 	int n;
 
 	if (find_strace(strace, sizeof(strace)) != 0)
@@ -1002,12 +1017,7 @@ static int mountinfo_reads(const char *how)
 		cr_skip_test("strace cannot trace here: %s", r->out);
 	require_cached_mounts(base);
 	rs_run(r, argv, NULL, 1, 30);
-	cr_assert_eq(r->status, 0, "%s", r->out);
-	cr_assert(strstr(r->out, "children_failed=0"), "%s", r->out);
-	text = rs_read_file(log, NULL);
-	cr_assert_not_null(text, "no strace log");
-	n = count_lines(text, "/proc/self/mountinfo");
-	free(text);
+	n = reads_logged(r, log);
 	free(r);
 	rs_rm_rf(base);
 	free(log);
@@ -1030,7 +1040,7 @@ Test(fdtrack, forked_children_opening_read_their_own, .timeout = 30)
  * A mount list too long to read whole (64 KiB, fdtable.c) caches nothing,
  * and the shim asks by path instead.  The parent tries it once before its
  * first fork, not before every fork: with 4 children, 5 reads (the
- * parent's and one per child, as before).  Made with 1000 tmpfs mounts in
+ * parent's and one per child).  Made with 1000 tmpfs mounts in
  * a mount namespace of the test's own; skipped where that is refused.
  */
 Test(fdtrack, forked_children_with_an_unreadable_mount_list, .timeout = 60)
@@ -1040,7 +1050,6 @@ Test(fdtrack, forked_children_with_an_unreadable_mount_list, .timeout = 60)
 	char *argv[] = { (char *)"/usr/bin/unshare", (char *)"-m", (char *)"--propagation",
 			 (char *)"private", (char *)"/bin/sh", (char *)"-c", script, NULL };
 	struct rs_run *r = calloc(1, sizeof(*r));
-	char *text;
 
 	if (find_strace(strace, sizeof(strace)) != 0)
 		cr_skip_test("no strace on PATH (tests/deps.sh installs it)");
@@ -1056,12 +1065,7 @@ Test(fdtrack, forked_children_with_an_unreadable_mount_list, .timeout = 60)
 		cr_skip_test("no mount namespace here: %s", r->out);
 	if (strstr(r->out, "SKIP"))
 		cr_skip_test("%s", r->out);
-	cr_assert_eq(r->status, 0, "%s", r->out);
-	cr_assert(strstr(r->out, "children_failed=0"), "%s", r->out);
-	text = rs_read_file(log, NULL);
-	cr_assert_not_null(text, "no strace log");
-	cr_expect_eq(count_lines(text, "/proc/self/mountinfo"), 5, "%s", r->out);
-	free(text);
+	cr_expect_eq(reads_logged(r, log), 5, "%s", r->out);
 	free(r);
 	rs_rm_rf(base);
 	free(log);

@@ -698,8 +698,8 @@ static __attribute__((noinline)) int query_maps(long fd)
 	uint64_t addr = 0;
 	int uring = 0, naio = 0;
 
-	/* Written by the kernel, but through an ioctl valgrind does not
-	 * know: without this, memcheck saw every process read it unset. */
+	/* Written by the kernel, through an ioctl valgrind does not know:
+	 * memcheck would take every name as unset. */
 	memset(name, 0, 32);
 	for (;;) {
 		struct pm_query q = {

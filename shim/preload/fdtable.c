@@ -823,15 +823,14 @@ int64_t rs_fdt_find(uint64_t dev, uint64_t ino)
 
 /*
  * A child classifies the lazy descriptors it inherits at their first use,
- * and what it learns stays its own: each child of a parent that never
- * read the mount list read it once more (a fork, one pwrite of the
- * parent's descriptor and an exit: 630 us, against 312 without the shim
- * and 503 with the list read by the parent; docs/benchmarks.md).  So the
- * parent reads it before the first fork that hands one down: once, even
- * if it could not be read (too long, no /proc), which its children then
- * find out for themselves as before.  Not if another thread is reading it
- * now (the mutex is tried, not waited for: fork may come from a handler
- * of a signal that interrupted that read).
+ * and what it learns stays its own: a list read in the parent is read
+ * once for the whole family, one read in each child is read once per
+ * child (about 60 us each; docs/benchmarks.md).  So the parent reads it
+ * before the first fork that hands one down: once, even if it cannot be
+ * read (too long, no /proc), which each child then finds out for itself.
+ * Not if another thread is reading it now (the mutex is tried, not waited
+ * for: fork may come from a handler of a signal that interrupted that
+ * read).
  */
 void rs_fdt_fork_prepare(void)
 {
