@@ -94,6 +94,18 @@ static inline void rs_mutex_lock(_Atomic uint32_t *m)
 	rs_tsan_acquire(m);
 }
 
+/* 1 if m was free and is now ours; never waits. */
+static inline int rs_mutex_trylock(_Atomic uint32_t *m)
+{
+	uint32_t c = 0;
+
+	if (!atomic_compare_exchange_strong_explicit(m, &c, 1, memory_order_acquire,
+						     memory_order_relaxed))
+		return 0;
+	rs_tsan_acquire(m);
+	return 1;
+}
+
 static inline void rs_mutex_unlock(_Atomic uint32_t *m)
 {
 	rs_tsan_release(m);

@@ -110,6 +110,15 @@ static inline void rs_lk_mutex_lock(enum rs_lk_level level, _Atomic uint32_t *m)
 	rs_mutex_lock(m);
 }
 
+/* Taken only if free: it cannot wait, so it is recorded, not ordered. */
+static inline int rs_lk_mutex_trylock(enum rs_lk_level level, _Atomic uint32_t *m)
+{
+	if (!rs_mutex_trylock(m))
+		return 0;
+	rs_lk_acquire_try(level, m);
+	return 1;
+}
+
 static inline void rs_lk_mutex_unlock(enum rs_lk_level level, _Atomic uint32_t *m)
 {
 	rs_lk_release(level, m);

@@ -275,14 +275,8 @@ static int pfile_holds(uint64_t dev, uint64_t ino, uint64_t id)
 static int pfiles_trylock(void)
 {
 	for (int i = 0; i < RS_SPIN_LIMIT; i++) {
-		uint32_t z = 0;
-
-		if (atomic_compare_exchange_weak_explicit(&pfiles_mtx, &z, 1, memory_order_acquire,
-							  memory_order_relaxed)) {
-			rs_tsan_acquire(&pfiles_mtx);
-			rs_lk_acquire_try(RS_LK_PFILES, &pfiles_mtx);
+		if (rs_lk_mutex_trylock(RS_LK_PFILES, &pfiles_mtx))
 			return 1;
-		}
 		rs_cpu_relax();
 	}
 	return 0;

@@ -834,14 +834,9 @@ int64_t rs_fdt_find(uint64_t dev, uint64_t ino)
  */
 void rs_fdt_fork_prepare(void)
 {
-	uint32_t free_ = 0;
-
 	if (lazy_shared() && !rs_cfg.custom_paths &&
 	    !atomic_load_explicit(&mnt_read, memory_order_relaxed) &&
-	    atomic_compare_exchange_strong_explicit(&mnt_mtx, &free_, 1, memory_order_acquire,
-						    memory_order_relaxed)) {
-		rs_lk_acquire_try(RS_LK_MOUNTS, &mnt_mtx);
-		rs_tsan_acquire(&mnt_mtx);
+	    rs_lk_mutex_trylock(RS_LK_MOUNTS, &mnt_mtx)) {
 		if (!atomic_load_explicit(&mnt_read, memory_order_relaxed))
 			learn_mounts(0);
 		rs_lk_mutex_unlock(RS_LK_MOUNTS, &mnt_mtx);
