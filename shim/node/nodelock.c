@@ -188,9 +188,13 @@
  * whose owner is gone (one look each: with hundreds of processes attached,
  * a look at every LIVE slot on the way made registration quadratic).  It
  * reclaims the dead below procs_hi, which every claimant raises past its
- * slot first; it looks at the suspects' bytes (system calls) before taking
- * the table lock and again under it only for them, so that hundreds of
- * registrants do not hold the lock for hundreds of system calls each.
+ * slot first: all of them while there are at most 64 slots there, else
+ * the 16 after where the last registrant stopped (sweep_suspects), since
+ * each look walks every attached process's lock and looking at all of
+ * them made a node's start cubic in its processes.  It looks at the
+ * suspects' bytes (system calls) before taking the table lock and again
+ * under it only for them, so that hundreds of registrants do not hold
+ * the lock for hundreds of system calls each.
  * When every one of the 4096 slots is held by a live process, it says so
  * in one line and waits (on the change counter, every unregistration
  * bumps it, and every 100 ms looking at the bytes again): a process that
@@ -872,6 +876,41 @@ static uint32_t dead_suspects(struct rs_nt *t, unsigned char *gone, uint32_t lim
 	return n;
 }
 
+/*
+ * A registrant's look for the dead: every slot below procs_hi when there
+ * are at most SWEEP_WHOLE of them, else the next SWEEP_SLOTS after where
+ * the last registrant's look ended (sweep_at), round procs_hi.  Each look
+ * is a system call that walks the lock of every attached process, so
+ * looking at every slot made each registration cost the square of the
+ * processes attached, and a node's start the cube: with 1,000 processes
+ * attached a process took 4 ms to start and make one write (docs/
+ * benchmarks.md, "Scale").  A dead process's slot is still found within
+ * procs_hi / SWEEP_SLOTS registrations, and its grants by anyone who waits
+ * for them (acq_wait, within 100 ms).
+ */
+#define SWEEP_WHOLE 64u
+#define SWEEP_SLOTS 16u
+
+static uint32_t sweep_suspects(struct rs_nt *t, unsigned char *gone)
+{
+	struct rs_segment *s = t->map.seg;
+	uint32_t hi = atomic_load(&s->hdr.procs_hi), from, n = 0;
+
+	if (hi > RS_NPROC)
+		hi = RS_NPROC;
+	if (hi <= SWEEP_WHOLE)
+		return dead_suspects(t, gone, hi);
+	memset(gone, 0, RS_NPROC);
+	from = atomic_fetch_add(&s->hdr.sweep_at, SWEEP_SLOTS) % hi;
+	for (uint32_t k = 0; k < SWEEP_SLOTS; k++) {
+		uint32_t p = (from + k) % hi;
+
+		gone[p] = (unsigned char)slot_dead(t, p);
+		n += gone[p];
+	}
+	return n;
+}
+
 /* Under the table lock: a bound above which every grant slot is FREE.
  * used_hi is checked against nused; a mismatch (a death between a count
  * and a state, or a stray write) is repaired by counting every slot. */
@@ -1075,7 +1114,7 @@ static int register_once(struct rs_nt *t, const char *name, char *why, size_t wh
 	 * every LIVE slot lies below it.  A wrong value
 	 * (a stray write) only leaves dead slots to the next reclaim of a
 	 * waiter, which looks at every slot. */
-	nsusp = dead_suspects(t, gone, atomic_load(&s->hdr.procs_hi));
+	nsusp = sweep_suspects(t, gone);
 	(void)table_lock(t);	/* cannot fail: t->me is ours */
 	reclaim_locked(t, gone, nsusp);
 	/* Our slot may still list a dead previous owner's grants. */

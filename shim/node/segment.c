@@ -489,11 +489,15 @@ static int still_ours(const struct rs_seg_map *m, int fd)
 	return rs_fstat(fd, &a) == 0 && (uint64_t)a.st_dev == m->dev && (uint64_t)a.st_ino == m->ino;
 }
 
+_Atomic uint64_t rs_seg_looks;
+
 int rs_seg_alive(const struct rs_seg_map *m, uint32_t slot)
 {
 	struct flock fl;
 	int saved = errno, fd = map_fd(m);
 	int r = ofd_lock(fd, F_OFD_GETLK, &fl, slot);
+
+	atomic_fetch_add_explicit(&rs_seg_looks, 1, memory_order_relaxed);
 
 	/* If we cannot tell, assume alive: waiting longer is safe, stealing
 	 * is not.  "Dead" is believed only of the table's own file. */

@@ -146,6 +146,10 @@ struct rs_seg_header {
 	 * whole 10 ms (limitations.md). */
 	_Atomic uint32_t lock_seq;
 	_Atomic uint32_t lock_woken;
+	/* Where the next registrant's look for the dead starts (nodelock.c,
+	 * "Registration"); a hint, taken modulo procs_hi.  In what was
+	 * padding, as the two above. */
+	_Atomic uint32_t sweep_at;
 	_Atomic uint32_t change __attribute__((aligned(64)));  /* futex: bumped on release */
 	_Atomic uint32_t change_waiters;                       /* asleep on change */
 	uint32_t next_ticket;
@@ -164,6 +168,10 @@ struct rs_seg_header {
 	struct { uint32_t head, count; } chains[RS_NBUCKET];
 	uint64_t used_map[RS_NGRANT / 64];
 };
+
+/* Fields added in what was padding leave the layout of every version-10
+ * segment as it was. */
+_Static_assert(__builtin_offsetof(struct rs_seg_header, change) == 64, "header layout moved");
 
 struct rs_segment {
 	struct rs_seg_header hdr __attribute__((aligned(4096)));
@@ -201,8 +209,11 @@ int rs_seg_grant_ok(const struct rs_seg_grant *g);
  * empty name (RANGESHIM_SHM unset) the default table (segment.c). */
 int rs_seg_path(const char *name, char *path, size_t len);
 
-/* Is the process in slot `slot` alive?  1 alive, 0 dead. */
+/* Is the process in slot `slot` alive?  1 alive, 0 dead.  A system
+ * call that walks the lock of every attached process. */
 int rs_seg_alive(const struct rs_seg_map *m, uint32_t slot);
+/* How many rs_seg_alive looks this process has made (tests count them). */
+extern _Atomic uint64_t rs_seg_looks;
 /* Take our liveness lock on slot; 0, or -1 if someone live holds it. */
 int rs_seg_claim(const struct rs_seg_map *m, uint32_t slot);
 

@@ -12,7 +12,7 @@
 FULL ?= 0
 BENCH_BINS = $(BUILD)/tests/bench/iobench $(BUILD)/tests/bench/fastpath $(BUILD)/tests/bench/procrand \
 	     $(BUILD)/tests/bench/manyfiles $(BUILD)/tests/bench/idlegrants $(BUILD)/tests/bench/iovec \
-	     $(BUILD)/tests/bench/mpistride
+	     $(BUILD)/tests/bench/mpistride $(BUILD)/tests/bench/attached
 
 .PHONY: bench bench-fio bench-plot
 

@@ -14,6 +14,8 @@
 #   BENCH_SCOPE    RANGESHIM_SCOPE for the rangeshim mode (default: unset, so
 #                  the shim's default scope)
 #   BENCH_TIMEOUT  seconds after which a hung run is killed (default 60)
+#   BENCH_SCALE_PROCS, BENCH_SCALE_ROUNDS, BENCH_ATTACHED  the scale
+#                  section's rows and rounds (docs/benchmarks.md)
 #
 # Output goes to stdout and to BUILD/bench/bench.txt; the figures of the
 # Lustre and GFS2 tables (best rounds) go to BUILD/bench/*.dat for
@@ -63,6 +65,9 @@ else
 fi
 SCALE_ROUNDS=${BENCH_SCALE_ROUNDS:-$SCALE_ROUNDS}
 SCALE_PROCS=${BENCH_SCALE_PROCS:-64,128,192,256}
+# Processes already attached when one more starts (the scale section's
+# last table); BENCH_ATTACHED=10,1000,4000 asks for more.
+ATTACHED=${BENCH_ATTACHED:-10,1000}
 # The contended tables' medians of 3 rounds can be thrown by one disturbed
 # round on a busy machine: BENCH_CT_ROUNDS asks for more.
 CT_ROUNDS=${BENCH_CT_ROUNDS:-$CT_ROUNDS}
@@ -320,6 +325,31 @@ scale() {
 		    "$(awk -v s="$s" 'BEGIN { print s / 1e6 }')" "$x"
 		rm -f "$res"
 	done
+	# A start and exit with N others attached: registration looks for
+	# dead processes among them, and must not pay for each of them.
+	at=$B/tests/bench/attached
+	if [ -x "$at" ]; then
+		echo
+		echo "  Start and exit with N processes attached: 100 processes one after another, each"
+		echo "  one pwrite, wall time per process, median of $SCALE_ROUNDS round(s):"
+		printf '\n  %8s %12s %12s %22s\n' attached unlocked rangeshim "rangeshim extra/proc"
+		for n in $(echo "$ATTACHED" | tr , ' '); do
+			res=$OUT/.attached-$n
+			: >"$res"
+			r=0
+			while [ $r -lt "$SCALE_ROUNDS" ]; do
+				u=$("$at" "$f" "$n" 100) || true
+				s=$(RANGESHIM_SHM=$shm LD_PRELOAD=$LIB "$at" "$f" "$n" 100) || true
+				echo "$r ${u%% *} ${s%% *}" >>"$res"
+				r=$((r + 1))
+			done
+			u=$(awk '{ print $2 }' "$res" | median)
+			s=$(awk '{ print $3 }' "$res" | median)
+			x=$(awk '{ print $3 - $2 }' "$res" | median)
+			printf '  %8s %9.0f us %9.0f us %19.0f us\n' "$n" "$u" "$s" "$x"
+			rm -f "$res"
+		done
+	fi
 	rm -f "$f" "/dev/shm$shm"
 }
 
