@@ -1461,8 +1461,6 @@ static void pid_reuse_dead(int32_t fake_pid)
  * registration did, makes a look per slot at every registration: with
  * 1,000 processes attached, 4 ms to start one.
  */
-#define SWEEP_WHOLE 64u
-#define SWEEP_SLOTS 16u
 
 static void sweep_run(uint32_t nlive, uint32_t ndead, uint64_t *first_looks,
 		      uint32_t *left_after_first, uint32_t *registrations)
@@ -1471,30 +1469,30 @@ static void sweep_run(uint32_t nlive, uint32_t ndead, uint64_t *first_looks,
 	struct agent *x = agent_start(), *a = agent_start();
 	struct cmd reg = { .op = OP_REGISTER }, un = { .op = OP_UNREGISTER };
 	struct rs_segment *s;
-	int *fds = calloc(nslot, sizeof(int));
+	/* One description holds every live slot's byte: the bytes differ. */
+	int fd, *live = calloc(nslot, sizeof(int));
 
-	cr_assert(fds);
+	cr_assert(live);
 	agent_register(x);		/* slot 0; the others from 1 */
 	s = view_attach();
+	fd = open(seg_path, O_RDWR | O_CLOEXEC);
+	cr_assert_geq(fd, 0, "open %s: %s", seg_path, strerror(errno));
 	for (uint32_t i = 0; i < nslot; i++) {
 		uint32_t p = 1 + i;
 		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
 				    .l_start = (off_t)(RS_LIVE_BASE + p), .l_len = 1 };
 
-		fds[i] = -1;
-		if (i % every != every / 2) {
-			fds[i] = open(seg_path, O_RDWR | O_CLOEXEC);
-			cr_assert_geq(fds[i], 0, "open %s: %s", seg_path, strerror(errno));
-			cr_assert_eq(fcntl(fds[i], F_OFD_SETLK, &fl), 0, "lock slot %u: %s", p,
+		live[i] = i % every != every / 2;
+		if (live[i])
+			cr_assert_eq(fcntl(fd, F_OFD_SETLK, &fl), 0, "lock slot %u: %s", p,
 				     strerror(errno));
-		}
 		s->procs[p].pid = getpid();
 		atomic_store(&s->procs[p].state, RS_PROC_LIVE);
 	}
 	atomic_store(&s->hdr.procs_hi, nslot + 1);
 	snprintf(reg.name, sizeof(reg.name), "%s", seg_name);
 	*registrations = 0;
-	for (int dead_left = 1; dead_left && *registrations < 2 * nslot / SWEEP_SLOTS + 2;) {
+	for (int dead_left = 1; dead_left && *registrations < 2 * nslot / RS_NT_SWEEP_SLOTS + 2;) {
 		struct rep r = agent_do(a, &reg, "register");
 
 		cr_assert_eq(r.rc, 0, "%s", r.why);
@@ -1502,27 +1500,26 @@ static void sweep_run(uint32_t nlive, uint32_t ndead, uint64_t *first_looks,
 		agent_do(a, &un, "unregister");
 		dead_left = 0;
 		for (uint32_t i = 0; i < nslot; i++)
-			dead_left += fds[i] < 0 && atomic_load(&s->procs[1 + i].state) != RS_PROC_FREE;
+			dead_left += !live[i] && atomic_load(&s->procs[1 + i].state) != RS_PROC_FREE;
 		if (!(*registrations)++) {
 			*first_looks = r.looks;
 			*left_after_first = (uint32_t)dead_left;
 		}
-		cr_assert_leq(r.looks, nslot + 1 <= SWEEP_WHOLE ? nslot + 1 + ndead : SWEEP_SLOTS + ndead,
+		cr_assert_leq(r.looks, nslot + 1 <= RS_NT_SWEEP_WHOLE ? nslot + 1 + ndead : RS_NT_SWEEP_SLOTS + ndead,
 			      "registration %u made %llu liveness looks with %u slots attached",
 			      *registrations, (unsigned long long)r.looks, nslot + 1);
 	}
 	for (uint32_t i = 0; i < nslot; i++) {
-		if (fds[i] >= 0) {
+		if (live[i])
 			cr_assert_eq(atomic_load(&s->procs[1 + i].state), RS_PROC_LIVE,
 				     "live slot %u reclaimed", 1 + i);
-			close(fds[i]);
-		} else {
+		else
 			cr_assert_eq(atomic_load(&s->procs[1 + i].state), RS_PROC_FREE,
 				     "dead slot %u still LIVE after %u registrations", 1 + i,
 				     *registrations);
-		}
 	}
-	free(fds);
+	close(fd);
+	free(live);
 }
 
 Test(nodelock, registration_looks_bounded)
@@ -1531,7 +1528,7 @@ Test(nodelock, registration_looks_bounded)
 	uint32_t left, regs;
 
 	sweep_run(295, 5, &looks, &left, &regs);
-	cr_assert_leq(regs, (300 + SWEEP_SLOTS - 1) / SWEEP_SLOTS,
+	cr_assert_leq(regs, (300 + RS_NT_SWEEP_SLOTS - 1) / RS_NT_SWEEP_SLOTS,
 		      "the dead were reclaimed only after %u registrations", regs);
 	cr_assert_gt(left, 0, "the first registrant looked at every slot (%llu looks)",
 		     (unsigned long long)looks);

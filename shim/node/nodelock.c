@@ -878,19 +878,16 @@ static uint32_t dead_suspects(struct rs_nt *t, unsigned char *gone, uint32_t lim
 
 /*
  * A registrant's look for the dead: every slot below procs_hi when there
- * are at most SWEEP_WHOLE of them, else the next SWEEP_SLOTS after where
+ * are at most RS_NT_SWEEP_WHOLE of them, else the next RS_NT_SWEEP_SLOTS after where
  * the last registrant's look ended (sweep_at), round procs_hi.  Each look
  * is a system call that walks the lock of every attached process, so
  * looking at every slot made each registration cost the square of the
  * processes attached, and a node's start the cube: with 1,000 processes
  * attached a process took 4 ms to start and make one write (docs/
  * benchmarks.md, "Scale").  A dead process's slot is still found within
- * procs_hi / SWEEP_SLOTS registrations, and its grants by anyone who waits
+ * procs_hi / RS_NT_SWEEP_SLOTS registrations, and its grants by anyone who waits
  * for them (acq_wait, within 100 ms).
  */
-#define SWEEP_WHOLE 64u
-#define SWEEP_SLOTS 16u
-
 static uint32_t sweep_suspects(struct rs_nt *t, unsigned char *gone)
 {
 	struct rs_segment *s = t->map.seg;
@@ -898,11 +895,11 @@ static uint32_t sweep_suspects(struct rs_nt *t, unsigned char *gone)
 
 	if (hi > RS_NPROC)
 		hi = RS_NPROC;
-	if (hi <= SWEEP_WHOLE)
+	if (hi <= RS_NT_SWEEP_WHOLE)
 		return dead_suspects(t, gone, hi);
 	memset(gone, 0, RS_NPROC);
-	from = atomic_fetch_add(&s->hdr.sweep_at, SWEEP_SLOTS) % hi;
-	for (uint32_t k = 0; k < SWEEP_SLOTS; k++) {
+	from = atomic_fetch_add(&s->hdr.sweep_at, RS_NT_SWEEP_SLOTS) % hi;
+	for (uint32_t k = 0; k < RS_NT_SWEEP_SLOTS; k++) {
 		uint32_t p = (from + k) % hi;
 
 		gone[p] = (unsigned char)slot_dead(t, p);

@@ -34,6 +34,11 @@ extern uint64_t rs_nt_starve_ns;
  * flight holds other wakes back for this long (2 ms). */
 extern uint64_t rs_nt_lock_sleep_ns;
 extern uint32_t rs_nt_woken_ms;
+/* A registrant looks for the dead at every slot of a table of up to
+ * RS_NT_SWEEP_WHOLE processes, else at RS_NT_SWEEP_SLOTS of them
+ * (nodelock.c, sweep_suspects). */
+#define RS_NT_SWEEP_WHOLE 64u
+#define RS_NT_SWEEP_SLOTS 16u
 /* A grant waiter's watch before it sleeps, in pauses: where the budget
  * starts, and the bounds it learns within (nodelock.c, spin_budget).
  * -DGRANT_SPIN=N sets the most (benchmarks.md tunes it that way). */

@@ -27,6 +27,19 @@ static double now(void)
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
+/* Let the holders go, reap them, and leave no file behind. */
+static int give_up(const char *what, int gate_w, const char *path)
+{
+	int st;
+
+	fprintf(stderr, "attached: %s\n", what);
+	close(gate_w);
+	while (wait(&st) > 0)
+		;
+	unlink(path);
+	return 2;
+}
+
 int main(int argc, char **argv)
 {
 	static char buf[4096];
@@ -48,17 +61,20 @@ int main(int argc, char **argv)
 	for (int i = 0; i < n; i++) {
 		pid_t p = fork();
 
-		if (p < 0) {
-			perror("fork");
-			return 2;
-		}
+		if (p < 0)
+			return give_up("fork failed", gate[1], path);
 		if (!p) {
 			char y;
 
+			/* Only the parent keeps the write ends: a holder that
+			 * fails, or the last one to report, leaves it the end of
+			 * file, never a wait. */
 			close(gate[1]);
+			close(ready[0]);
 			if (pwrite(fd, buf, sizeof(buf), (off_t)(i % 256) * 4096) != sizeof(buf) ||
 			    write(ready[1], "", 1) != 1)
 				_exit(1);
+			close(ready[1]);
 			(void)!read(gate[0], &y, 1);	/* until the parent closes it */
 			_exit(0);
 		}
@@ -68,19 +84,15 @@ int main(int argc, char **argv)
 	for (int i = 0; i < n; i++) {
 		char y;
 
-		if (read(ready[0], &y, 1) != 1) {
-			fprintf(stderr, "attached: a holder failed\n");
-			return 2;
-		}
+		if (read(ready[0], &y, 1) != 1)
+			return give_up("a holder failed", gate[1], path);
 	}
 	t0 = now();
 	for (int i = 0; i < m; i++) {
 		pid_t p = fork();
 
-		if (p < 0) {
-			perror("fork");
-			return 2;
-		}
+		if (p < 0)
+			return give_up("fork failed", gate[1], path);
 		if (!p)
 			_exit(pwrite(fx, buf, sizeof(buf), 0) == sizeof(buf) ? 0 : 1);
 		if (waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st))

@@ -326,29 +326,41 @@ scale() {
 		rm -f "$res"
 	done
 	# A start and exit with N others attached: registration looks for
-	# dead processes among them, and must not pay for each of them.
+	# dead processes among them, and must not pay for each of them.  A
+	# run that fails or hangs (BENCH_TIMEOUT) counts as nan.
 	at=$B/tests/bench/attached
 	if [ -x "$at" ]; then
 		echo
 		echo "  Start and exit with N processes attached: 100 processes one after another, each"
-		echo "  one pwrite, wall time per process, median of $SCALE_ROUNDS round(s):"
+		echo "  one pwrite, wall time per process, median of $SCALE_ROUNDS round(s), modes interleaved:"
 		printf '\n  %8s %12s %12s %22s\n' attached unlocked rangeshim "rangeshim extra/proc"
 		for n in $(echo "$ATTACHED" | tr , ' '); do
 			res=$OUT/.attached-$n
 			: >"$res"
 			r=0
 			while [ $r -lt "$SCALE_ROUNDS" ]; do
-				u=$("$at" "$f" "$n" 100) || true
-				s=$(RANGESHIM_SHM=$shm LD_PRELOAD=$LIB "$at" "$f" "$n" 100) || true
-				echo "$r ${u%% *} ${s%% *}" >>"$res"
+				set -- unlocked rangeshim
+				[ $((r % 2)) -eq 1 ] && set -- rangeshim unlocked
+				for m in "$@"; do
+					case $m in
+					unlocked) o=$(timeout "${BENCH_TIMEOUT:-60}" "$at" "$f" "$n" 100) || o=nan ;;
+					rangeshim) o=$(RANGESHIM_SHM=$shm LD_PRELOAD=$LIB \
+						timeout "${BENCH_TIMEOUT:-60}" "$at" "$f" "$n" 100) || o=nan ;;
+					esac
+					echo "$r $m ${o%% *}" >>"$res"
+				done
 				r=$((r + 1))
 			done
-			u=$(awk '{ print $2 }' "$res" | median)
-			s=$(awk '{ print $3 }' "$res" | median)
-			x=$(awk '{ print $3 - $2 }' "$res" | median)
+			u=$(awk '$2 == "unlocked" { print $3 }' "$res" | median)
+			s=$(awk '$2 == "rangeshim" { print $3 }' "$res" | median)
+			x=$(awk '{ us[$1 " " $2] = $3 }
+				END { for (k in us) { split(k, rk, " ")
+					if (rk[2] == "rangeshim" && (rk[1] " unlocked") in us)
+						print us[k] - us[rk[1] " unlocked"] } }' "$res" | median)
 			printf '  %8s %9.0f us %9.0f us %19.0f us\n' "$n" "$u" "$s" "$x"
 			rm -f "$res"
 		done
+		rm -f "$f.x"
 	fi
 	rm -f "$f" "/dev/shm$shm"
 }
