@@ -1535,7 +1535,7 @@ Test(nodelock, registration_looks_bounded)
 }
 
 /* Control: a table of 64 or fewer attached is looked at whole by every
- * registrant, as before; the counts above come from the same looks. */
+ * registrant; the counts above come from the same looks. */
 Test(nodelock, registration_looks_at_a_small_table_whole)
 {
 	uint64_t looks;

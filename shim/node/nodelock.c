@@ -190,8 +190,8 @@
  * reclaims the dead below procs_hi, which every claimant raises past its
  * slot first: all of them while there are at most 64 slots there, else
  * the 16 after where the last registrant stopped (sweep_suspects), since
- * each look walks every attached process's lock and looking at all of
- * them made a node's start cubic in its processes.  It looks at the
+ * each look walks every attached process's lock and a look at all of
+ * them would make a node's start cubic in its processes.  It looks at the
  * suspects' bytes (system calls) before taking the table lock and again
  * under it only for them, so that hundreds of registrants do not hold
  * the lock for hundreds of system calls each.
@@ -878,14 +878,14 @@ static uint32_t dead_suspects(struct rs_nt *t, unsigned char *gone, uint32_t lim
 
 /*
  * A registrant's look for the dead: every slot below procs_hi when there
- * are at most RS_NT_SWEEP_WHOLE of them, else the next RS_NT_SWEEP_SLOTS after where
- * the last registrant's look ended (sweep_at), round procs_hi.  Each look
- * is a system call that walks the lock of every attached process, so
- * looking at every slot made each registration cost the square of the
- * processes attached, and a node's start the cube: with 1,000 processes
- * attached a process took 4 ms to start and make one write (docs/
- * benchmarks.md, "Scale").  A dead process's slot is still found within
- * procs_hi / RS_NT_SWEEP_SLOTS registrations, and its grants by anyone who waits
+ * are at most RS_NT_SWEEP_WHOLE of them, else the next RS_NT_SWEEP_SLOTS
+ * after where the last registrant's look ended (sweep_at), round
+ * procs_hi.  Each look is a system call that walks the lock of every
+ * attached process, so a look at every slot would cost each registration
+ * the square of the processes attached, and a node's start the cube:
+ * 4 ms per process with 1,000 attached (docs/benchmarks.md, "Scale").
+ * A dead process's slot is still found within procs_hi /
+ * RS_NT_SWEEP_SLOTS registrations, and its grants by anyone who waits
  * for them (acq_wait, within 100 ms).
  */
 static uint32_t sweep_suspects(struct rs_nt *t, unsigned char *gone)

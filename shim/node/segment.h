@@ -147,8 +147,8 @@ struct rs_seg_header {
 	_Atomic uint32_t lock_seq;
 	_Atomic uint32_t lock_woken;
 	/* Where the next registrant's look for the dead starts (nodelock.c,
-	 * "Registration"); a hint, taken modulo procs_hi.  In what was
-	 * padding, as the two above. */
+	 * "Registration"); a hint, taken modulo procs_hi.  In the line's
+	 * padding, so that the version-10 layout holds (below). */
 	_Atomic uint32_t sweep_at;
 	_Atomic uint32_t change __attribute__((aligned(64)));  /* futex: bumped on release */
 	_Atomic uint32_t change_waiters;                       /* asleep on change */
@@ -169,8 +169,8 @@ struct rs_seg_header {
 	uint64_t used_map[RS_NGRANT / 64];
 };
 
-/* Fields added in what was padding leave the layout of every version-10
- * segment as it was. */
+/* The header's first line ends where every version-10 build expects it:
+ * a field added to it must fit in its padding. */
 _Static_assert(__builtin_offsetof(struct rs_seg_header, change) == 64, "header layout moved");
 
 struct rs_segment {

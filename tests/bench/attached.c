@@ -1,7 +1,6 @@
 /*
  * attached: what a process pays to start and leave when many others are
- * attached to the node table (issue 20: "the table holds at least 4096
- * processes").
+ * attached to the node table, which holds up to 4096 of them.
  *
  *   attached FILE N M
  *

@@ -274,6 +274,41 @@ scale_rows() {
 	done
 }
 
+# two_modes RES CMD [ARG...]: SCALE_ROUNDS rounds of CMD without and
+# with the shim (scale()'s shm), the order alternating; each run's first
+# word goes into RES as "ROUND MODE VALUE", nan for a run that fails or
+# hangs (BENCH_TIMEOUT).
+two_modes() {
+	res=$1
+	shift
+	: >"$res"
+	r=0
+	while [ $r -lt "$SCALE_ROUNDS" ]; do
+		order="unlocked rangeshim"
+		[ $((r % 2)) -eq 1 ] && order="rangeshim unlocked"
+		for m in $order; do
+			case $m in
+			unlocked) o=$(timeout "${BENCH_TIMEOUT:-60}" "$@") || o=nan ;;
+			rangeshim) o=$(RANGESHIM_SHM=$shm LD_PRELOAD=$LIB \
+				timeout "${BENCH_TIMEOUT:-60}" "$@") || o=nan ;;
+			esac
+			echo "$r $m ${o%% *}" >>"$res"
+		done
+		r=$((r + 1))
+	done
+}
+
+# mode_median RES MODE: the median of MODE's values in two_modes' RES.
+mode_median() { awk -v m="$2" '$2 == m { print $3 }' "$1" | median; }
+
+# extra_median RES DIV: the median over rounds of (rangeshim - unlocked) / DIV.
+extra_median() {
+	awk -v d="$2" '{ v[$1 " " $2] = $3 }
+		END { for (k in v) { split(k, rk, " ")
+			if (rk[2] == "rangeshim" && (rk[1] " unlocked") in v)
+				print (v[k] - v[rk[1] " unlocked"]) / d } }' "$1" | median
+}
+
 # Hundreds of processes on one 1 MiB region (256 blocks of 4 KiB),
 # 100,000 random pread/pwrite calls in all: whether the node table's
 # waiting scales with processes rather than with the scheduler.  Modes
@@ -301,33 +336,16 @@ scale() {
 	printf '\n  %5s %12s %12s %22s\n' procs unlocked rangeshim "rangeshim extra/proc"
 	for n in $(echo "$SCALE_PROCS" | tr , ' '); do
 		res=$OUT/.start-$n
-		: >"$res"
-		r=0
-		while [ $r -lt "$SCALE_ROUNDS" ]; do
-			set -- unlocked rangeshim
-			[ $((r % 2)) -eq 1 ] && set -- rangeshim unlocked
-			for m in "$@"; do
-				case $m in
-				unlocked) o=$("$pr" "$f" "$n" 1 rand1m) || true ;;
-				rangeshim) o=$(RANGESHIM_SHM=$shm LD_PRELOAD=$LIB "$pr" "$f" "$n" 1 rand1m) || true ;;
-				esac
-				echo "$r $m $o" >>"$res"
-			done
-			r=$((r + 1))
-		done
-		u=$(awk '$2 == "unlocked" { print $3 }' "$res" | median)
-		s=$(awk '$2 == "rangeshim" { print $3 }' "$res" | median)
-		x=$(awk -v n="$n" '{ us[$1 " " $2] = $3 }
-			END { for (k in us) { split(k, rk, " ")
-				if (rk[2] == "rangeshim" && (rk[1] " unlocked") in us)
-					print (us[k] - us[rk[1] " unlocked"]) / n } }' "$res" | median)
+		two_modes "$res" "$pr" "$f" "$n" 1 rand1m
+		u=$(mode_median "$res" unlocked)
+		s=$(mode_median "$res" rangeshim)
+		x=$(extra_median "$res" "$n")
 		printf '  %5s %10.3f s %10.3f s %17.0f us\n' "$n" "$(awk -v u="$u" 'BEGIN { print u / 1e6 }')" \
 		    "$(awk -v s="$s" 'BEGIN { print s / 1e6 }')" "$x"
 		rm -f "$res"
 	done
 	# A start and exit with N others attached: registration looks for
-	# dead processes among them, and must not pay for each of them.  A
-	# run that fails or hangs (BENCH_TIMEOUT) counts as nan.
+	# dead processes among them, and must not pay for each of them.
 	at=$B/tests/bench/attached
 	if [ -x "$at" ]; then
 		echo
@@ -336,28 +354,9 @@ scale() {
 		printf '\n  %8s %12s %12s %22s\n' attached unlocked rangeshim "rangeshim extra/proc"
 		for n in $(echo "$ATTACHED" | tr , ' '); do
 			res=$OUT/.attached-$n
-			: >"$res"
-			r=0
-			while [ $r -lt "$SCALE_ROUNDS" ]; do
-				set -- unlocked rangeshim
-				[ $((r % 2)) -eq 1 ] && set -- rangeshim unlocked
-				for m in "$@"; do
-					case $m in
-					unlocked) o=$(timeout "${BENCH_TIMEOUT:-60}" "$at" "$f" "$n" 100) || o=nan ;;
-					rangeshim) o=$(RANGESHIM_SHM=$shm LD_PRELOAD=$LIB \
-						timeout "${BENCH_TIMEOUT:-60}" "$at" "$f" "$n" 100) || o=nan ;;
-					esac
-					echo "$r $m ${o%% *}" >>"$res"
-				done
-				r=$((r + 1))
-			done
-			u=$(awk '$2 == "unlocked" { print $3 }' "$res" | median)
-			s=$(awk '$2 == "rangeshim" { print $3 }' "$res" | median)
-			x=$(awk '{ us[$1 " " $2] = $3 }
-				END { for (k in us) { split(k, rk, " ")
-					if (rk[2] == "rangeshim" && (rk[1] " unlocked") in us)
-						print us[k] - us[rk[1] " unlocked"] } }' "$res" | median)
-			printf '  %8s %9.0f us %9.0f us %19.0f us\n' "$n" "$u" "$s" "$x"
+			two_modes "$res" "$at" "$f" "$n" 100
+			printf '  %8s %9.0f us %9.0f us %19.0f us\n' "$n" "$(mode_median "$res" unlocked)" \
+			    "$(mode_median "$res" rangeshim)" "$(extra_median "$res" 1)"
 			rm -f "$res"
 		done
 		rm -f "$f.x"
