@@ -238,6 +238,20 @@ static int table_grants(uint32_t state, uint64_t dev, uint64_t ino, int32_t *hol
 	return n;
 }
 
+/* How many process slots have ever been claimed in the table (procs_hi). */
+static int slots_claimed(void)
+{
+	struct rs_seg_map m;
+	char why[300];
+	int n;
+
+	if (rs_seg_attach(&m, shm_name, 0, why, sizeof(why)) < 0)
+		return -1;
+	n = (int)atomic_load(&m.seg->hdr.procs_hi);
+	rs_seg_detach(&m);
+	return n;
+}
+
 static int live_slots(void)
 {
 	struct rs_seg_map m;
@@ -887,7 +901,13 @@ Test(node, hammer_sigkill)
 		     rs_field(r->out, "max_stall_ms"), r->out);
 	cr_assert_eq(rs_field(r->out, "torn_pages"), 0, "reads saw torn pages: %s", r->out);
 	cr_assert_eq(rs_field(r->out, "mixed_pages"), 0, "the file has mixed pages: %s", r->out);
-	/* The dead are reclaimed by the next comer. */
+	/* The dead are reclaimed by the next comer, who looks at every slot
+	 * of a table of up to RS_NT_SWEEP_WHOLE (larger ones a few at a
+	 * time: test_nodelock, registration_looks_bounded): the killed
+	 * workers' successors took their slots. */
+	n = slots_claimed();
+	cr_assert(n > 0 && n <= (int)RS_NT_SWEEP_WHOLE,
+		  "%d process slots claimed by 4 workers and their successors", n);
 	cr_assert_eq(rs_nt_register(&t, shm_name, why, sizeof(why)), 0, "%s", why);
 	n = table_grants(0, 0, 0, NULL);
 	cr_assert_eq(live_slots(), 1, "dead workers' slots still LIVE after a newcomer attached");
