@@ -3029,10 +3029,14 @@ Test(nodelock, exact_left_grant_freed_by_any_walk)
 
 /*
  * A waiter sleeps on the grant in its way and is woken when that grant's
- * last user leaves.  The sleep slice is 30 s here, so only the wake can
- * let B in within a few seconds.  Control: a leave that does not wake
- * leaves B asleep.
+ * last user leaves (WAKE_LEAVE), or when its holder releases it (WAKE_
+ * RELEASE: the wake is sent under the table lock, owed until the lock is
+ * released, nodelock.c wakes_flush).  The sleep slice is 30 s here, so
+ * only the wake can let B in within a few seconds.  Control: a leave that
+ * does not wake leaves B asleep.
  */
+enum { WAKE_NONE, WAKE_LEAVE, WAKE_RELEASE };
+
 static void grant_wake(int wake)
 {
 	struct agent *a, *b;
@@ -3045,13 +3049,20 @@ static void grant_wake(int wake)
 	agent_register(a);
 	agent_register(b);
 	ra = acquire_exact(a, 0, 4 * KIB, 1);
-	simple(a, OP_MARK_SELF, ra.idx, 0);
+	if (wake != WAKE_RELEASE)
+		simple(a, OP_MARK_SELF, ra.idx, 0);
 	agent_send(b, &q);
 	cr_assert_not(agent_poll(b, &rb, MUSTNT_MS), "B granted over A's busy grant");
 	cr_assert(atomic_load(&view_attach()->grants[ra.idx].gw) & RS_SLEEPERS,
 		  "B does not sleep on A's grant");
-	simple(a, wake ? OP_LEAVE_WAKE : OP_LEAVE, ra.idx, 0);
-	if (wake) {
+	simple(a, wake == WAKE_LEAVE ? OP_LEAVE_WAKE : OP_LEAVE, ra.idx, 0);
+	if (wake == WAKE_RELEASE) {
+		/* A cached grant, wanted by B: idle now, still A's. */
+		cr_assert_not(agent_poll(b, &rb, 1000), "B woke at a leave that sent no wake");
+		simple(a, OP_RELEASE, ra.idx, ra.gen);
+		rb = agent_wait(b, MUST_MS, "B after A released its grant");
+		cr_assert_eq(rb.rc, 0, "%s", rb.why);
+	} else if (wake == WAKE_LEAVE) {
 		rb = agent_wait(b, MUST_MS, "B after A's last user left");
 		cr_assert_eq(rb.rc, 0, "%s", rb.why);
 		cr_assert_geq(rb.revoked, 1, "B did not take A's left grant");
@@ -3062,12 +3073,17 @@ static void grant_wake(int wake)
 
 Test(nodelock, grant_wake_ends_wait)
 {
-	grant_wake(1);
+	grant_wake(WAKE_LEAVE);
+}
+
+Test(nodelock, grant_release_wake_ends_wait)
+{
+	grant_wake(WAKE_RELEASE);
 }
 
 Test(nodelock, grant_wake_control_no_wake)
 {
-	grant_wake(0);
+	grant_wake(WAKE_NONE);
 }
 
 /* A holder killed with a sleeper on its grant: nobody wakes the futex;

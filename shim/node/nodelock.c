@@ -155,10 +155,13 @@
  * the word of the grant in its way, or of its nearest predecessor's WAIT
  * entry, after setting RS_SLEEPERS in it (wait_grant); whoever changes a
  * word that has the bit (its last user leaving, a release, a revoke, a
- * WAIT entry becoming a grant) wakes its sleepers (wake_grant).  So a
- * release wakes its own waiters and nobody else, and a queue wakes one
- * waiter at a time.  Before sleeping it watches the word for up to
- * RS_NT_SPIN_MAX pauses (about 16 us): a call inside a grant takes
+ * WAIT entry becoming a grant) wakes its sleepers (wake_grant), once
+ * it has let go of the table lock if it changed the word under it
+ * (wakes_flush): a woken process may take the waker's CPU at once, and
+ * a table-lock holder put off the CPU keeps every process of the node
+ * waiting.  So a release wakes its own waiters and nobody else, and a
+ * queue wakes one waiter at a time.  Before sleeping it watches the
+ * word for up to RS_NT_SPIN_MAX pauses (about 16 us): a call inside a grant takes
  * microseconds, and while its holder runs, a look beats a sleep and a
  * wake-up (measured: docs/benchmarks.md).  How long it watches is learnt
  * from how its last watches ended (spin_budget), since on a node with
@@ -300,20 +303,67 @@ static void wait_change(struct rs_segment *s, uint32_t seen, uint64_t ns)
 	errno = saved;
 }
 
-/* g's word was old and has changed: wake whoever sleeps on it. */
+static void wake_word(_Atomic uint32_t *w)
+{
+	int saved = errno;
+
+	rs_sys(SYS_futex, w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	errno = saved;
+}
+
+/*
+ * Wakes owed by this thread's hold of the table lock, sent once it is
+ * released (wakes_flush), as the kernel's wake_q defers the wakes of a
+ * locked section.  A wake may make the woken process run at once, in
+ * place of the waker (wakeup preemption): sent under the table lock, it
+ * puts the holder off the CPU with the lock held, and every process of
+ * the node that comes to the lock meanwhile sleeps on it.  At 256
+ * processes on one region, 0.4-0.9% of the holds send a wake, and sent
+ * under the lock they made two thirds of the holds that last over 50 us,
+ * each of which puts about 25 processes to sleep (docs/benchmarks.md,
+ * "Convoys").  Late by the rest of the section, a wake is still only a
+ * nudge: the word has changed already, and a sleeper compares it.
+ */
+#define WAKES_OWED 16
+struct wakes_owed {
+	int on;                     /* this thread holds the table lock */
+	unsigned n;
+	_Atomic uint32_t *w[WAKES_OWED];
+};
+static __thread struct wakes_owed wakes_owed __attribute__((tls_model("initial-exec")));
+
+static void wakes_flush(void)
+{
+	struct wakes_owed *o = &wakes_owed;
+
+	o->on = 0;
+	for (unsigned i = 0; i < o->n; i++)
+		wake_word(o->w[i]);
+	o->n = 0;
+}
+
+/* g's word was old and has changed: wake whoever sleeps on it, now or,
+ * under the table lock, once it is released. */
 static void wake_grant(struct rs_seg_grant *g, uint64_t old)
 {
-	if (old & RS_SLEEPERS) {
-		int saved = errno;
+	struct wakes_owed *o = &wakes_owed;
 
-		rs_sys(SYS_futex, RS_GW_FUTEX(g), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-		errno = saved;
+	if (!(old & RS_SLEEPERS))
+		return;
+	if (o->on && o->n < WAKES_OWED) {
+		for (unsigned i = 0; i < o->n; i++)
+			if (o->w[i] == RS_GW_FUTEX(g))
+				return;
+		o->w[o->n++] = RS_GW_FUTEX(g);
+		return;
 	}
+	wake_word(RS_GW_FUTEX(g));
 }
 
 void rs_nt_wake_grant(struct rs_seg_grant *g, uint64_t old)
 {
-	wake_grant(g, old);
+	if (old & RS_SLEEPERS)
+		wake_word(RS_GW_FUTEX(g));
 }
 
 /*
@@ -731,8 +781,10 @@ static int table_lock(struct rs_nt *t)
 		uint64_t now;
 		int steal = 0;
 
-		if (atomic_compare_exchange_strong(&s->hdr.lock, &v, me))
+		if (atomic_compare_exchange_strong(&s->hdr.lock, &v, me)) {
+			wakes_owed.on = 1;
 			return 0;
+		}
 		vs = RS_LOCK_SLOT(v);
 		now = rs_nt_now_ns();
 		/* The holder's liveness is looked at once we have waited
@@ -758,6 +810,7 @@ static int table_lock(struct rs_nt *t)
 			steal = !rs_seg_alive(&t->map, vs - 1);
 		}
 		if (steal && atomic_compare_exchange_strong(&s->hdr.lock, &v, me)) {
+			wakes_owed.on = 1;
 			scrub(s);
 			return 0;
 		}
@@ -818,6 +871,7 @@ static void table_unlock_as(struct rs_nt *t, uint32_t slot)
 		}
 	}
 	rs_lk_mutex_unlock(RS_LK_NT_LOCAL, &t->local);
+	wakes_flush();
 }
 
 static void table_unlock(struct rs_nt *t)
@@ -1181,6 +1235,10 @@ void rs_nt_forget(struct rs_nt *t)
 	t->map.seg = NULL;
 	t->me = UINT32_MAX;
 	atomic_store(&t->local, 0);
+	/* Wakes owed by a hold of the parent's that this thread copied
+	 * are the parent's to send. */
+	wakes_owed.on = 0;
+	wakes_owed.n = 0;
 }
 
 /* Unknown modes (only a stray write makes one) are compatible with
