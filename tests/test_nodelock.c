@@ -143,6 +143,8 @@
 #include <criterion/logging.h>
 
 #include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -3084,6 +3086,115 @@ Test(nodelock, grant_release_wake_ends_wait)
 Test(nodelock, grant_wake_control_no_wake)
 {
 	grant_wake(WAKE_NONE);
+}
+
+/*
+ * A vfork child that dies inside a hold of the table lock leaves the
+ * wakes it owed in its parent thread's TLS (the child ran on that
+ * thread's pointer), naming words of a mapping the parent then unmaps
+ * (iolock.c, rs_vfork_parent).  The parent's next release of its own
+ * table sends them: to whatever is mapped there by then.  Here a free
+ * slot has RS_SLEEPERS, the child takes the lock over from its own slot's
+ * stale id (scrub, which owes the wake) and exits inside; the parent
+ * unmaps the child's view, puts a shared page with a futex sleeper at
+ * the owed address, and takes and releases its own hold.  The sleeper
+ * must not be woken.  Control (VW_UNLOCK): the child lets go of the lock
+ * before it exits.
+ */
+enum { VW_DIE_INSIDE, VW_UNLOCK };
+static struct rs_nt vw_child_nt;
+static int vw_mode;
+static _Atomic uint32_t *vw_addr;
+
+static int vw_child(void *arg)
+{
+	char why[200];
+	struct rs_segment *s;
+	uint32_t slot;
+
+	(void)arg;
+	memset(&vw_child_nt, 0, sizeof(vw_child_nt));
+	if (rs_nt_register(&vw_child_nt, seg_name, why, sizeof(why)) < 0)
+		syscall(SYS_exit, 3);
+	s = vw_child_nt.map.seg;
+	slot = vw_child_nt.me;
+	vw_addr = RS_GW_FUTEX(&s->grants[RS_NGRANT - 1]);
+	/* A sleeper's bit on a free slot: scrub owes it a wake. */
+	atomic_fetch_or(&s->grants[RS_NGRANT - 1].gw, RS_SLEEPERS);
+	/* Our slot under another nonce: a dead predecessor's, taken over at once. */
+	atomic_store(&s->hdr.lock, RS_LOCK_ID(slot, (vw_child_nt.nonce + 1) & 0xff));
+	rs_nt_lock_table(&vw_child_nt);
+	if (vw_mode == VW_UNLOCK)
+		rs_nt_unlock_table(&vw_child_nt);
+	syscall(SYS_exit, 0);	/* dies inside the hold in VW_DIE_INSIDE */
+	return 0;
+}
+
+struct vw_sleeper {
+	_Atomic uint32_t *addr;
+	long rc;
+	int err;
+};
+
+static void *vw_sleep(void *arg)
+{
+	struct vw_sleeper *v = arg;
+	struct timespec ts = { 3, 0 };
+
+	v->rc = syscall(SYS_futex, v->addr, FUTEX_WAIT, 0, &ts, NULL, 0);
+	v->err = errno;
+	return NULL;
+}
+
+static void vfork_wakes(int mode)
+{
+	static char stack[256 * 1024] __attribute__((aligned(16)));
+	struct rs_nt p;
+	char why[200];
+	int st = 0;
+	pid_t pid;
+	uintptr_t page;
+	void *m;
+	struct vw_sleeper v;
+	pthread_t th;
+
+	memset(&p, 0, sizeof(p));
+	cr_assert_eq(rs_nt_register(&p, seg_name, why, sizeof(why)), 0, "%s", why);
+	vw_mode = mode;
+	pid = clone(vw_child, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, NULL);
+	cr_assert_gt(pid, 0);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x", st);
+	/* As rs_vfork_parent: the child's view goes, and so do the wakes it
+	 * owed on this thread. */
+	cr_assert_eq(munmap(vw_child_nt.map.seg, sizeof(struct rs_segment)), 0);
+	rs_nt_wakes_forget();
+	page = (uintptr_t)vw_addr & ~(uintptr_t)4095;
+	m = mmap((void *)page, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED,
+		 -1, 0);
+	cr_assert_eq(m, (void *)page);
+	v.addr = vw_addr;
+	cr_assert_eq(pthread_create(&th, NULL, vw_sleep, &v), 0);
+	usleep(200 * 1000);
+	/* Our own hold (the lock goes over from the dead child, if it died
+	 * inside, after a liveness look), and its release. */
+	rs_nt_lock_table(&p);
+	rs_nt_unlock_table(&p);
+	pthread_join(th, NULL);
+	cr_expect(v.rc == -1 && v.err == ETIMEDOUT,
+		  "a futex sleeper at an address the child's view no longer has was woken "
+		  "by our release (rc %ld, %s)", v.rc, strerror(v.err));
+	rs_nt_unregister(&p);
+}
+
+Test(nodelock, vfork_died_inside_owes_no_wake)
+{
+	vfork_wakes(VW_DIE_INSIDE);
+}
+
+Test(nodelock, vfork_died_inside_control_unlocked)
+{
+	vfork_wakes(VW_UNLOCK);
 }
 
 /* A holder killed with a sleeper on its grant: nobody wakes the futex;

@@ -1237,6 +1237,16 @@ void rs_nt_forget(struct rs_nt *t)
 	atomic_store(&t->local, 0);
 	/* Wakes owed by a hold of the parent's that this thread copied
 	 * are the parent's to send. */
+	rs_nt_wakes_forget();
+}
+
+/* This thread owes no wake: a fork child's copy of its parent's list,
+ * or what a vfork child (which runs on its parent's thread pointer)
+ * left in it when it died inside a hold, naming words of a mapping
+ * that its parent unmaps (rs_vfork_parent): sent at this thread's next
+ * release, they would go to whatever is mapped there by then. */
+void rs_nt_wakes_forget(void)
+{
 	wakes_owed.on = 0;
 	wakes_owed.n = 0;
 }

@@ -95,6 +95,9 @@ int rs_nt_register_again(struct rs_nt *t, const char *name, char *why, size_t wh
 void rs_nt_unregister(struct rs_nt *t);
 /* Forget the segment without touching it: a forked child's copy. */
 void rs_nt_forget(struct rs_nt *t);
+/* Drop the wakes this thread owes (a vfork child's, dead inside a hold:
+ * rs_vfork_parent). */
+void rs_nt_wakes_forget(void);
 
 /*
  * Pre:  registered; req->start < req->end.

@@ -1027,6 +1027,9 @@ int rs_vfork_parent(int pid)
 		vf.registered = 0;
 		vf.ngrants = 0;
 	}
+	/* Dead inside a hold of its table, the child leaves the wakes it
+	 * owed on this thread, naming the view just unmapped. */
+	rs_nt_wakes_forget();
 	errno = saved;
 	return pid;
 }
